@@ -1,0 +1,215 @@
+/**
+ * The agent: one per node. Registers its resources with the head, starts and
+ * supervises executor processes (one per service instance) with their GPUs
+ * pinned through CUDA_VISIBLE_DEVICES, heartbeats, and reports every
+ * executor exit. Executors exit on their own if the agent dies (IPC channel).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, mkdirSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { DealerChannel } from "../sdk/wire/channel.js";
+import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
+import { detectResources, type NodeResources } from "./resources.js";
+
+/** Agent settings; anything left out is detected. */
+export interface AgentOptions {
+  head: string;
+  id?: string;
+  /** Address other nodes use to reach this one (gang rendezvous). Default 127.0.0.1 for a loopback head, else the hostname. */
+  host?: string;
+  resources?: Partial<NodeResources>;
+  /** Folder for executor logs and (later) unpacked projects. */
+  workDir?: string;
+  labels?: Record<string, string>;
+  log?: (line: string) => void;
+}
+
+const EXECUTOR_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "executor-main.js");
+
+interface Child {
+  proc: ChildProcess;
+  stderrTail: string;
+  killTimer?: NodeJS.Timeout;
+}
+
+/** A running agent. */
+export class Agent {
+  readonly id: string;
+  readonly resources: NodeResources;
+  readonly host: string;
+  private readonly channel: DealerChannel;
+  private readonly children = new Map<string, Child>();
+  private readonly workDir: string;
+  private readonly log: (line: string) => void;
+  private heartbeat?: NodeJS.Timeout;
+  private closed = false;
+  private done!: () => void;
+  /** Resolves when the agent has stopped (head said bye, or close()). */
+  readonly stopped: Promise<void>;
+
+  private constructor(private readonly opts: AgentOptions) {
+    this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
+    const detected = detectResources();
+    this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
+    this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
+    this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
+    this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
+    this.channel = new DealerChannel(`a.${this.id}`, { onError: (err) => this.log(`socket error: ${String(err)}`) });
+    this.stopped = new Promise((r) => (this.done = r));
+  }
+
+  /** Connects to the head, registers, and starts heartbeating. */
+  static start(opts: AgentOptions): Agent {
+    const agent = new Agent(opts);
+    mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
+    agent.channel.connect(opts.head);
+    void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0])));
+    agent.register();
+    agent.heartbeat = setInterval(() => agent.channel.send([encode({ t: "hb" })]), 1000);
+    return agent;
+  }
+
+  private register(): void {
+    const r = this.resources;
+    this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {} })]);
+  }
+
+  private onMessage(h: Header): void {
+    switch (h.t) {
+      case "registered":
+        this.log(`registered with head ${String(h.headId)} at ${this.opts.head}`);
+        return;
+      case "reregister":
+        this.log("head does not know this agent (restarted?); stopping executors and registering again");
+        for (const id of this.children.keys()) this.stopExecutor(id, 2000);
+        this.register();
+        return;
+      case "start":
+        this.startExecutor(h);
+        return;
+      case "stop":
+        this.stopExecutor(str(h, "executor"), num(h, "graceMs"));
+        return;
+      case "req":
+        void this.answer(h);
+        return;
+      case "bye":
+        this.log("head said bye");
+        void this.close();
+        return;
+      case "err":
+        this.log(`head rejected a message: ${JSON.stringify(h.error)}`);
+        return;
+      default:
+        this.log(`ignoring unknown message '${h.t}' from the head`);
+    }
+  }
+
+  private async answer(h: Header): Promise<void> {
+    const rid = num(h, "rid");
+    try {
+      if (h.op !== "reserve-port") throw new Error(`unknown request '${String(h.op)}'`);
+      const port = await freePort(this.host);
+      this.channel.send([encode({ t: "rep", rid, ok: true, port })]);
+    } catch (err) {
+      this.channel.send([encode({ t: "rep", rid, ok: false, error: { name: "Error", message: (err as Error).message } })]);
+    }
+  }
+
+  private startExecutor(h: Header): void {
+    const id = str(h, "executor");
+    const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
+    const context = {
+      executorId: id,
+      agentId: this.id,
+      host: this.host,
+      app: str(h, "app"),
+      service: str(h, "service"),
+      module: str(h, "module"),
+      export: str(h, "export"),
+      concurrency: num(h, "concurrency"),
+      gpus,
+      resources: { cpu: num(h, "cpu"), mem: num(h, "mem"), gpu: gpus.length },
+      rank: typeof h.rank === "number" ? h.rank : null,
+      worldSize: typeof h.worldSize === "number" ? h.worldSize : null,
+      rendezvous: typeof h.masterPort === "number" ? { host: String(h.masterAddr), port: h.masterPort } : null,
+    };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      HEARTH_HEAD: this.opts.head,
+      HEARTH_EXECUTOR_ID: id,
+      HEARTH_EXECUTOR_CONTEXT: JSON.stringify(context),
+      CUDA_VISIBLE_DEVICES: gpus.join(","),
+    };
+    if (context.rank !== null && context.rendezvous) {
+      Object.assign(env, {
+        RANK: String(context.rank),
+        WORLD_SIZE: String(context.worldSize),
+        MASTER_ADDR: context.rendezvous.host,
+        MASTER_PORT: String(context.rendezvous.port),
+      });
+    }
+    const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"] });
+    const child: Child = { proc, stderrTail: "" };
+    this.children.set(id, child);
+    const logFile = createWriteStream(path.join(this.workDir, "logs", `${id}.log`));
+    proc.stdout!.pipe(logFile, { end: false });
+    proc.stderr!.on("data", (d: Buffer) => {
+      logFile.write(d);
+      child.stderrTail = (child.stderrTail + d.toString()).slice(-2000);
+    });
+    proc.on("error", (err) => this.log(`executor ${id} could not start: ${err.message}`));
+    proc.on("exit", (code, signal) => {
+      clearTimeout(child.killTimer);
+      this.children.delete(id);
+      logFile.end();
+      const detail = child.stderrTail.trim().split("\n").slice(-5).join("\n");
+      this.log(`executor ${id} exited (${signal ?? `code ${code}`})`);
+      this.channel.send([encode({ t: "exit", executor: id, code, signal, detail })]);
+      if (this.closed && this.children.size === 0) this.finish();
+    });
+    this.log(`started executor ${id} of '${context.service}' (pid ${proc.pid}, gpus [${gpus.join(",")}])`);
+  }
+
+  private stopExecutor(id: string, graceMs: number): void {
+    const child = this.children.get(id);
+    if (!child) {
+      this.channel.send([encode({ t: "exit", executor: id, code: null, signal: null, detail: "not running on this agent" })]);
+      return;
+    }
+    child.proc.kill("SIGTERM");
+    child.killTimer ??= setTimeout(() => child.proc.kill("SIGKILL"), graceMs);
+  }
+
+  /** Stops every executor (close() first, then SIGKILL after a grace period) and leaves. Idempotent. */
+  async close(graceMs = 5000): Promise<void> {
+    if (this.closed) return this.stopped;
+    this.closed = true;
+    clearInterval(this.heartbeat);
+    for (const id of this.children.keys()) this.stopExecutor(id, graceMs);
+    if (this.children.size === 0) this.finish();
+    return this.stopped;
+  }
+
+  private finish(): void {
+    void this.channel.flush().then(() => {
+      this.channel.close();
+      this.done();
+    });
+  }
+}
+
+/** Asks the OS for a free TCP port on `host`. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once("error", reject);
+    srv.listen(0, host, () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}

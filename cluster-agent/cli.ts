@@ -1,0 +1,133 @@
+#!/usr/bin/env node
+/**
+ * The `hearth` command line: processes (head, agent), the embedded local
+ * cluster (up, down, status) and the main job (demo).
+ */
+import { writeFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { HeadClient } from "../sdk/runtime/head-client.js";
+import { parseMem } from "../sdk/runtime/resreq.js";
+import { ensureLocalCluster, findLocalCluster, stopLocalCluster } from "../sdk/engines/local.js";
+import { HearthError } from "../sdk/wire/errors.js";
+import { Agent } from "./agent.js";
+import { Head } from "./head/head.js";
+import { parseGpuFlag } from "./resources.js";
+import { formatStatus } from "./format-status.js";
+import { runDemo } from "./demo.js";
+
+const USAGE = `usage: hearth <command> [options]
+
+commands:
+  head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--endpoint-file F]
+          run a head (scheduler, registry); prints its endpoint
+  agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR]
+          run an agent that starts executors on this node
+  up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
+  down    stop the local head and agent
+  status  [--head ENDPOINT] [--json]           show agents, apps, services and executors
+  demo    the main job on the embedded default
+`;
+
+/** Parses "30m", "90s", "2h", "500ms" or a plain number of milliseconds. */
+export function parseDuration(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) throw new HearthError(`bad duration '${text}': use e.g. 500ms, 90s, 30m or 2h`);
+  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? "ms"]!;
+  return Number(m[1]) * scale;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case "head": {
+      const { values } = parseArgs({ args: rest, options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" } } });
+      const head = await Head.start({ bind: values.bind, keepAliveMs: values["keep-alive"] ? parseDuration(values["keep-alive"]) : undefined });
+      console.log(`hearth head listening on ${head.endpoint}`);
+      if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint);
+      for (const sig of ["SIGTERM", "SIGINT"] as const) process.on(sig, () => void head.close());
+      await head.waitForShutdown();
+      return 0;
+    }
+    case "agent": {
+      const { values } = parseArgs({
+        args: rest,
+        options: {
+          head: { type: "string" },
+          id: { type: "string" },
+          host: { type: "string" },
+          cpus: { type: "string" },
+          mem: { type: "string" },
+          gpus: { type: "string" },
+          "work-dir": { type: "string" },
+        },
+      });
+      const head = values.head ?? process.env.HEARTH_HEAD;
+      if (!head) throw new HearthError("hearth agent needs --head tcp://HOST:PORT (or HEARTH_HEAD)");
+      const cpus = values.cpus !== undefined ? Number(values.cpus) : undefined;
+      if (cpus !== undefined && !(cpus > 0)) throw new HearthError(`--cpus must be a positive number; got '${values.cpus}'`);
+      const agent = Agent.start({
+        head,
+        id: values.id,
+        host: values.host,
+        workDir: values["work-dir"],
+        resources: {
+          cpu: cpus,
+          mem: values.mem !== undefined ? parseMem(values.mem) : undefined,
+          gpus: values.gpus !== undefined ? parseGpuFlag(values.gpus) : undefined,
+        },
+      });
+      console.log(`hearth agent ${agent.id} → ${head} (cpu ${agent.resources.cpu}, mem ${agent.resources.mem}, gpus [${agent.resources.gpus.join(",")}])`);
+      for (const sig of ["SIGTERM", "SIGINT"] as const) process.on(sig, () => void agent.close());
+      await agent.stopped;
+      return 0;
+    }
+    case "up": {
+      const { values } = parseArgs({ args: rest, options: { cpus: { type: "string" }, mem: { type: "string" }, gpus: { type: "string" } } });
+      const before = findLocalCluster();
+      const c = await ensureLocalCluster({ cpus: values.cpus !== undefined ? Number(values.cpus) : undefined, mem: values.mem, gpus: values.gpus });
+      console.log(`${before ? "already running" : "started"}: head ${c.endpoint} (pid ${c.headPid}), agent pid ${c.agentPid}; state in ${c.home}`);
+      return 0;
+    }
+    case "down": {
+      const stopped = await stopLocalCluster();
+      console.log(stopped ? "stopped the local head and agent" : "no local head is running");
+      return 0;
+    }
+    case "status": {
+      const { values } = parseArgs({ args: rest, options: { head: { type: "string" }, json: { type: "boolean" } } });
+      const endpoint = values.head ?? process.env.HEARTH_HEAD ?? findLocalCluster()?.endpoint;
+      if (!endpoint) {
+        console.log("no local head is running (start one with `hearth up`), and no --head was given");
+        return 1;
+      }
+      const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000 });
+      try {
+        const status = await client.request("status", { all: true });
+        console.log(values.json ? JSON.stringify(status, null, 2) : formatStatus(status));
+        await client.request("close-app", {});
+      } finally {
+        client.close();
+      }
+      return 0;
+    }
+    case "demo":
+      return runDemo(rest);
+    case undefined:
+    case "help":
+    case "--help":
+    case "-h":
+      console.log(USAGE);
+      return command === undefined ? 1 : 0;
+    default:
+      console.error(`unknown command '${command}'\n\n${USAGE}`);
+      return 2;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    console.error(err instanceof HearthError || (err instanceof Error && err.name === "TypeError" && "code" in err) ? `hearth: ${err.message}` : err);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,36 @@
+/**
+ * `hearth demo`: the main job on the embedded default. Until the Search-R1
+ * workload lands, it shows the runtime: a warm pool that grows under load,
+ * answers every call once, and is still warm for the next driver.
+ */
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { connect } from "../sdk/runtime/app.js";
+import { formatStatus } from "./format-status.js";
+import type { WarmIndex } from "./demo-service.js";
+
+/** Runs the demo; returns the process exit code. */
+export async function runDemo(_args: string[]): Promise<number> {
+  const t0 = Date.now();
+  console.log("connecting to the embedded default (starting a local head and agent if needed)…");
+  const app = await connect({ name: "hearth-demo" });
+  console.log(`connected to ${app.endpoint}${app.reattached ? " (reattached: executors still warm)" : ""} in ${Date.now() - t0} ms`);
+  const module = path.join(path.dirname(fileURLToPath(import.meta.url)), "demo-service.js");
+  const pool = await app.service<WarmIndex>({ module, export: "WarmIndex" }, { resreq: "cpu=0.25", warmup: 1, max: 4, idleTimeout: 5000 });
+  console.log(`pool '${pool.name}' ready`);
+  const first = await pool.call("search", "warm");
+  console.log(`search("warm") → ${JSON.stringify(first.hits)} from ${first.executor}`);
+  const t1 = Date.now();
+  const queries = Array.from({ length: 40 }, (_, i) => [["gang", "pool grows", "tokens", "reference"][i % 4]!, 100] as [string, number]);
+  const executors = new Set<string>();
+  let answered = 0;
+  for await (const r of pool.map("search", queries, { window: 40 })) {
+    executors.add(r.executor);
+    answered++;
+  }
+  console.log(`40 calls of 100 ms answered in ${Date.now() - t1} ms by ${executors.size} executor(s): the pool grew under load`);
+  console.log(`\n${formatStatus(await app.status())}\n`);
+  await app.disconnect();
+  console.log(`done (${answered} answers); the app stays warm for its keep-alive period. \`npm run hearth -- down\` stops the local cluster.`);
+  return 0;
+}

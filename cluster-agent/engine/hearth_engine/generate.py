@@ -1,0 +1,262 @@
+"""Batched sampling with a static KV cache: prefill, decode, stop strings, resume.
+
+Rows of one batch have their own lengths: row b's tokens occupy cache positions
+[0, cached[b]) and every forward writes row b at its own positions (model.KVCache),
+so prompts are right-padded and never shifted. A `Session` keeps the cache between
+calls: after a row stops (say at "</search>"), the caller appends tokens (the search
+result) and `resume` feeds only what the cache lacks, i.e. the row's last sampled
+token plus the appended ones, instead of the whole prefix.
+
+Logprobs are those of the model's own distribution (temperature 1, no top-p), the
+quantity a trainer recomputes; sampling applies temperature and top-p on top.
+On CUDA the one-token decode step is captured once in a CUDA graph and replayed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .errors import EngineError
+from .model import KVCache, Transformer
+
+
+@dataclass
+class SamplingParams:
+    """Per-call sampling options; temperature 0 means greedy."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+    stop: Sequence[str] = ()
+    eos_token_ids: Sequence[int] = ()
+    cuda_graph: bool = True
+
+
+@dataclass
+class RowResult:
+    """What one call generated for one row. finish_reason: stop | eos | length | idle."""
+
+    tokens: List[int] = field(default_factory=list)
+    logprobs: List[float] = field(default_factory=list)
+    finish_reason: str = "idle"
+    stop: Optional[str] = None
+
+
+class Session:
+    """A batch's KV cache plus, per row, every token so far and how many are cached."""
+
+    def __init__(self, model: Transformer, batch: int, capacity: int):
+        self.model = model
+        self.cache: List[KVCache] = model.new_cache(batch, capacity)
+        self.tokens: List[List[int]] = [[] for _ in range(batch)]
+        self.cached: List[int] = [0] * batch
+        self.stepper: Optional[DecodeStep] = None
+
+    @property
+    def batch(self) -> int:
+        """Rows (B)."""
+        return len(self.tokens)
+
+    @property
+    def capacity(self) -> int:
+        """Cache positions per row (S)."""
+        return self.cache[0].capacity
+
+    def ensure_capacity(self, needed: int) -> None:
+        """Grow the cache (copying it) when a call needs more than S positions."""
+        if needed <= self.capacity:
+            return
+        if needed > self.model.config.max_position_embeddings:
+            raise EngineError("bad_request", f"sequence of {needed} tokens exceeds max_position_embeddings")
+        grown = self.model.new_cache(self.batch, max(needed, self.capacity * 2))
+        for old, new in zip(self.cache, grown):
+            new.k[:, :, : old.capacity].copy_(old.k)
+            new.v[:, :, : old.capacity].copy_(old.v)
+        self.cache, self.stepper = grown, None
+
+
+class DecodeStep:
+    """One decode step, tokens (B,) at positions (B,) -> logits (B, V); replayed from a
+    CUDA graph when on CUDA (launch overhead dominates an eager 3B decode step)."""
+
+    def __init__(self, model: Transformer, cache: List[KVCache], use_graph: bool):
+        self.model, self.cache = model, cache
+        self.graph = None
+        self.use_graph = use_graph and model.lm_head.weight.is_cuda and hasattr(torch.cuda, "CUDAGraph")
+
+    def eager(self, tok: Tensor, pos: Tensor) -> Tensor:
+        """The step without a graph."""
+        return self.model(tok[:, None], pos, self.cache)[:, 0].float()
+
+    def __call__(self, tok: Tensor, pos: Tensor) -> Tensor:
+        if not self.use_graph:
+            return self.eager(tok, pos)
+        if self.graph is None:
+            self.tok, self.pos = tok.clone(), pos.clone()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # warm up: same inputs, so cache writes are idempotent
+                for _ in range(2):
+                    self.eager(self.tok, self.pos)
+            torch.cuda.current_stream().wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = self.eager(self.tok, self.pos)
+        self.tok.copy_(tok)
+        self.pos.copy_(pos)
+        self.graph.replay()
+        return self.logits
+
+
+def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
+    """Zero all but the smallest set of most likely tokens whose mass reaches top_p.
+    probs (B, V) -> (B, V), unnormalised (multinomial does not need normalisation)."""
+    sorted_p, idx = probs.sort(dim=-1, descending=True)
+    drop = (sorted_p.cumsum(dim=-1) - sorted_p) > top_p  # the first token is always kept
+    return torch.zeros_like(probs).scatter_(-1, idx, sorted_p.masked_fill(drop, 0.0))
+
+
+def sample(logits: Tensor, temperature: float, top_p: float, gen: Optional[torch.Generator]) -> Tensor:
+    """Next tokens (B,) from fp32 logits (B, V)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        probs = top_p_filter(probs, top_p)
+    return torch.multinomial(probs, 1, generator=gen)[:, 0]
+
+
+def token_logprob(logits: Tensor, tokens: Tensor) -> Tensor:
+    """log p(tokens) under the raw model distribution: logits (B, V), tokens (B,) -> (B,)."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens[:, None])[:, 0]
+
+
+class StopMatcher:
+    """Finds stop strings in generated bytes, including ones that straddle tokens: each
+    row keeps the last (longest stop - 1) bytes and searches them plus the new token."""
+
+    def __init__(self, vocab: Optional[List[bytes]], stops: Sequence[str], batch: int):
+        self.stops = [(s, s.encode("utf-8")) for s in stops if s]
+        if self.stops and vocab is None:
+            raise EngineError("no_vocab", "stop strings need the vocabulary: send set_vocab first")
+        self.vocab = vocab or []
+        self.keep = max((len(b) for _, b in self.stops), default=1) - 1
+        self.tail = [b""] * batch
+
+    def push(self, row: int, token: int) -> Optional[str]:
+        """Append a token's bytes to a row; return the first stop string now present."""
+        if not self.stops:
+            return None
+        piece = self.vocab[token] if 0 <= token < len(self.vocab) else b""
+        text = self.tail[row] + piece
+        self.tail[row] = text[len(text) - self.keep:] if self.keep else b""
+        for s, b in self.stops:
+            if b in text:
+                return s
+        return None
+
+
+def _prefill(session: Session, feeds: List[List[int]]) -> Tensor:
+    """Run each row's new tokens at its cached offset; logits (B, V) at each row's last."""
+    model, B = session.model, session.batch
+    device = model.lm_head.weight.device
+    width = max(len(f) for f in feeds)
+    session.ensure_capacity(max(c + width for c in session.cached))
+    tok = torch.zeros(B, width, dtype=torch.long)
+    for b, f in enumerate(feeds):
+        tok[b, : len(f)] = torch.tensor(f, dtype=torch.long)
+    start = torch.tensor(session.cached, dtype=torch.long, device=device)
+    last = torch.tensor([max(len(f) - 1, 0) for f in feeds], dtype=torch.long, device=device)
+    logits = model(tok.to(device), start, session.cache, logits_at=last).float()  # (B, V)
+    for b, f in enumerate(feeds):
+        session.cached[b] += len(f)
+    return logits
+
+
+@torch.no_grad()
+def run(session: Session, feeds: List[List[int]], params: SamplingParams,
+        vocab: Optional[List[bytes]]) -> List[RowResult]:
+    """Feed each active row its tokens (empty feed = row idle), then sample up to
+    max_new_tokens per row until eos, a stop string or the length limit."""
+    model, B = session.model, session.batch
+    device = model.lm_head.weight.device
+    if len(feeds) != B:
+        raise EngineError("bad_request", f"expected {B} rows, got {len(feeds)}")
+    active = [len(f) > 0 for f in feeds]
+    results = [RowResult(finish_reason="idle" if not a else "length") for a in active]
+    if not any(active) or params.max_new_tokens <= 0:
+        return results
+    for b, f in enumerate(feeds):
+        session.tokens[b].extend(f)
+    matcher = StopMatcher(vocab, params.stop, B)
+    eos = set(int(t) for t in params.eos_token_ids)
+    gen = None
+    if params.seed is not None and params.temperature > 0:
+        gen = torch.Generator(device=device).manual_seed(int(params.seed))
+    logits = _prefill(session, feeds)
+    session.ensure_capacity(max(session.cached) + params.max_new_tokens)
+    if session.stepper is None:
+        session.stepper = DecodeStep(model, session.cache, params.cuda_graph)
+    done = [not a for a in active]
+    for step in range(params.max_new_tokens):
+        nxt = sample(logits, params.temperature, params.top_p, gen)  # (B,)
+        lp = token_logprob(logits, nxt).tolist()
+        ids = nxt.tolist()
+        for b in range(B):
+            if done[b]:
+                continue
+            r = results[b]
+            r.tokens.append(ids[b])
+            r.logprobs.append(lp[b])
+            session.tokens[b].append(ids[b])
+            hit = matcher.push(b, ids[b])
+            if hit is not None:
+                r.finish_reason, r.stop, done[b] = "stop", hit, True
+            elif ids[b] in eos:
+                r.finish_reason, done[b] = "eos", True
+        if all(done) or step == params.max_new_tokens - 1:
+            break
+        # Every row writes at its own next position; finished rows rewrite their last
+        # slot (re-fed on resume), so positions never run past the cache.
+        pos = torch.tensor(session.cached, dtype=torch.long, device=device)
+        logits = session.stepper(nxt, pos)
+        for b in range(B):
+            if not done[b]:
+                session.cached[b] += 1
+    return results
+
+
+def generate(model: Transformer, prompts: List[List[int]], params: SamplingParams,
+             vocab: Optional[List[bytes]] = None, capacity: Optional[int] = None) -> "tuple[Session, List[RowResult]]":
+    """Sample continuations of a batch of prompts; returns the session (for resume)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise EngineError("bad_request", "every prompt needs at least one token")
+    vocab_size = model.config.vocab_size
+    if any(t < 0 or t >= vocab_size for p in prompts for t in p):
+        raise EngineError("bad_request", f"token id out of range [0, {vocab_size})")
+    need = max(len(p) for p in prompts) + max(params.max_new_tokens, 1)
+    session = Session(model, len(prompts), max(capacity or 0, need))
+    return session, run(session, [list(p) for p in prompts], params, vocab)
+
+
+def resume(session: Session, appended: Dict[int, List[int]], params: SamplingParams,
+           vocab: Optional[List[bytes]] = None) -> List[RowResult]:
+    """Continue rows in `appended` (row -> tokens the caller adds, may be empty) after
+    their previous output; the other rows stay idle. Only uncached tokens are fed."""
+    feeds: List[List[int]] = [[] for _ in range(session.batch)]
+    vocab_size = session.model.config.vocab_size
+    for row, extra in appended.items():
+        if not 0 <= row < session.batch:
+            raise EngineError("bad_request", f"row {row} not in session of {session.batch}")
+        if any(t < 0 or t >= vocab_size for t in extra):
+            raise EngineError("bad_request", f"token id out of range [0, {vocab_size})")
+        feeds[row] = session.tokens[row][session.cached[row]:] + list(extra)
+        del session.tokens[row][session.cached[row]:]
+        if not feeds[row]:
+            raise EngineError("bad_request", f"row {row} has nothing to continue from")
+    return run(session, feeds, params, vocab)

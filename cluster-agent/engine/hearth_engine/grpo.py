@@ -1,0 +1,197 @@
+"""GRPO training: token-level clipped policy-gradient loss with per-token advantages,
+k3 KL to a frozen reference, optional entropy bonus, micro-batches, AdamW on fp32
+master weights (bf16 autocast on CUDA), gradient clipping and data-parallel
+gradient all-reduce (nccl on GPU, gloo on CPU).
+
+Batch layout: every per-token array is (N, T) aligned with `tokens`, i.e. position t
+holds the value for token t predicted from tokens < t; position 0 is never trained.
+`mask[t]` is True only for generated tokens. The loss is the sum over masked tokens
+of all ranks divided by their global count (DAPO-style token-level normalisation),
+so N rows split over ranks give the same update as one process.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .errors import EngineError
+from .model import Transformer
+
+
+@dataclass
+class GRPOConfig:
+    """Optimiser and loss settings. The ratio is clipped to [1 - clip_low, 1 + clip_high]."""
+
+    lr: float = 1e-6
+    betas: Tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch_size: int = 8
+    autocast: bool = True
+    checkpointing: bool = False
+
+
+@dataclass
+class TrainBatch:
+    """One optimiser step's rows for this rank. All (N, T); ref_logprobs optional
+    (computed from the frozen reference when kl_coef > 0 and absent)."""
+
+    tokens: Tensor
+    mask: Tensor
+    advantages: Tensor
+    old_logprobs: Tensor
+    ref_logprobs: Optional[Tensor] = None
+
+
+def sequence_logprobs(model: Transformer, tokens: Tensor, with_entropy: bool = False
+                      ) -> Tuple[Tensor, Optional[Tensor]]:
+    """log p(tokens[:, 1:]) and optionally the entropy of each predicting distribution:
+    tokens (N, T) -> (N, T-1), computed in fp32."""
+    logits = model(tokens)[:, :-1].float()  # (N, T-1, V)
+    lse = torch.logsumexp(logits, dim=-1)  # (N, T-1)
+    logp = logits.gather(-1, tokens[:, 1:, None])[..., 0] - lse
+    if not with_entropy:
+        return logp, None
+    probs = torch.softmax(logits, dim=-1)
+    entropy = lse - (probs * logits).sum(-1)
+    return logp, entropy
+
+
+def token_losses(logp: Tensor, old: Tensor, ref: Optional[Tensor], adv: Tensor, mask: Tensor,
+                 entropy: Optional[Tensor], cfg: GRPOConfig) -> Dict[str, Tensor]:
+    """Per-token loss terms (N, T'): masked positions are replaced by neutral values
+    before any arithmetic, so garbage there can add nothing (not even NaN) to loss or grad."""
+    logp_d = logp.detach()
+    old = torch.where(mask, old, logp_d)
+    adv = torch.where(mask, adv, torch.zeros_like(adv))
+    ratio = torch.exp(logp - old)
+    clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+    pg = -torch.min(ratio * adv, clipped * adv)
+    total = pg
+    out = {"pg": pg, "ratio": ratio.detach(),
+           "clipped": ((ratio - clipped).abs() > 0).to(logp.dtype).detach()}
+    if ref is not None:
+        diff = torch.where(mask, ref, logp_d) - logp  # k3: e^(r-l) - (r-l) - 1 >= 0
+        kl = torch.exp(diff) - diff - 1.0
+        total = total + cfg.kl_coef * kl
+        out["kl"] = kl
+    if entropy is not None:
+        total = total - cfg.entropy_coef * entropy
+        out["entropy"] = entropy
+    out["loss"] = torch.where(mask, total, torch.zeros_like(total))
+    return out
+
+
+def all_reduce_(tensors: List[Tensor], bucket_bytes: int = 256 * 1024 ** 2) -> None:
+    """Sum tensors across ranks in place, in fp32 buckets (gloo cannot reduce bf16)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    bucket: List[Tensor] = []
+    size = 0
+    for t in tensors + [None]:  # type: ignore[operator]
+        if t is not None:
+            bucket.append(t)
+            size += t.numel() * 4
+        if bucket and (t is None or size >= bucket_bytes):
+            flat = torch.cat([b.reshape(-1).float() for b in bucket])
+            dist.all_reduce(flat)
+            offset = 0
+            for b in bucket:
+                b.copy_(flat[offset: offset + b.numel()].view_as(b))
+                offset += b.numel()
+            bucket, size = [], 0
+
+
+def init_distributed(rank: int, world_size: int, init_method: str, backend: Optional[str] = None) -> str:
+    """Join a process group (file:// or tcp:// rendezvous); nccl on CUDA, else gloo."""
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError/ValueError/TimeoutError
+        raise EngineError("distributed", f"rank {rank}/{world_size} could not join {init_method}: {e}") from e
+    return backend
+
+
+class Trainer:
+    """Owns the fp32 master policy, the frozen reference and the AdamW state."""
+
+    def __init__(self, model: Transformer, cfg: GRPOConfig):
+        self.model, self.cfg = model, cfg
+        self.device = model.lm_head.weight.device
+        model.float()  # master weights stay fp32; autocast supplies bf16 matmuls on CUDA
+        model.checkpointing = cfg.checkpointing
+        self.ref: Optional[Transformer] = None
+        if cfg.kl_coef > 0:
+            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+            if self.device.type == "cuda":
+                self.ref.to(torch.bfloat16)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                     weight_decay=cfg.weight_decay)
+        self.steps = 0
+
+    def _autocast(self):
+        if self.cfg.autocast and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def accumulate(self, batch: TrainBatch, global_tokens: float) -> Dict[str, float]:
+        """Backward over micro-batches; gradients hold this rank's share of the loss."""
+        cfg, sums = self.cfg, {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0, "clipped": 0.0}
+        n = batch.tokens.shape[0]
+        for i in range(0, n, max(1, cfg.micro_batch_size)):
+            rows = slice(i, i + max(1, cfg.micro_batch_size))
+            tok = batch.tokens[rows].to(self.device)
+            mask = batch.mask[rows, 1:].to(self.device)
+            if not bool(mask.any()):
+                continue  # nothing trainable: skipping adds exactly zero
+            ref = batch.ref_logprobs[rows, 1:].to(self.device) if batch.ref_logprobs is not None else None
+            if ref is None and self.ref is not None:
+                with torch.no_grad(), self._autocast():
+                    ref, _ = sequence_logprobs(self.ref, tok)
+            with self._autocast():
+                logp, ent = sequence_logprobs(self.model, tok, with_entropy=cfg.entropy_coef > 0)
+            terms = token_losses(logp, batch.old_logprobs[rows, 1:].to(self.device), ref,
+                                 batch.advantages[rows, 1:].to(self.device), mask, ent, cfg)
+            (terms["loss"].sum() / global_tokens).backward()
+            for k in sums:
+                if k in terms:
+                    sums[k] += float(torch.where(mask, terms[k], torch.zeros_like(terms[k])).sum())
+        return sums
+
+    def step(self, batch: TrainBatch) -> Dict[str, float]:
+        """One optimiser step on this rank's rows (all ranks call it together)."""
+        self.model.train()
+        local = batch.mask[:, 1:].sum().to(torch.float64).reshape(1).to(self.device)
+        counts = torch.cat([local, torch.tensor([float(batch.tokens.shape[0])], dtype=torch.float64,
+                                                device=self.device)])
+        all_reduce_([counts])
+        global_tokens = float(counts[0])
+        self.opt.zero_grad(set_to_none=False)
+        metrics: Dict[str, float] = {"tokens": global_tokens, "rows": float(counts[1])}
+        if global_tokens == 0:
+            return {**metrics, "skipped": 1.0}
+        sums = self.accumulate(batch, global_tokens)
+        stats = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
+        all_reduce_([self.params[i].grad for i in range(len(self.params))] + [stats])
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip) \
+            if self.cfg.grad_clip > 0 else torch.tensor(float("nan"))
+        self.opt.step()
+        self.steps += 1
+        for k, v in zip(sums, stats.tolist()):
+            metrics[k] = v / global_tokens
+        metrics["loss"] = stats.tolist()[0] / global_tokens
+        metrics.update(grad_norm=float(grad_norm), lr=self.cfg.lr, step=float(self.steps))
+        return metrics

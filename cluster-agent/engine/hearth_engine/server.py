@@ -1,0 +1,251 @@
+"""Request dispatch for the TypeScript TensorEngine: one model per process, requests
+served in order, every failure answered as {code, message, traceback}.
+
+Ops: ping, init_model, set_vocab, generate, resume, release, logprobs, train_init,
+train_step, publish, apply, save_checkpoint, shutdown (see docs/engine.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict, fields
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from . import __version__, checkpoint, config as config_mod
+from .errors import EngineError
+from .generate import RowResult, SamplingParams, Session, generate, resume
+from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs
+from .model import Transformer, build_model
+from .protocol import decode_value, encode_value, read_frame, write_frame
+from .weights import Publisher, apply_blob, model_tensors
+
+DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _ragged(flat: Tensor, lengths: Tensor) -> List[List[int]]:
+    """Flat int tensor + lengths -> list of rows."""
+    ids, out, at = flat.reshape(-1).tolist(), [], 0
+    for n in lengths.reshape(-1).tolist():
+        out.append(ids[at: at + n])
+        at += n
+    if at != len(ids):
+        raise EngineError("bad_request", f"lengths sum to {at} but {len(ids)} tokens were sent")
+    return out
+
+
+def _rows_result(results: List[RowResult]) -> Dict[str, Any]:
+    return {
+        "tokens": torch.tensor([t for r in results for t in r.tokens], dtype=torch.int32),
+        "logprobs": torch.tensor([p for r in results for p in r.logprobs], dtype=torch.float32),
+        "lengths": torch.tensor([len(r.tokens) for r in results], dtype=torch.int32),
+        "finish_reasons": [r.finish_reason for r in results],
+        "stops": [r.stop for r in results],
+    }
+
+
+def _params(args: Dict[str, Any], cls: Any) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(args) - names)
+    if unknown:
+        raise EngineError("bad_request", f"unknown {cls.__name__} fields: {unknown}")
+    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in args.items()})
+
+
+class Engine:
+    """Process state: the model, vocabulary, generation sessions, trainer, publisher."""
+
+    def __init__(self) -> None:
+        self.model: Optional[Transformer] = None
+        self.vocab: Optional[List[bytes]] = None
+        self.sessions: Dict[int, Session] = {}
+        self.next_session = 1
+        self.trainer: Optional[Trainer] = None
+        self.publisher = Publisher()
+        self.version = 0
+        self.ops: Dict[str, Callable[[Dict[str, Any]], Any]] = {
+            name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
+
+    def need_model(self) -> Transformer:
+        if self.model is None:
+            raise EngineError("no_model", "send init_model first")
+        return self.model
+
+    def op_ping(self, args: Dict[str, Any]) -> Any:
+        return {"version": __version__, "torch": torch.__version__, "pid": os.getpid(),
+                "cuda": torch.cuda.is_available(), "threads": torch.get_num_threads()}
+
+    def op_init_model(self, args: Dict[str, Any]) -> Any:
+        threads = int(args.get("threads") or os.environ.get("HEARTH_THREADS") or os.cpu_count() or 1)
+        torch.set_num_threads(threads)
+        device = args.get("device", "auto")
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        dtype_name = args.get("dtype", "auto")
+        if dtype_name == "auto":
+            dtype_name = "bfloat16" if device.startswith("cuda") else "float32"
+        if dtype_name not in DTYPE_NAMES:
+            raise EngineError("bad_request", f"unknown dtype {dtype_name!r}")
+        dtype = DTYPE_NAMES[dtype_name]
+        path = args.get("checkpoint")
+        spec = args.get("config", path)
+        if spec is None:
+            raise EngineError("bad_request", "init_model needs config (preset, path or dict) or checkpoint")
+        cfg = config_mod.resolve(spec, args.get("overrides"))
+        t0 = time.perf_counter()
+        if path:
+            self.model = checkpoint.load_model(path, device, dtype, cfg)
+        else:
+            self.model = build_model(cfg, int(args.get("seed", 0)), device, dtype)
+        self.model.eval()
+        self.sessions.clear()
+        self.trainer, self.publisher, self.version = None, Publisher(), 0
+        return {"config": cfg.to_hf(), "params": cfg.num_params(), "device": device, "dtype": dtype_name,
+                "threads": threads, "seconds": time.perf_counter() - t0}
+
+    def op_set_vocab(self, args: Dict[str, Any]) -> Any:
+        data, offsets = bytes(args["data"]), args["offsets"].reshape(-1).tolist()
+        if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(data) or \
+                any(b < a for a, b in zip(offsets, offsets[1:])):
+            raise EngineError("bad_request", "vocab offsets must rise from 0 to the data length")
+        self.vocab = [data[a:b] for a, b in zip(offsets, offsets[1:])]
+        return {"size": len(self.vocab)}
+
+    def op_generate(self, args: Dict[str, Any]) -> Any:
+        model = self.need_model()
+        model.eval()
+        prompts = _ragged(args["tokens"], args["lengths"])
+        session, results = generate(model, prompts, _params(args.get("params", {}), SamplingParams),
+                                    self.vocab, args.get("capacity"))
+        sid = self.next_session
+        self.next_session += 1
+        if args.get("keep", True):
+            self.sessions[sid] = session
+        return {"session": sid, **_rows_result(results)}
+
+    def op_resume(self, args: Dict[str, Any]) -> Any:
+        session = self.sessions.get(int(args["session"]))
+        if session is None:
+            raise EngineError("no_session", f"no session {args['session']} (released or never kept)")
+        rows = [int(r) for r in args["rows"]]
+        extra = _ragged(args["tokens"], args["lengths"])
+        if len(extra) != len(rows):
+            raise EngineError("bad_request", "rows and lengths differ in length")
+        results = resume(session, dict(zip(rows, extra)), _params(args.get("params", {}), SamplingParams),
+                         self.vocab)
+        return _rows_result(results)
+
+    def op_release(self, args: Dict[str, Any]) -> Any:
+        return {"released": self.sessions.pop(int(args["session"]), None) is not None}
+
+    def op_logprobs(self, args: Dict[str, Any]) -> Any:
+        model = self.need_model()
+        tokens = args["tokens"].to(torch.long)  # (N, T)
+        with torch.no_grad():
+            model.eval()
+            logp, _ = sequence_logprobs(model, tokens.to(model.lm_head.weight.device))
+        return {"logprobs": torch.cat([torch.zeros(tokens.shape[0], 1), logp.cpu()], dim=1)}
+
+    def op_train_init(self, args: Dict[str, Any]) -> Any:
+        model = self.need_model()
+        d = args.get("distributed")
+        backend = None
+        if d:
+            backend = init_distributed(int(d["rank"]), int(d["world_size"]), d["init_method"], d.get("backend"))
+        self.trainer = Trainer(model, _params(args.get("config", {}), GRPOConfig))
+        self.sessions.clear()
+        return {"config": asdict(self.trainer.cfg), "backend": backend}
+
+    def op_train_step(self, args: Dict[str, Any]) -> Any:
+        if self.trainer is None:
+            raise EngineError("no_trainer", "send train_init first")
+        tokens = args["tokens"].to(torch.long)
+        shape = tokens.shape
+
+        def aligned(name: str) -> Optional[Tensor]:
+            t = args.get(name)
+            if t is None:
+                return None
+            t = t.float() if name != "mask" else t.to(torch.bool)
+            if name == "advantages" and t.dim() == 1:
+                t = t[:, None].expand(shape)
+            if t.shape != shape:
+                raise EngineError("bad_request", f"{name} is {list(t.shape)}, tokens are {list(shape)}")
+            return t
+
+        batch = TrainBatch(tokens, aligned("mask"), aligned("advantages"), aligned("old_logprobs"),
+                           aligned("ref_logprobs"))
+        self.sessions.clear()  # cached keys/values are stale once weights move
+        t0 = time.perf_counter()
+        metrics = self.trainer.step(batch)
+        metrics["seconds"] = time.perf_counter() - t0
+        return metrics
+
+    def op_publish(self, args: Dict[str, Any]) -> Any:
+        model = self.need_model()
+        if args.get("max_shard_bytes"):
+            self.publisher.max_shard_bytes = int(args["max_shard_bytes"])
+        blobs, stats = self.publisher.publish(model)
+        return {**asdict(stats), "blobs": blobs}
+
+    def op_apply(self, args: Dict[str, Any]) -> Any:
+        model = self.need_model()
+        targets = model_tensors(model)
+        results = []
+        for blob in args["blobs"]:
+            stats = apply_blob(targets, blob, self.version if self.version else None)
+            self.version = stats.version
+            results.append(asdict(stats))
+        self.sessions.clear()
+        return {"version": self.version, "applied": results}
+
+    def op_save_checkpoint(self, args: Dict[str, Any]) -> Any:
+        dtype = DTYPE_NAMES.get(args.get("dtype", "bfloat16"), torch.bfloat16)
+        files = checkpoint.save_model(self.need_model(), args["path"], dtype,
+                                      int(args.get("max_shard_bytes", 5 * 1024 ** 3)))
+        return {"files": files}
+
+    def op_shutdown(self, args: Dict[str, Any]) -> Any:
+        return {"bye": True}
+
+    def handle(self, header: Dict[str, Any], payloads: List[bytearray]) -> Any:
+        """Run one request; raises on failure."""
+        op = self.ops.get(str(header.get("op")))
+        if op is None:
+            raise EngineError("unknown_op", f"unknown op {header.get('op')!r}; known: {sorted(self.ops)}")
+        return op(decode_value(header.get("args") or {}, payloads))
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> int:
+    """Serve frames until end of input or shutdown; returns the exit code."""
+    engine = Engine()
+    while True:
+        frame = read_frame(inp)
+        if frame is None:
+            return 0
+        header, payloads = frame
+        rid = header.get("id")
+        try:
+            payload_out: List[Any] = []
+            result = encode_value(engine.handle(header, payloads), payload_out)
+            write_frame(out, {"id": rid, "ok": True, "result": result}, payload_out)
+        except Exception as e:  # noqa: BLE001 - every failure goes back to the caller
+            code = e.code if isinstance(e, EngineError) else "internal"
+            message = e.message if isinstance(e, EngineError) else f"{type(e).__name__}: {e}"
+            write_frame(out, {"id": rid, "ok": False, "error": {
+                "code": code, "message": message, "type": type(e).__name__,
+                "traceback": traceback.format_exc()}}, [])
+        if header.get("op") == "shutdown":
+            return 0
+
+
+def main() -> int:
+    """Entry point: protocol on the original stdout; anything printed goes to stderr."""
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    return serve(sys.stdin.buffer, out)

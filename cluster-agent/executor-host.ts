@@ -1,0 +1,115 @@
+/**
+ * The executor host: the body of one executor process. Loads the user's
+ * service class once, awaits `init(ctx)` (models, indexes, optimizer: the
+ * warm state), then serves calls from the head until SIGTERM, when it awaits
+ * `close()` and exits.
+ */
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import type { ExecutorContext, ServiceInstance } from "../sdk/runtime/types.js";
+import { DealerChannel } from "../sdk/wire/channel.js";
+import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, str } from "../sdk/wire/codec.js";
+import { MessageTooLargeError, type WireError } from "../sdk/wire/errors.js";
+
+/** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
+export interface ExecutorLaunch extends ExecutorContext {
+  module: string;
+  export: string;
+}
+
+const RESERVED = new Set(["constructor", "init", "close"]);
+
+/** Lists the callable methods of a service instance. */
+export function serviceMethods(instance: object): string[] {
+  const names = new Set<string>();
+  for (let p = Object.getPrototypeOf(instance); p && p !== Object.prototype; p = Object.getPrototypeOf(p)) {
+    for (const k of Object.getOwnPropertyNames(p)) {
+      if (RESERVED.has(k) || k.startsWith("_")) continue;
+      if (typeof (instance as Record<string, unknown>)[k] === "function") names.add(k);
+    }
+  }
+  return [...names].sort();
+}
+
+function remoteError(err: unknown, launch: ExecutorLaunch, method?: string): WireError {
+  const e = err instanceof Error ? err : new Error(String(err));
+  return {
+    name: "RemoteError",
+    message: e.message,
+    remoteName: e.name,
+    remoteStack: e.stack ?? `${e.name}: ${e.message}`,
+    service: launch.service,
+    executorId: launch.executorId,
+    method,
+  };
+}
+
+/** Runs one executor until it is told to stop. */
+export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch): Promise<void> {
+  const channel = new DealerChannel(`x.${launch.executorId}`);
+  channel.connect(headEndpoint);
+  let instance: (ServiceInstance & Record<string, unknown>) | undefined;
+  let closing: Promise<void> | undefined;
+
+  const shutdown = (code: number): Promise<void> =>
+    (closing ??= (async () => {
+      try {
+        if (instance?.close) await instance.close();
+      } catch (err) {
+        console.error(`close() of ${launch.service} threw:`, err);
+      }
+      await channel.flush();
+      channel.close();
+      process.exit(code);
+    })());
+  process.on("SIGTERM", () => void shutdown(0));
+  process.on("SIGINT", () => void shutdown(0));
+  // The agent holds our IPC channel: if it dies, so do we (no orphan holding a GPU).
+  process.on("disconnect", () => void shutdown(0));
+
+  try {
+    const spec = path.isAbsolute(launch.module) ? pathToFileURL(launch.module).href : launch.module;
+    const mod = (await import(spec)) as Record<string, unknown>;
+    const Cls = mod[launch.export];
+    if (typeof Cls !== "function") {
+      const found = Object.keys(mod).filter((k) => typeof mod[k] === "function");
+      throw new TypeError(`module ${launch.module} has no exported class '${launch.export}' (exported functions/classes: ${found.join(", ") || "none"})`);
+    }
+    instance = new (Cls as new () => ServiceInstance & Record<string, unknown>)();
+    if (typeof instance.init === "function") await instance.init(launch);
+  } catch (err) {
+    channel.send([encode({ t: "init-failed", error: remoteError(err, launch) })]);
+    // The head answers by asking our agent to stop us; exit anyway if it does not.
+    setTimeout(() => void shutdown(1), 15_000).unref();
+    await channel.serve(() => undefined);
+    return;
+  }
+  const methods = new Set(serviceMethods(instance));
+  channel.send([encode({ t: "ready", pid: process.pid, methods: [...methods] })]);
+
+  await channel.serve(async (frames) => {
+    const h = decodeHeader(frames[0]);
+    if (h.t === "exit-now") return void shutdown(0);
+    if (h.t !== "call") return;
+    const hid = num(h, "hid");
+    const method = str(h, "method");
+    // Calls run concurrently (the head limits how many); do not await here.
+    void (async () => {
+      try {
+        if (!methods.has(method)) {
+          throw new TypeError(`${launch.export} has no method '${method}' (methods: ${[...methods].join(", ") || "none"})`);
+        }
+        const args = decode(frames[1] ?? encode([]));
+        if (!Array.isArray(args)) throw new TypeError("call arguments must be an array");
+        const value = await (instance![method] as (...a: unknown[]) => unknown)(...args);
+        const payload = encode(value);
+        if (payload.byteLength > MESSAGE_LIMIT) {
+          throw new MessageTooLargeError(payload.byteLength, MESSAGE_LIMIT, `the result of ${launch.service}.${method}`);
+        }
+        channel.send([encode({ t: "result", hid }), payload]);
+      } catch (err) {
+        channel.send([encode({ t: "failed", hid, error: remoteError(err, launch, method) })]);
+      }
+    })();
+  });
+}

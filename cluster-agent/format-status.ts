@@ -1,0 +1,32 @@
+/**
+ * Plain-text rendering of a head status document for `hearth status` and the demo.
+ */
+import { formatBytes } from "../sdk/wire/errors.js";
+
+/** Renders the status document as aligned text. */
+export function formatStatus(status: any): string {
+  const lines: string[] = [];
+  lines.push(`head ${status.head.endpoint} (pid ${status.head.pid}, up ${Math.round(status.head.uptimeMs / 1000)} s)`);
+  lines.push(`agents: ${status.agents.length}`);
+  for (const a of status.agents) {
+    lines.push(
+      `  ${a.id} @ ${a.host}: cpu ${a.free.cpu}/${a.total.cpu} free, mem ${formatBytes(a.free.mem)}/${formatBytes(a.total.mem)}, ` +
+        `gpus [${a.free.gpus.join(",")}] of [${a.total.gpus.join(",")}] free, ${a.executors} executor(s)`,
+    );
+  }
+  const apps = status.apps.filter((app: any) => !String(app.name).startsWith("_hearth-"));
+  lines.push(`apps: ${apps.length}`);
+  for (const app of apps) {
+    const release = app.releaseAt ? `, released in ${Math.max(0, Math.round((app.releaseAt - Date.now()) / 1000))} s unless a driver returns` : "";
+    lines.push(`  ${app.name}: ${app.drivers} driver(s), keep-alive ${Math.round(app.keepAliveMs / 1000)} s${release}`);
+    for (const s of app.services) {
+      lines.push(`    ${s.name} [${s.kind}, ${s.state}] ${s.resreq} warmup ${s.warmup}${s.max !== null ? ` max ${s.max}` : ""}; queued ${s.queued}, in flight ${s.inflight}${s.error ? `; error: ${s.error}` : ""}`);
+      for (const e of s.executors) {
+        const rank = e.rank !== null ? ` rank ${e.rank}` : "";
+        const gpus = e.gpus.length ? ` gpus [${e.gpus.join(",")}]` : "";
+        lines.push(`      ${e.id} ${e.state.padEnd(8)} on ${e.agent}${rank}${gpus}, pid ${e.pid ?? "-"}, ${e.callsDone} call(s) done`);
+      }
+    }
+  }
+  return lines.join("\n");
+}

@@ -1,0 +1,137 @@
+/**
+ * Call routing inside the head: queue calls per service, hand them to
+ * executors with free concurrency, forward results to the driver that asked,
+ * and requeue a dead executor's calls. Each call is answered exactly once:
+ * a result from an executor that no longer owns the call is dropped.
+ */
+import { encode } from "../../sdk/wire/codec.js";
+import type { Frames } from "../../sdk/wire/channel.js";
+import type { WireError } from "../../sdk/wire/errors.js";
+import type { CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
+
+/** How many executors may die under one call before it fails. */
+export const MAX_CALL_ATTEMPTS = 3;
+
+/** Where the router sends frames. */
+export interface CallTransport {
+  toDriver(routingId: Buffer, frames: Frames): void;
+  toExecutor(executorId: string, frames: Frames): void;
+}
+
+/** Routes calls; owns the table of calls in flight. */
+export class CallRouter {
+  readonly calls = new Map<number, CallRecord>();
+  private nextHid = 1;
+  /** Counters for status and tests. */
+  readonly stats = { submitted: 0, answered: 0, retried: 0, staleResults: 0 };
+
+  constructor(private readonly transport: CallTransport) {}
+
+  /** Accepts a call from a driver and queues it on its service. */
+  submit(s: ServiceRecord, driver: Buffer, cid: number, method: string, args: Buffer, rank?: number): void {
+    this.stats.submitted++;
+    const call: CallRecord = { hid: this.nextHid++, driver, cid, serviceId: s.id, method, args, rank, attempts: 0 };
+    this.calls.set(call.hid, call);
+    s.queue.push(call);
+  }
+
+  /** Hands queued calls of `s` to executors with free slots. */
+  dispatch(s: ServiceRecord): void {
+    if (s.queue.length === 0) return;
+    const c = s.spec.concurrency;
+    if (s.kind === "gang") {
+      const byRank = new Map<number, ExecutorRecord>();
+      for (const e of s.executors.values()) if (e.rank !== undefined) byRank.set(e.rank, e);
+      const rest: CallRecord[] = [];
+      for (const call of s.queue) {
+        const e = byRank.get(call.rank ?? -1);
+        if (e && isServing(e) && e.inflight.size < c) this.send(e, call);
+        else rest.push(call);
+      }
+      s.queue = rest;
+      return;
+    }
+    const serving = [...s.executors.values()].filter(isServing);
+    if (serving.length === 0) return;
+    let taken = 0;
+    while (taken < s.queue.length) {
+      let best: ExecutorRecord | null = null;
+      for (const e of serving) if (e.inflight.size < c && (best === null || e.inflight.size < best.inflight.size)) best = e;
+      if (best === null) break;
+      this.send(best, s.queue[taken++]!);
+    }
+    if (taken > 0) s.queue = s.queue.slice(taken);
+  }
+
+  private send(e: ExecutorRecord, call: CallRecord): void {
+    call.executorId = e.id;
+    call.attempts++;
+    e.inflight.set(call.hid, call);
+    e.state = "busy";
+    this.transport.toExecutor(e.id, [encode({ t: "call", hid: call.hid, method: call.method }), call.args]);
+  }
+
+  /**
+   * An executor answered. Returns the call when the answer was accepted, or
+   * null when it was stale (the call had moved to another executor or ended).
+   */
+  complete(e: ExecutorRecord, hid: number, outcome: { value: Buffer } | { error: WireError }): CallRecord | null {
+    const call = this.calls.get(hid);
+    if (!call || call.executorId !== e.id || !e.inflight.has(hid)) {
+      this.stats.staleResults++;
+      return null;
+    }
+    e.inflight.delete(hid);
+    e.callsDone++;
+    if (e.inflight.size === 0 && e.state === "busy") {
+      e.state = "idle";
+      e.idleSince = Date.now();
+    }
+    this.answer(call, outcome);
+    return call;
+  }
+
+  /** Ends a call with an error (no executor involved). */
+  fail(call: CallRecord, error: WireError): void {
+    this.answer(call, { error });
+  }
+
+  /** Ends every queued call of `s` with `error`. */
+  failQueued(s: ServiceRecord, error: WireError): void {
+    for (const call of s.queue) this.answer(call, { error });
+    s.queue = [];
+  }
+
+  /**
+   * An executor is gone. Its calls go back to the front of the queue (pools)
+   * or fail with `gangError` (gangs, where a rank cannot move elsewhere).
+   */
+  evacuate(s: ServiceRecord, e: ExecutorRecord, lostError: (call: CallRecord) => WireError, gangError?: WireError): void {
+    const calls = [...e.inflight.values()].sort((a, b) => a.hid - b.hid);
+    e.inflight.clear();
+    const retry: CallRecord[] = [];
+    for (const call of calls) {
+      call.executorId = undefined;
+      if (gangError) this.answer(call, { error: gangError });
+      else if (call.attempts >= MAX_CALL_ATTEMPTS) this.answer(call, { error: lostError(call) });
+      else retry.push(call);
+    }
+    this.stats.retried += retry.length;
+    s.queue = [...retry, ...s.queue];
+  }
+
+  private answer(call: CallRecord, outcome: { value: Buffer } | { error: WireError }): void {
+    if (!this.calls.delete(call.hid)) return;
+    this.stats.answered++;
+    if ("value" in outcome) {
+      this.transport.toDriver(call.driver, [encode({ t: "result", cid: call.cid }), outcome.value]);
+    } else {
+      this.transport.toDriver(call.driver, [encode({ t: "failed", cid: call.cid, error: outcome.error })]);
+    }
+  }
+}
+
+/** An executor that can take calls now (ready, not stopping). */
+export function isServing(e: ExecutorRecord): boolean {
+  return e.state === "idle" || e.state === "busy";
+}

@@ -1,0 +1,382 @@
+/**
+ * The head process: one ROUTER socket that drivers, agents and executors
+ * connect to. It keeps the registry (agents, apps, services, executors),
+ * delegates scheduling to Scheduler, tracks liveness and keep-alive, and
+ * answers every malformed message with an error instead of crashing.
+ */
+import { randomUUID } from "node:crypto";
+import { RouterChannel, type Frames } from "../../sdk/wire/channel.js";
+import { MESSAGE_LIMIT, decodeHeader, encode, messageSize, num, obj, optNum, str, type Header } from "../../sdk/wire/codec.js";
+import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
+import type { AgentRecord, AppRecord } from "./records.js";
+import { DeclareError, Scheduler } from "./scheduler.js";
+import { parseServiceSpec } from "./spec.js";
+import { buildStatus } from "./status.js";
+
+/** Head settings. */
+export interface HeadOptions {
+  /** Endpoint to bind; port 0 picks a free port. Default tcp://127.0.0.1:0 (loopback only). */
+  bind?: string;
+  /** How long an app stays warm after its last driver is gone. Default 30 min. */
+  keepAliveMs?: number;
+  /** A driver silent for this long is considered gone. Default 5 s. */
+  driverTimeoutMs?: number;
+  /** An agent silent for this long is considered lost. Default 6 s. */
+  agentTimeoutMs?: number;
+  /** Log sink; default stderr with a timestamp. */
+  log?: (line: string) => void;
+}
+
+/** A running head. Create with `Head.start()`. */
+export class Head {
+  readonly id = randomUUID();
+  readonly startedAt = Date.now();
+  readonly scheduler: Scheduler;
+  private readonly channel: RouterChannel;
+  private readonly keepAliveMs: number;
+  private readonly driverTimeoutMs: number;
+  private readonly agentTimeoutMs: number;
+  private readonly log: (line: string) => void;
+  private ticker?: NodeJS.Timeout;
+  private serving?: Promise<void>;
+  private nextRid = 1;
+  private readonly agentReplies = new Map<number, { resolve: (v: Header) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  private closed = false;
+  private onShutdown: () => void = () => {};
+  /** The concrete endpoint after binding. */
+  endpoint = "";
+  /** Counters for status and tests. */
+  readonly stats = { messages: 0, malformed: 0 };
+
+  private constructor(opts: HeadOptions) {
+    this.keepAliveMs = opts.keepAliveMs ?? 30 * 60_000;
+    this.driverTimeoutMs = opts.driverTimeoutMs ?? 5_000;
+    this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
+    this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
+    this.channel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`socket error: ${String(err)}`) });
+    this.scheduler = new Scheduler({
+      toDriver: (id, frames) => this.channel.sendTo(id, frames),
+      toAgent: (agent, frames) => this.channel.sendTo(agent.routingId, frames),
+      toExecutor: (id, frames) => this.channel.sendTo(`x.${id}`, frames),
+      reservePort: (agent) => this.reservePort(agent),
+      log: (m) => this.log(m),
+    });
+  }
+
+  /** Binds, starts serving, and returns the head. */
+  static async start(opts: HeadOptions = {}): Promise<Head> {
+    const head = new Head(opts);
+    head.endpoint = await head.channel.bind(opts.bind ?? "tcp://127.0.0.1:0");
+    head.serving = head.channel.serve((id, frames) => head.onMessage(id, frames));
+    head.ticker = setInterval(() => head.tick(), 250);
+    return head;
+  }
+
+  /** Resolves when a driver asked the head to shut down (or `close()` ran). */
+  waitForShutdown(): Promise<void> {
+    return new Promise((resolve) => (this.onShutdown = resolve));
+  }
+
+  /** Stops every executor, tells agents to exit, and closes the socket. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.ticker);
+    for (const app of [...this.scheduler.apps.values()]) this.releaseApp(app, "the head is shutting down");
+    for (const agent of this.scheduler.agents.values()) this.channel.sendTo(agent.routingId, [encode({ t: "bye" })]);
+    await this.channel.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    this.channel.close();
+    await this.serving;
+    this.onShutdown();
+  }
+
+  private onMessage(id: Buffer, frames: Buffer[]): void {
+    this.stats.messages++;
+    let h: Header | undefined;
+    try {
+      h = decodeHeader(frames[0]);
+      const role = id.subarray(0, 2).toString();
+      if (role === "a.") this.onAgentMessage(id, h);
+      else if (role === "x.") this.onExecutorMessage(id.subarray(2).toString(), h, frames);
+      else this.onDriverMessage(id, h, frames);
+    } catch (err) {
+      this.stats.malformed++;
+      const error = toWireError(err);
+      this.log(`rejected message from ${printable(id)}: ${error.name}: ${error.message}`);
+      const rid = typeof h?.rid === "number" ? h.rid : undefined;
+      this.channel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error } : { t: "err", error })]);
+    }
+  }
+
+  // ---- drivers -------------------------------------------------------------
+
+  private onDriverMessage(id: Buffer, h: Header, frames: Buffer[]): void {
+    const key = id.toString("hex");
+    if (h.t === "hb") {
+      const app = this.appOf(key);
+      if (app) this.seen(app, key);
+      this.channel.sendTo(id, [encode({ t: "hb" })]);
+      return;
+    }
+    if (h.t === "call") {
+      const app = this.requireApp(key);
+      this.seen(app, key);
+      const cid = num(h, "cid");
+      const size = messageSize(frames);
+      const serviceId = str(h, "svc");
+      const s = this.scheduler.services.get(serviceId);
+      if (size > MESSAGE_LIMIT) return this.failCall(id, cid, toWireError(new MessageTooLargeError(size, MESSAGE_LIMIT, "call arguments")));
+      if (!s || s.app !== app.name) return this.failCall(id, cid, { name: "ServiceNotFoundError", message: `no service with id '${serviceId}' in app '${app.name}'`, service: serviceId });
+      if (s.state === "failed" || s.state === "stopped") return this.failCall(id, cid, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+      const rank = optNum(h, "rank");
+      if (s.kind === "gang" && (rank === undefined || !Number.isInteger(rank) || rank < 0 || rank >= s.spec.warmup)) {
+        return this.failCall(id, cid, { name: "ProtocolError", message: `gang '${s.spec.name}' has ranks 0..${s.spec.warmup - 1}; got rank ${String(rank)}` });
+      }
+      if (frames.length !== 2) throw new ProtocolError("'call' message needs exactly one payload frame (msgpack args array)");
+      this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined);
+      this.scheduler.schedule();
+      return;
+    }
+    if (h.t !== "req") throw new ProtocolError(`unknown message type '${h.t}' from a driver`);
+    const rid = num(h, "rid");
+    const op = str(h, "op");
+    try {
+      const value = this.onDriverRequest(id, key, op, h, rid);
+      if (value !== DEFERRED) this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value })]);
+    } catch (err) {
+      const error = err instanceof DeclareError ? err.wire : toWireError(err);
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error })]);
+    }
+  }
+
+  private onDriverRequest(id: Buffer, key: string, op: string, h: Header, rid: number): unknown {
+    const sched = this.scheduler;
+    switch (op) {
+      case "hello": {
+        const name = str(h, "app");
+        if (!/^[A-Za-z0-9_.-]{1,128}$/.test(name)) {
+          throw new ProtocolError(`app name '${name}' must be 1-128 characters of letters, digits, '_', '.', '-'`);
+        }
+        let app = sched.apps.get(name);
+        const reattached = app !== undefined;
+        if (!app) {
+          app = { name, keepAliveMs: optNum(h, "keepAliveMs") ?? this.keepAliveMs, drivers: new Map(), services: new Map(), createdAt: Date.now() };
+          sched.apps.set(name, app);
+          this.log(`app '${name}' created`);
+        } else if (h.keepAliveMs !== undefined) {
+          app.keepAliveMs = num(h, "keepAliveMs");
+        }
+        for (const other of sched.apps.values()) other.drivers.delete(key);
+        this.seen(app, key);
+        return {
+          app: name,
+          reattached,
+          headId: this.id,
+          endpoint: this.endpoint,
+          keepAliveMs: app.keepAliveMs,
+          services: [...app.services.values()].map((s) => sched.serviceInfo(s)),
+        };
+      }
+      case "status":
+        return buildStatus(this, h.all === true ? undefined : (optStrField(h, "app") ?? this.appOf(key)?.name));
+      case "shutdown":
+        setImmediate(() => void this.close());
+        return { stopping: true };
+    }
+    const app = this.requireApp(key);
+    this.seen(app, key);
+    switch (op) {
+      case "service": {
+        const spec = parseServiceSpec(obj(h, "spec"));
+        const s = sched.declare(app, spec, h.replace === true);
+        return sched.serviceInfo(s);
+      }
+      case "ready": {
+        const s = this.serviceOf(app, str(h, "service"));
+        sched.awaitReady(s, id, rid);
+        return DEFERRED;
+      }
+      case "stop-service": {
+        const s = this.serviceOf(app, str(h, "service"));
+        sched.stopService(s, `service '${s.spec.name}' was stopped by the driver`);
+        return { stopped: s.spec.name };
+      }
+      case "detach":
+        app.drivers.delete(key);
+        return { detached: true, keepAliveMs: app.keepAliveMs };
+      case "close-app":
+        this.releaseApp(app, `app '${app.name}' was closed by its driver`);
+        return { closed: app.name };
+      default:
+        throw new ProtocolError(`unknown request op '${op}'`);
+    }
+  }
+
+  private serviceOf(app: AppRecord, name: string) {
+    const s = app.services.get(name) ?? [...app.services.values()].find((x) => x.id === name);
+    if (!s) throw Object.assign(new Error(`no service named '${name}' in app '${app.name}'`), { name: "ServiceNotFoundError" });
+    return s;
+  }
+
+  private failCall(id: Buffer, cid: number, error: WireError): void {
+    this.channel.sendTo(id, [encode({ t: "failed", cid, error })]);
+  }
+
+  private appOf(key: string): AppRecord | undefined {
+    for (const app of this.scheduler.apps.values()) if (app.drivers.has(key)) return app;
+    return undefined;
+  }
+
+  private requireApp(key: string): AppRecord {
+    const app = this.appOf(key);
+    if (!app) throw new ProtocolError("this driver has not said hello (or its app was released); send a 'hello' request first");
+    return app;
+  }
+
+  private seen(app: AppRecord, key: string): void {
+    app.drivers.set(key, Date.now());
+    app.goneSince = undefined;
+  }
+
+  private releaseApp(app: AppRecord, reason: string): void {
+    for (const s of [...app.services.values()]) this.scheduler.stopService(s, reason);
+    this.scheduler.apps.delete(app.name);
+    this.log(`app '${app.name}' released: ${reason}`);
+  }
+
+  // ---- agents and executors ------------------------------------------------
+
+  private onAgentMessage(id: Buffer, h: Header): void {
+    const agentId = id.subarray(2).toString();
+    const sched = this.scheduler;
+    if (h.t === "rep") {
+      const pending = this.agentReplies.get(num(h, "rid"));
+      if (!pending) return;
+      this.agentReplies.delete(num(h, "rid"));
+      clearTimeout(pending.timer);
+      if (h.ok === true) pending.resolve(h);
+      else pending.reject(new Error(String((h.error as WireError | undefined)?.message ?? "agent request failed")));
+      return;
+    }
+    if (h.t === "register") {
+      const old = sched.agents.get(agentId);
+      if (old) sched.onAgentLost(old);
+      const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
+      const total = { cpu: num(h, "cpu"), mem: num(h, "mem"), gpus };
+      const agent: AgentRecord = {
+        id: agentId,
+        routingId: Buffer.from(id),
+        host: str(h, "host"),
+        pid: num(h, "pid"),
+        total,
+        free: { cpu: total.cpu, mem: total.mem, gpus: [...gpus] },
+        lastSeen: Date.now(),
+        executors: new Set(),
+        labels: (h.labels as Record<string, string> | undefined) ?? {},
+      };
+      sched.agents.set(agentId, agent);
+      this.log(`agent ${agentId} registered: host ${agent.host}, cpu ${total.cpu}, mem ${total.mem}, gpus [${gpus.join(",")}]`);
+      this.channel.sendTo(id, [encode({ t: "registered", headId: this.id })]);
+      sched.schedule();
+      return;
+    }
+    const agent = sched.agents.get(agentId);
+    if (!agent) {
+      // A head restart or a lost agent: ask it to register afresh.
+      this.channel.sendTo(id, [encode({ t: "reregister" })]);
+      return;
+    }
+    agent.lastSeen = Date.now();
+    if (h.t === "hb") return;
+    if (h.t === "exit") {
+      const detail = typeof h.detail === "string" ? h.detail : "";
+      sched.onExecutorExit(str(h, "executor"), (h.code as number | null) ?? null, (h.signal as string | null) ?? null, detail);
+      return;
+    }
+    throw new ProtocolError(`unknown message type '${h.t}' from an agent`);
+  }
+
+  private onExecutorMessage(executorId: string, h: Header, frames: Buffer[]): void {
+    const sched = this.scheduler;
+    const e = sched.executors.get(executorId);
+    if (!e) {
+      this.log(`message '${h.t}' from unknown executor ${executorId}; telling it to exit`);
+      this.channel.sendTo(`x.${executorId}`, [encode({ t: "exit-now" })]);
+      return;
+    }
+    const s = sched.services.get(e.serviceId)!;
+    switch (h.t) {
+      case "ready":
+        sched.onExecutorReady(executorId, num(h, "pid"));
+        return;
+      case "init-failed":
+        sched.onExecutorInitFailed(executorId, obj(h, "error") as unknown as WireError);
+        return;
+      case "result": {
+        if (frames.length !== 2) throw new ProtocolError("'result' message needs exactly one payload frame");
+        if (sched.router.complete(e, num(h, "hid"), { value: frames[1]! })) sched.router.dispatch(s);
+        sched.schedule();
+        return;
+      }
+      case "failed": {
+        if (sched.router.complete(e, num(h, "hid"), { error: obj(h, "error") as unknown as WireError })) sched.router.dispatch(s);
+        sched.schedule();
+        return;
+      }
+      default:
+        throw new ProtocolError(`unknown message type '${h.t}' from an executor`);
+    }
+  }
+
+  private reservePort(agent: AgentRecord): Promise<number> {
+    const rid = this.nextRid++;
+    return new Promise<Header>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.agentReplies.delete(rid);
+        reject(new Error(`agent ${agent.id} did not answer within 10 s`));
+      }, 10_000);
+      this.agentReplies.set(rid, { resolve, reject, timer });
+      this.channel.sendTo(agent.routingId, [encode({ t: "req", rid, op: "reserve-port" })]);
+    }).then((h) => num(h, "port"));
+  }
+
+  // ---- liveness --------------------------------------------------------------
+
+  private tick(): void {
+    const now = Date.now();
+    const sched = this.scheduler;
+    for (const agent of [...sched.agents.values()]) {
+      if (now - agent.lastSeen > this.agentTimeoutMs) {
+        this.log(`agent ${agent.id} lost: no heartbeat for ${now - agent.lastSeen} ms`);
+        sched.onAgentLost(agent);
+      }
+    }
+    for (const app of [...sched.apps.values()]) {
+      for (const [key, last] of app.drivers) if (now - last > this.driverTimeoutMs) app.drivers.delete(key);
+      if (app.drivers.size > 0) continue;
+      app.goneSince ??= now;
+      if (now - app.goneSince >= app.keepAliveMs) {
+        this.releaseApp(app, `no driver for ${Math.round((now - app.goneSince) / 1000)} s (keep-alive ${app.keepAliveMs / 1000} s)`);
+      }
+    }
+    sched.shrinkIdle(now);
+    sched.schedule();
+  }
+
+  /** Keep-alive deadline of an app, or undefined while a driver is attached. */
+  releaseAt(app: AppRecord): number | undefined {
+    return app.goneSince === undefined ? undefined : app.goneSince + app.keepAliveMs;
+  }
+}
+
+const DEFERRED = Symbol("deferred");
+
+function optStrField(h: Header, field: string): string | undefined {
+  return typeof h[field] === "string" ? (h[field] as string) : undefined;
+}
+
+function printable(id: Buffer): string {
+  const s = id.toString();
+  return /^[\x20-\x7e]+$/.test(s) ? s : `0x${id.toString("hex")}`;
+}

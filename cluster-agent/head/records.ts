@@ -1,0 +1,108 @@
+/**
+ * The head's in-memory records: agents, apps, services, executors and calls.
+ * Plain data; the behaviour lives in scheduler.ts and head.ts.
+ */
+import type { Resources } from "../../sdk/runtime/resreq.js";
+import type { WireError } from "../../sdk/wire/errors.js";
+import type { Capacity } from "./placement.js";
+
+/** An agent process registered with the head (one per node). */
+export interface AgentRecord {
+  id: string;
+  routingId: Buffer;
+  host: string;
+  pid: number;
+  total: Capacity;
+  free: Capacity;
+  lastSeen: number;
+  executors: Set<string>;
+  /** Set while a `hearth agent` was started by the embedded engine or Slurm for a job. */
+  labels: Record<string, string>;
+}
+
+/** What a driver declared for a service. */
+export interface ServiceSpec {
+  name: string;
+  module: string;
+  exportName: string;
+  resreq: string;
+  resources: Resources;
+  warmup: number;
+  autoscale: boolean;
+  max: number;
+  idleTimeoutMs: number;
+  concurrency: number;
+}
+
+export type ServiceState = "pending" | "starting" | "ready" | "failed" | "stopped";
+export type ExecutorState = "starting" | "idle" | "busy" | "stopping" | "dead";
+
+/** A waiter for a service to become ready (a deferred reply to a driver request). */
+export interface ReadyWaiter {
+  routingId: Buffer;
+  rid: number;
+}
+
+/** A service instance of an app: a pool or a gang. */
+export interface ServiceRecord {
+  id: string;
+  app: string;
+  spec: ServiceSpec;
+  kind: "pool" | "gang";
+  state: ServiceState;
+  executors: Map<string, ExecutorRecord>;
+  /** Calls waiting for a free executor, oldest first (gang calls carry a rank). */
+  queue: CallRecord[];
+  error?: WireError;
+  waiters: ReadyWaiter[];
+  /** Executors that died before becoming ready, in a row. */
+  startFailures: number;
+  /** True when the last scheduling pass could not place an executor this service wanted. */
+  blocked: boolean;
+  /** Declaration order across the head, for FIFO fairness between gangs. */
+  seq: number;
+  /** Gang rendezvous (rank 0's host and a reserved port). */
+  rendezvous?: { host: string; port: number };
+  createdAt: number;
+}
+
+/** One executor process (one service instance). */
+export interface ExecutorRecord {
+  id: string;
+  serviceId: string;
+  agentId: string;
+  gpus: string[];
+  state: ExecutorState;
+  rank?: number;
+  pid?: number;
+  inflight: Map<number, CallRecord>;
+  startedAt: number;
+  idleSince: number;
+  callsDone: number;
+  exit?: { code: number | null; signal: string | null };
+}
+
+/** A call as the head tracks it between driver and executor. */
+export interface CallRecord {
+  hid: number;
+  driver: Buffer;
+  cid: number;
+  serviceId: string;
+  method: string;
+  args: Buffer;
+  rank?: number;
+  attempts: number;
+  executorId?: string;
+}
+
+/** An app: a named group of services owned by drivers that come and go. */
+export interface AppRecord {
+  name: string;
+  keepAliveMs: number;
+  /** Connected drivers by routing id (hex) → last time heard from. */
+  drivers: Map<string, number>;
+  /** When the last driver went away; the app is released keepAliveMs later. */
+  goneSince?: number;
+  services: Map<string, ServiceRecord>;
+  createdAt: number;
+}

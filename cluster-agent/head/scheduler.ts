@@ -1,0 +1,436 @@
+/**
+ * The head's scheduler: declares services, places executors on agents
+ * (pools one at a time, gangs all together or not at all), grows pools while
+ * calls pend, shrinks them when idle, and reacts to executors that become
+ * ready, fail to start or die.
+ */
+import { encode } from "../../sdk/wire/codec.js";
+import type { Frames } from "../../sdk/wire/channel.js";
+import type { WireError } from "../../sdk/wire/errors.js";
+import { formatResources } from "../../sdk/runtime/resreq.js";
+import { CallRouter, isServing } from "./call-router.js";
+import type { AgentRecord, AppRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
+import { everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
+
+/** How many executors of a service may die while starting, in a row, before it fails. */
+export const MAX_START_FAILURES = 3;
+/** How long an executor gets to run `close()` after a stop before it is killed. */
+export const STOP_GRACE_MS = 10_000;
+
+/** What the scheduler needs from the head's sockets. */
+export interface SchedulerTransport {
+  toDriver(routingId: Buffer, frames: Frames): void;
+  toAgent(agent: AgentRecord, frames: Frames): void;
+  toExecutor(executorId: string, frames: Frames): void;
+  /** Asks an agent for a free TCP port on its host (gang rendezvous). */
+  reservePort(agent: AgentRecord): Promise<number>;
+  log(message: string): void;
+}
+
+/** A service declaration that cannot be accepted. */
+export class DeclareError extends Error {
+  constructor(
+    readonly wire: WireError,
+  ) {
+    super(wire.message);
+  }
+}
+
+export class Scheduler {
+  readonly agents = new Map<string, AgentRecord>();
+  readonly apps = new Map<string, AppRecord>();
+  readonly services = new Map<string, ServiceRecord>();
+  readonly executors = new Map<string, ExecutorRecord>();
+  readonly router: CallRouter;
+  private nextExecutor = 1;
+  private nextService = 1;
+
+  constructor(private readonly transport: SchedulerTransport) {
+    this.router = new CallRouter(transport);
+  }
+
+  /**
+   * Declares a service in an app. The same spec again returns the existing
+   * (warm) service; a failed or stopped one starts afresh; a different spec
+   * is refused unless `replace` is set.
+   */
+  declare(app: AppRecord, spec: ServiceSpec, replace: boolean): ServiceRecord {
+    const existing = app.services.get(spec.name);
+    if (existing && existing.state !== "failed" && existing.state !== "stopped") {
+      if (sameSpec(existing.spec, spec)) return existing;
+      if (!replace) {
+        throw new DeclareError({
+          name: "ServiceConfigError",
+          message:
+            `service '${spec.name}' already exists in app '${app.name}' with a different definition ` +
+            `(${describe(existing.spec)}); pass { replace: true } to stop it and start the new one, or use another name`,
+        });
+      }
+    }
+    if (existing) this.stopService(existing, `service '${spec.name}' was replaced`);
+    const agents = [...this.agents.values()];
+    if (agents.length === 0) {
+      throw new DeclareError({
+        name: "ResreqError",
+        message: "no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`",
+      });
+    }
+    const kind = spec.autoscale ? "pool" : "gang";
+    if (!everFitsOne(agents, spec.resources)) {
+      throw new DeclareError({
+        name: "ResreqError",
+        message: `resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`,
+      });
+    }
+    if (kind === "gang" && !everFitsGang(agents, spec.resources, spec.warmup)) {
+      throw new DeclareError({
+        name: "ResreqError",
+        message: `gang '${spec.name}' of ${spec.warmup} × "${spec.resreq}" can never run at once on the registered agents (${agents.length} agent(s), largest: ${largestAgent(agents)})`,
+      });
+    }
+    const s: ServiceRecord = {
+      id: `s${this.nextService++}`,
+      app: app.name,
+      spec,
+      kind,
+      state: kind === "gang" ? "pending" : "starting",
+      executors: new Map(),
+      queue: [],
+      waiters: [],
+      startFailures: 0,
+      blocked: false,
+      seq: this.nextService,
+      createdAt: Date.now(),
+    };
+    app.services.set(spec.name, s);
+    this.services.set(s.id, s);
+    this.transport.log(`service ${s.id} '${spec.name}' (${kind}, ${describe(spec)}) declared in app '${app.name}'`);
+    this.schedule();
+    return s;
+  }
+
+  /** Stops a service: its calls fail with `reason`, its executors get `close()` then exit. */
+  stopService(s: ServiceRecord, reason: string): void {
+    if (s.state === "stopped") return;
+    const error: WireError = { name: "ClosedError", message: reason };
+    s.state = "stopped";
+    this.router.failQueued(s, error);
+    for (const e of s.executors.values()) {
+      for (const call of e.inflight.values()) this.router.fail(call, error);
+      e.inflight.clear();
+      this.stopExecutor(e);
+    }
+    this.rejectWaiters(s, error);
+    const app = this.apps.get(s.app);
+    if (app?.services.get(s.spec.name) === s) app.services.delete(s.spec.name);
+    this.forgetIfDone(s);
+  }
+
+  /** Runs one scheduling pass: start pending gangs whole, grow pools, resolve readiness. */
+  schedule(): void {
+    const order = [...this.services.values()].sort((a, b) => a.seq - b.seq);
+    for (const s of order) {
+      if (s.state === "failed" || s.state === "stopped") continue;
+      if (s.kind === "gang") {
+        if (s.state === "pending") this.tryStartGang(s);
+      } else {
+        this.growPool(s);
+      }
+      this.router.dispatch(s);
+      this.checkReady(s);
+    }
+  }
+
+  /** Stops idle pool executors beyond warmup once they were idle for the idle timeout. */
+  shrinkIdle(now: number): void {
+    for (const s of this.services.values()) {
+      if (s.kind !== "pool" || s.state === "stopped" || s.state === "failed" || s.queue.length > 0) continue;
+      const live = liveExecutors(s);
+      const idle = live
+        .filter((e) => e.state === "idle" && e.inflight.size === 0 && now - e.idleSince >= s.spec.idleTimeoutMs)
+        .sort((a, b) => a.idleSince - b.idleSince);
+      let excess = live.length - s.spec.warmup;
+      for (const e of idle) {
+        if (excess-- <= 0) break;
+        this.transport.log(`pool '${s.spec.name}': executor ${e.id} idle for ${now - e.idleSince} ms, stopping`);
+        this.stopExecutor(e);
+      }
+    }
+  }
+
+  private growPool(s: ServiceRecord): void {
+    const live = liveExecutors(s);
+    const c = s.spec.concurrency;
+    let want = Math.max(s.spec.warmup, live.length);
+    let free = 0;
+    for (const e of live) free += e.state === "starting" ? c : isServing(e) ? c - e.inflight.size : 0;
+    const deficit = s.queue.length - free;
+    if (deficit > 0) want = Math.max(want, live.length + Math.ceil(deficit / c));
+    want = Math.min(want, s.spec.max);
+    s.blocked = false;
+    for (let n = live.length; n < want; n++) {
+      const p = placeOne(this.agents.values(), s.spec.resources);
+      if (p === null) {
+        s.blocked = true;
+        break;
+      }
+      this.startExecutor(s, p);
+    }
+  }
+
+  private tryStartGang(s: ServiceRecord): void {
+    const placements = placeMany([...this.agents.values()], s.spec.resources, s.spec.warmup);
+    if (placements === null) {
+      s.blocked = true;
+      return;
+    }
+    s.blocked = false;
+    s.state = "starting";
+    const members = placements.map((p) => this.createExecutor(s, p));
+    // Ranks follow sorted executor ids; ids are zero-padded so string order is creation order.
+    members.sort((a, b) => (a.id < b.id ? -1 : 1)).forEach((e, rank) => (e.rank = rank));
+    const rank0 = members[0]!;
+    const agent0 = this.agents.get(rank0.agentId)!;
+    this.transport.log(`gang '${s.spec.name}': granted ${members.length} members (${members.map((m) => `${m.id}@${m.agentId}`).join(", ")})`);
+    this.transport
+      .reservePort(agent0)
+      .then((port) => {
+        if (s.state !== "starting") return;
+        s.rendezvous = { host: agent0.host, port };
+        for (const e of members) this.sendStart(s, e);
+      })
+      .catch((err: unknown) => {
+        this.failService(s, {
+          name: "ServiceStartError",
+          message: `gang '${s.spec.name}': could not reserve a rendezvous port on agent ${agent0.id}: ${(err as Error).message}`,
+        });
+      });
+  }
+
+  private startExecutor(s: ServiceRecord, p: Placement): void {
+    this.sendStart(s, this.createExecutor(s, p));
+  }
+
+  private createExecutor(s: ServiceRecord, p: Placement): ExecutorRecord {
+    const agent = this.agents.get(p.agentId)!;
+    take(agent.free, s.spec.resources, p.gpus);
+    const e: ExecutorRecord = {
+      id: `x${String(this.nextExecutor++).padStart(6, "0")}`,
+      serviceId: s.id,
+      agentId: agent.id,
+      gpus: p.gpus,
+      state: "starting",
+      inflight: new Map(),
+      startedAt: Date.now(),
+      idleSince: Date.now(),
+      callsDone: 0,
+    };
+    agent.executors.add(e.id);
+    s.executors.set(e.id, e);
+    this.executors.set(e.id, e);
+    return e;
+  }
+
+  private sendStart(s: ServiceRecord, e: ExecutorRecord): void {
+    const agent = this.agents.get(e.agentId);
+    if (!agent) return;
+    this.transport.toAgent(agent, [
+      encode({
+        t: "start",
+        executor: e.id,
+        app: s.app,
+        service: s.spec.name,
+        serviceId: s.id,
+        module: s.spec.module,
+        export: s.spec.exportName,
+        gpus: e.gpus,
+        cpu: s.spec.resources.cpu,
+        mem: s.spec.resources.mem,
+        concurrency: s.spec.concurrency,
+        rank: e.rank,
+        worldSize: s.kind === "gang" ? s.spec.warmup : undefined,
+        masterAddr: s.rendezvous?.host,
+        masterPort: s.rendezvous?.port,
+      }),
+    ]);
+  }
+
+  private stopExecutor(e: ExecutorRecord): void {
+    if (e.state === "stopping" || e.state === "dead") return;
+    e.state = "stopping";
+    const agent = this.agents.get(e.agentId);
+    if (agent) this.transport.toAgent(agent, [encode({ t: "stop", executor: e.id, graceMs: STOP_GRACE_MS })]);
+    else this.onExecutorExit(e.id, null, "agent-lost", "");
+  }
+
+  /** An executor finished `init` and is ready for calls. */
+  onExecutorReady(id: string, pid: number): void {
+    const e = this.executors.get(id);
+    if (!e || e.state !== "starting") return;
+    const s = this.services.get(e.serviceId)!;
+    e.pid = pid;
+    e.state = "idle";
+    e.idleSince = Date.now();
+    s.startFailures = 0;
+    this.transport.log(`executor ${id} of '${s.spec.name}' ready (pid ${pid}${e.rank !== undefined ? `, rank ${e.rank}` : ""})`);
+    this.router.dispatch(s);
+    this.checkReady(s);
+    this.schedule();
+  }
+
+  /** User code failed while loading or in `init`: the service fails (retrying the same code is pointless). */
+  onExecutorInitFailed(id: string, error: WireError): void {
+    const e = this.executors.get(id);
+    if (!e) return;
+    const s = this.services.get(e.serviceId)!;
+    this.failService(s, {
+      name: "ServiceStartError",
+      message: `service '${s.spec.name}' failed to start on executor ${id}: ${error.remoteName ?? error.name}: ${error.message}`,
+      remoteName: error.remoteName ?? error.name,
+      remoteStack: error.remoteStack ?? error.stack,
+      service: s.spec.name,
+      executorId: id,
+    });
+  }
+
+  /** An executor process is gone (agent report, or its agent was lost). */
+  onExecutorExit(id: string, code: number | null, signal: string | null, detail: string): void {
+    const e = this.executors.get(id);
+    if (!e) return;
+    const s = this.services.get(e.serviceId)!;
+    const agent = this.agents.get(e.agentId);
+    const expected = e.state === "stopping";
+    const wasStarting = e.state === "starting";
+    e.state = "dead";
+    e.exit = { code, signal };
+    if (agent) {
+      give(agent.free, s.spec.resources, e.gpus, agent.total);
+      agent.executors.delete(id);
+    }
+    this.executors.delete(id);
+    s.executors.delete(id);
+    const how = signal ? `signal ${signal}` : `exit code ${code}`;
+    if (!expected && s.state !== "stopped" && s.state !== "failed") {
+      this.transport.log(`executor ${id} of '${s.spec.name}' died (${how})${detail ? `: ${detail}` : ""}`);
+      if (s.kind === "gang") {
+        this.failService(s, {
+          name: "GangFailedError",
+          message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${id} on agent ${e.agentId}, ${how}); declare the service again to restart it`,
+          service: s.spec.name,
+          rank: e.rank,
+        }, e);
+      } else {
+        this.router.evacuate(s, e, (call) => ({
+          name: "ExecutorLostError",
+          message: `call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`,
+        }));
+        if (wasStarting && ++s.startFailures >= MAX_START_FAILURES) {
+          this.failService(s, {
+            name: "ServiceStartError",
+            message: `service '${s.spec.name}': ${s.startFailures} executors died while starting (last: ${id}, ${how})${detail ? `: ${detail}` : ""}`,
+          });
+        }
+      }
+    }
+    this.forgetIfDone(s);
+    this.schedule();
+  }
+
+  /** An agent stopped heartbeating or re-registered: everything on it is gone. */
+  onAgentLost(agent: AgentRecord): void {
+    this.agents.delete(agent.id);
+    for (const id of [...agent.executors]) this.onExecutorExit(id, null, null, `agent ${agent.id} was lost`);
+  }
+
+  /** Fails a service and everything in it; its remaining executors are stopped. */
+  private failService(s: ServiceRecord, error: WireError, dead?: ExecutorRecord): void {
+    if (s.state === "failed" || s.state === "stopped") return;
+    s.state = "failed";
+    s.error = error;
+    this.transport.log(`service '${s.spec.name}' failed: ${error.message}`);
+    this.router.failQueued(s, error);
+    if (dead) this.router.evacuate(s, dead, () => error, error);
+    for (const e of s.executors.values()) {
+      this.router.evacuate(s, e, () => error, error);
+      this.stopExecutor(e);
+    }
+    this.router.failQueued(s, error);
+    this.rejectWaiters(s, error);
+  }
+
+  private checkReady(s: ServiceRecord): void {
+    if (s.state !== "starting" && s.state !== "ready") return;
+    const live = liveExecutors(s);
+    const serving = live.filter(isServing).length;
+    const starting = live.filter((e) => e.state === "starting").length;
+    const ready =
+      s.kind === "gang"
+        ? serving === s.spec.warmup
+        : serving >= s.spec.warmup || (serving >= 1 && starting === 0 && s.blocked);
+    if (!ready) return;
+    s.state = "ready";
+    const info = this.serviceInfo(s);
+    for (const w of s.waiters) this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: true, value: info })]);
+    s.waiters = [];
+  }
+
+  /** Registers a driver request to be answered when `s` is ready (or fails). */
+  awaitReady(s: ServiceRecord, routingId: Buffer, rid: number): void {
+    s.waiters.push({ routingId, rid });
+    if (s.state === "failed" || s.state === "stopped") {
+      this.rejectWaiters(s, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+    } else {
+      this.checkReady(s);
+    }
+  }
+
+  private rejectWaiters(s: ServiceRecord, error: WireError): void {
+    for (const w of s.waiters) this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
+    s.waiters = [];
+  }
+
+  private forgetIfDone(s: ServiceRecord): void {
+    if (s.state === "stopped" && s.executors.size === 0) this.services.delete(s.id);
+  }
+
+  /** The public description of a service, sent to drivers. */
+  serviceInfo(s: ServiceRecord): Record<string, unknown> {
+    const members = [...s.executors.values()]
+      .filter((e) => e.rank !== undefined)
+      .sort((a, b) => a.rank! - b.rank!)
+      .map((e) => ({ rank: e.rank, executorId: e.id, agentId: e.agentId, host: this.agents.get(e.agentId)?.host, gpus: e.gpus }));
+    return {
+      id: s.id,
+      name: s.spec.name,
+      kind: s.kind,
+      state: s.state,
+      resreq: formatResources(s.spec.resources),
+      warmup: s.spec.warmup,
+      max: Number.isFinite(s.spec.max) ? s.spec.max : null,
+      concurrency: s.spec.concurrency,
+      module: s.spec.module,
+      export: s.spec.exportName,
+      members: s.kind === "gang" ? members : undefined,
+      rendezvous: s.rendezvous,
+      error: s.error,
+    };
+  }
+}
+
+/** Executors that exist or are on their way (not stopping, not dead). */
+export function liveExecutors(s: ServiceRecord): ExecutorRecord[] {
+  return [...s.executors.values()].filter((e) => e.state !== "stopping" && e.state !== "dead");
+}
+
+function sameSpec(a: ServiceSpec, b: ServiceSpec): boolean {
+  return JSON.stringify({ ...a, max: String(a.max) }) === JSON.stringify({ ...b, max: String(b.max) });
+}
+
+function describe(spec: ServiceSpec): string {
+  return `${spec.module}#${spec.exportName}, resreq ${formatResources(spec.resources)}, warmup ${spec.warmup}${spec.autoscale ? "" : ", gang"}`;
+}
+
+function largestAgent(agents: AgentRecord[]): string {
+  const a = agents.reduce((x, y) => (y.total.cpu > x.total.cpu ? y : x));
+  return `${a.id} with ${formatResources({ cpu: a.total.cpu, mem: a.total.mem, gpu: a.total.gpus.length })}`;
+}

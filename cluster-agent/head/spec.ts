@@ -1,0 +1,63 @@
+/**
+ * Validation of a service declaration as it arrives on the wire. The SDK
+ * checks the same rules first, so users see errors before anything is sent;
+ * the head checks again because any client may connect.
+ */
+import { ServiceConfigError } from "../../sdk/wire/errors.js";
+import { parseResreq } from "../../sdk/runtime/resreq.js";
+import type { ServiceSpec } from "./records.js";
+
+/** Defaults applied to options a driver leaves out. */
+export const SERVICE_DEFAULTS = { warmup: 1, autoscale: true, idleTimeoutMs: 60_000, concurrency: 1 } as const;
+
+/** Parses and checks a wire service spec; throws ServiceConfigError or ResreqError. */
+export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
+  const name = raw.name;
+  if (typeof name !== "string" || !/^[A-Za-z0-9_.-]{1,128}$/.test(name)) {
+    throw new ServiceConfigError(`service name must be 1-128 characters of letters, digits, '_', '.', '-'; got ${JSON.stringify(name)}`);
+  }
+  const module = raw.module;
+  if (typeof module !== "string" || module === "") throw new ServiceConfigError(`service '${name}': 'module' must be a module path`);
+  const exportName = raw.export;
+  if (typeof exportName !== "string" || exportName === "") throw new ServiceConfigError(`service '${name}': 'export' must name the exported class`);
+  const resreq = raw.resreq === undefined || raw.resreq === null ? "" : raw.resreq;
+  if (typeof resreq !== "string") throw new ServiceConfigError(`service '${name}': resreq must be a string like "cpu=8,mem=64g,gpu=1"`);
+  const autoscale = raw.autoscale ?? SERVICE_DEFAULTS.autoscale;
+  if (typeof autoscale !== "boolean") throw new ServiceConfigError(`service '${name}': autoscale must be true or false`);
+  const warmup = intOption(name, "warmup", raw.warmup, SERVICE_DEFAULTS.warmup, autoscale ? 0 : 1);
+  const max = raw.max === undefined || raw.max === null ? Infinity : intOption(name, "max", raw.max, 0, 1);
+  if (max < warmup) throw new ServiceConfigError(`service '${name}': max (${max}) is below warmup (${warmup})`);
+  if (!autoscale && raw.max !== undefined && raw.max !== null && max !== warmup) {
+    throw new ServiceConfigError(`service '${name}': a gang (autoscale: false) has exactly warmup members; drop 'max'`);
+  }
+  const idleTimeoutMs = numOption(name, "idleTimeout", raw.idleTimeoutMs, SERVICE_DEFAULTS.idleTimeoutMs);
+  const concurrency = intOption(name, "concurrency", raw.concurrency, SERVICE_DEFAULTS.concurrency, 1);
+  return {
+    name,
+    module,
+    exportName,
+    resreq,
+    resources: parseResreq(resreq),
+    warmup,
+    autoscale,
+    max: autoscale ? max : warmup,
+    idleTimeoutMs,
+    concurrency,
+  };
+}
+
+function intOption(service: string, key: string, v: unknown, dflt: number, min: number): number {
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min) {
+    throw new ServiceConfigError(`service '${service}': ${key} must be a whole number ≥ ${min}; got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+function numOption(service: string, key: string, v: unknown, dflt: number): number {
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0) {
+    throw new ServiceConfigError(`service '${service}': ${key} must be a non-negative number of milliseconds; got ${JSON.stringify(v)}`);
+  }
+  return v;
+}

@@ -1,0 +1,167 @@
+/**
+ * The local engine (the embedded default): a head and one agent started as
+ * background processes on this machine, found again by later drivers through
+ * a state file under HEARTH_HOME (default ~/.hearth). They outlive the
+ * notebook or CLI that started them; `hearth down` stops them.
+ */
+import { spawn } from "node:child_process";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { ConnectError } from "../wire/errors.js";
+import { HeadClient } from "../runtime/head-client.js";
+
+/** Options of the embedded default. */
+export interface LocalClusterOptions {
+  /** State folder; default HEARTH_HOME or ~/.hearth. */
+  home?: string;
+  /** The local agent's resources (default: detected). */
+  cpus?: number;
+  mem?: string;
+  gpus?: string;
+  /** How long to wait for the head and agent to come up. Default 30 s. */
+  timeoutMs?: number;
+}
+
+/** What the state file records about a running local cluster. */
+export interface LocalCluster {
+  endpoint: string;
+  headPid: number;
+  agentPid: number;
+  home: string;
+  startedAt: number;
+}
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../cluster-agent/cli.js");
+
+/** The state folder. */
+export function hearthHome(home?: string): string {
+  return home ?? process.env.HEARTH_HOME ?? path.join(os.homedir(), ".hearth");
+}
+
+function stateFile(home: string): string {
+  return path.join(home, "local.json");
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Reads the state file; returns undefined when there is no live local head. */
+export function findLocalCluster(home?: string): LocalCluster | undefined {
+  const file = stateFile(hearthHome(home));
+  if (!existsSync(file)) return undefined;
+  try {
+    const c = JSON.parse(readFileSync(file, "utf8")) as LocalCluster;
+    return alive(c.headPid) ? c : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Finds the local head and agent, or starts them in the background. */
+export async function ensureLocalCluster(opts: LocalClusterOptions = {}): Promise<LocalCluster> {
+  const home = hearthHome(opts.home);
+  mkdirSync(path.join(home, "logs"), { recursive: true });
+  const found = findLocalCluster(home);
+  if (found) return found;
+  const release = await lock(path.join(home, "local.lock"));
+  try {
+    const again = findLocalCluster(home);
+    if (again) return again;
+    return await startLocalCluster(home, opts);
+  } finally {
+    release();
+  }
+}
+
+async function startLocalCluster(home: string, opts: LocalClusterOptions): Promise<LocalCluster> {
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const endpointFile = path.join(home, "head.endpoint");
+  rmSync(endpointFile, { force: true });
+  const head = spawnDetached(["head", "--endpoint-file", endpointFile], path.join(home, "logs", "head.log"));
+  const endpoint = await poll(timeoutMs, () => (existsSync(endpointFile) ? readFileSync(endpointFile, "utf8").trim() || undefined : undefined));
+  if (!endpoint) throw new ConnectError(`the local head did not start within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "head.log")}`);
+  const agentArgs = ["agent", "--head", endpoint, "--id", "local", "--work-dir", path.join(home, "agent")];
+  if (opts.cpus !== undefined) agentArgs.push("--cpus", String(opts.cpus));
+  if (opts.mem !== undefined) agentArgs.push("--mem", opts.mem);
+  if (opts.gpus !== undefined) agentArgs.push("--gpus", opts.gpus);
+  const agent = spawnDetached(agentArgs, path.join(home, "logs", "agent.log"));
+  const { client } = await HeadClient.open(endpoint, { app: "_hearth-local" }, { timeoutMs });
+  try {
+    const registered = await poll(timeoutMs, async () => {
+      const s = await client.request("status", {});
+      return (s.agents as unknown[]).length > 0 ? true : undefined;
+    });
+    if (!registered) throw new ConnectError(`the local agent did not register within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "agent.log")}`);
+    await client.request("close-app", {});
+  } finally {
+    client.close();
+  }
+  const cluster: LocalCluster = { endpoint, headPid: head, agentPid: agent, home, startedAt: Date.now() };
+  writeFileSync(stateFile(home), JSON.stringify(cluster, null, 2));
+  return cluster;
+}
+
+/** Stops the local head and agent if running. Returns false when none was running. */
+export async function stopLocalCluster(home?: string, timeoutMs = 20_000): Promise<boolean> {
+  const h = hearthHome(home);
+  const c = findLocalCluster(h);
+  rmSync(stateFile(h), { force: true });
+  if (!c) return false;
+  try {
+    const { client } = await HeadClient.open(c.endpoint, { app: "_hearth-local" }, { timeoutMs: 5000 });
+    await client.request("shutdown", {}).catch(() => undefined);
+    client.close();
+  } catch {
+    // Not answering: fall through to signals.
+  }
+  const gone = await poll(timeoutMs, () => (!alive(c.headPid) && !alive(c.agentPid) ? true : undefined));
+  if (!gone) {
+    for (const pid of [c.headPid, c.agentPid]) if (alive(pid)) process.kill(pid, "SIGKILL");
+  }
+  return true;
+}
+
+function spawnDetached(args: string[], logFile: string): number {
+  const out = openSync(logFile, "a");
+  const child = spawn(process.execPath, [CLI, ...args], { detached: true, stdio: ["ignore", out, out] });
+  closeSync(out);
+  child.unref();
+  return child.pid!;
+}
+
+async function poll<T>(timeoutMs: number, probe: () => T | undefined | Promise<T | undefined>): Promise<T | undefined> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return undefined;
+}
+
+/** A cross-process lock file; a lock older than 60 s is considered stale. */
+async function lock(file: string): Promise<() => void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      closeSync(openSync(file, "wx"));
+      return () => rmSync(file, { force: true });
+    } catch {
+      try {
+        if (Date.now() - statSync(file).mtimeMs > 60_000) rmSync(file, { force: true });
+      } catch {
+        // Gone meanwhile: retry.
+      }
+      if (Date.now() > deadline) throw new ConnectError(`could not take the lock ${file}; remove it if no hearth process is starting`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}

@@ -1,0 +1,206 @@
+/**
+ * An app: a named group of services owned by a driver (a notebook kernel or a
+ * CLI). Connecting again with the same name, from any process, finds the same
+ * services with their executors still warm.
+ */
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { existsSync } from "node:fs";
+import { ServiceConfigError } from "../wire/errors.js";
+import { ensureLocalCluster, type LocalClusterOptions } from "../engines/local.js";
+import { GangHandle, PoolHandle, type ServiceInfo } from "./handles.js";
+import { HeadClient } from "./head-client.js";
+import { parseResreq } from "./resreq.js";
+
+/** Where a service class lives: a module (path, file URL or package specifier) and its export. */
+export interface ServiceRef {
+  module: string | URL;
+  export: string;
+}
+
+/** Options shared by pools and gangs. */
+export interface ServiceOptions {
+  /** Name in the app; defaults to the export name. */
+  name?: string;
+  /** Per-executor resources, e.g. "cpu=8,mem=64g,gpu=1". Default "cpu=1". */
+  resreq?: string;
+  /** Executors started at once (a pool's floor; a gang's exact size). Default 1. */
+  warmup?: number;
+  /** true (default): a pool that grows and shrinks; false: a gang of exactly `warmup`. */
+  autoscale?: boolean;
+  /** A pool's ceiling. Default: as many as resources allow. */
+  max?: number;
+  /** Idle pool executors beyond warmup stop after this many ms. Default 60 000. */
+  idleTimeout?: number;
+  /** Calls one executor runs at once. Default 1. */
+  concurrency?: number;
+  /** Replace an existing service of the same name but a different definition. */
+  replace?: boolean;
+  /** Resolve as soon as the head accepted the declaration, without waiting for warm executors. */
+  wait?: boolean;
+}
+
+/** Options of `connect()`. */
+export interface ConnectOptions {
+  /** The app's name; the same name reattaches to the same warm services. */
+  name: string;
+  /** Head endpoint (tcp://host:port). Default: HEARTH_HEAD, else the embedded local head. */
+  head?: string;
+  /** How long the app stays warm after its last driver is gone. Default: the head's (30 min). */
+  keepAliveMs?: number;
+  /** How long to wait for the head to answer. Default 10 s. */
+  timeoutMs?: number;
+  /** Embedded default only: where the local head keeps its state, and the local agent's resources. */
+  local?: LocalClusterOptions;
+}
+
+/** A connected app. Create with `connect()` (or `App.connect()`). */
+export class App {
+  private closed = false;
+
+  private constructor(
+    private readonly client: HeadClient,
+    /** The app's name. */
+    readonly name: string,
+    /** True when this app already existed on the head (a reattach). */
+    readonly reattached: boolean,
+    private knownServices: ServiceInfo[],
+  ) {}
+
+  /** Connects to a head (or the embedded default) and opens the app `opts.name`. */
+  static async connect(opts: ConnectOptions): Promise<App> {
+    if (!opts || typeof opts.name !== "string" || opts.name === "") {
+      throw new ServiceConfigError('connect() needs a name: connect({ name: "my-app" })');
+    }
+    const endpoint = opts.head ?? process.env.HEARTH_HEAD ?? (await ensureLocalCluster(opts.local)).endpoint;
+    const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs });
+    return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[]);
+  }
+
+  /** The head endpoint this app talks to. */
+  get endpoint(): string {
+    return this.client.endpoint;
+  }
+
+  /** Services that existed when this app was opened (reattach), as the head described them. */
+  get services(): readonly ServiceInfo[] {
+    return this.knownServices;
+  }
+
+  /**
+   * Declares a service (or finds the same one, still warm) and resolves when
+   * its warmup executors are ready. `autoscale: false` makes a gang.
+   */
+  service<S = any>(ref: ServiceRef | string, opts: ServiceOptions & { autoscale: false }): Promise<GangHandle<S>>;
+  service<S = any>(ref: ServiceRef | string, opts?: ServiceOptions & { autoscale?: true }): Promise<PoolHandle<S>>;
+  async service<S = any>(ref: ServiceRef | string, opts: ServiceOptions = {}): Promise<PoolHandle<S> | GangHandle<S>> {
+    const { module, exportName } = resolveRef(ref);
+    parseResreq(opts.resreq); // clear errors before anything is sent
+    const spec = {
+      name: opts.name ?? exportName,
+      module,
+      export: exportName,
+      resreq: opts.resreq ?? "",
+      warmup: opts.warmup,
+      autoscale: opts.autoscale,
+      max: opts.max,
+      idleTimeoutMs: opts.idleTimeout,
+      concurrency: opts.concurrency,
+    };
+    let info: ServiceInfo = await this.client.request("service", { spec, replace: opts.replace === true });
+    if (opts.wait !== false) info = await this.client.request("ready", { service: info.name }, null);
+    return info.kind === "gang" ? new GangHandle<S>(this.client, info) : new PoolHandle<S>(this.client, info);
+  }
+
+  /** Executors (starting, idle, busy), resources, queue depths: what the head knows about this app. */
+  async status(): Promise<AppStatus> {
+    return this.client.request("status", { app: this.name });
+  }
+
+  /** Stops one service by name. */
+  async stopService(name: string): Promise<void> {
+    await this.client.request("stop-service", { service: name });
+  }
+
+  /** Leaves the app running and warm (for its keep-alive period) and closes this connection. Idempotent. */
+  async disconnect(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      await this.client.request("detach", {}, 5000);
+    } finally {
+      this.client.close();
+    }
+  }
+
+  /** Stops every service of the app, releasing its executors, and closes the connection. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      await this.client.request("close-app", {}, 30_000);
+    } finally {
+      this.client.close();
+    }
+  }
+
+  /** Replies that arrived twice for one call (should always be 0). */
+  get duplicateReplies(): number {
+    return this.client.duplicateReplies;
+  }
+}
+
+/** Connects to a head (or the embedded default) and opens the app `opts.name`. */
+export function connect(opts: ConnectOptions): Promise<App> {
+  return App.connect(opts);
+}
+
+/** The status document returned by `app.status()`. */
+export interface AppStatus {
+  head: { id: string; endpoint: string; pid: number; uptimeMs: number };
+  agents: Array<{ id: string; host: string; total: { cpu: number; mem: number; gpus: string[] }; free: { cpu: number; mem: number; gpus: string[] }; executors: number }>;
+  apps: Array<{
+    name: string;
+    drivers: number;
+    keepAliveMs: number;
+    releaseAt: number | null;
+    services: Array<{
+      id: string;
+      name: string;
+      kind: "pool" | "gang";
+      state: string;
+      resreq: string;
+      warmup: number;
+      max: number | null;
+      queued: number;
+      inflight: number;
+      error: string | null;
+      executors: Array<{ id: string; state: string; agent: string; pid: number | null; rank: number | null; gpus: string[]; inflight: number; callsDone: number; idleMs: number }>;
+    }>;
+  }>;
+}
+
+function resolveRef(ref: ServiceRef | string): { module: string; exportName: string } {
+  let module: string | URL;
+  let exportName: string;
+  if (typeof ref === "string") {
+    const hash = ref.lastIndexOf("#");
+    if (hash <= 0 || hash === ref.length - 1) {
+      throw new ServiceConfigError(`service reference '${ref}' must look like "./module.js#ExportedClass"`);
+    }
+    module = ref.slice(0, hash);
+    exportName = ref.slice(hash + 1);
+  } else if (ref && (typeof ref.module === "string" || ref.module instanceof URL) && typeof ref.export === "string") {
+    module = ref.module;
+    exportName = ref.export;
+  } else {
+    throw new ServiceConfigError("a service reference is { module: <path or URL>, export: <class name> } or \"./module.js#Class\"");
+  }
+  let file: string | undefined;
+  if (module instanceof URL || module.startsWith("file:")) file = fileURLToPath(module);
+  else if (module.startsWith(".") || path.isAbsolute(module)) file = path.resolve(module);
+  if (file !== undefined && !existsSync(file)) {
+    throw new ServiceConfigError(`service module ${file} does not exist (resolved from ${String(module)}; relative paths are resolved against ${process.cwd()})`);
+  }
+  return { module: file ?? String(module), exportName };
+}

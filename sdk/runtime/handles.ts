@@ -1,0 +1,123 @@
+/**
+ * Service handles. Their types carry what a service can do: a pool has
+ * `call` and `map` (any executor may answer), a gang has `broadcast` and
+ * `members` (every rank answers), and neither has the other's methods.
+ */
+import type { HeadClient } from "./head-client.js";
+import type { MethodArgs, MethodNames, MethodResult } from "./types.js";
+
+/** The description of a service the head sends back. */
+export interface ServiceInfo {
+  id: string;
+  name: string;
+  kind: "pool" | "gang";
+  state: "pending" | "starting" | "ready" | "failed" | "stopped";
+  resreq: string;
+  warmup: number;
+  max: number | null;
+  concurrency: number;
+  module: string;
+  export: string;
+  members?: GangMember[];
+  rendezvous?: { host: string; port: number };
+  error?: { name: string; message: string };
+}
+
+/** One member of a gang. */
+export interface GangMember {
+  rank: number;
+  executorId: string;
+  agentId: string;
+  host: string;
+  gpus: string[];
+}
+
+/** Options of `PoolHandle.map`. */
+export interface MapOptions {
+  /** Calls in flight at most (backpressure). Default 64. */
+  window?: number;
+}
+
+/** What both handle kinds share. */
+abstract class BaseHandle {
+  constructor(
+    protected readonly client: HeadClient,
+    protected infoValue: ServiceInfo,
+  ) {}
+
+  /** The service's name in its app. */
+  get name(): string {
+    return this.infoValue.name;
+  }
+
+  /** The service as the head last described it. */
+  get info(): ServiceInfo {
+    return this.infoValue;
+  }
+
+  /** Stops the service: its executors run `close()` and exit; pending calls fail. */
+  async stop(): Promise<void> {
+    await this.client.request("stop-service", { service: this.infoValue.name });
+  }
+}
+
+/** A pool of interchangeable executors that grows while calls pend. */
+export class PoolHandle<S = any> extends BaseHandle {
+  readonly kind = "pool" as const;
+
+  /** Calls `method` on some executor of the pool. */
+  call<M extends MethodNames<S>>(method: M, ...args: MethodArgs<S, M>): Promise<MethodResult<S, M>> {
+    return this.client.call(this.infoValue.id, method, args) as Promise<MethodResult<S, M>>;
+  }
+
+  /**
+   * Calls `method` once per element of `argsList` (an iterable or async
+   * iterable of argument arrays), keeping at most `window` calls in flight,
+   * and yields results in input order. Stops at the first failed call.
+   */
+  async *map<M extends MethodNames<S>>(
+    method: M,
+    argsList: Iterable<MethodArgs<S, M>> | AsyncIterable<MethodArgs<S, M>>,
+    opts: MapOptions = {},
+  ): AsyncGenerator<MethodResult<S, M>, void, undefined> {
+    const window = Math.max(1, opts.window ?? 64);
+    const inflight: Array<Promise<MethodResult<S, M>>> = [];
+    for await (const args of argsList) {
+      const p = this.call(method, ...args);
+      p.catch(() => undefined); // observed when its turn comes; avoid an unhandled rejection before that
+      inflight.push(p);
+      if (inflight.length >= window) yield await inflight.shift()!;
+    }
+    while (inflight.length > 0) yield await inflight.shift()!;
+  }
+}
+
+/** A gang: exactly `size` executors granted together, with ranks and a rendezvous. */
+export class GangHandle<S = any> extends BaseHandle {
+  readonly kind = "gang" as const;
+
+  /** Members by rank (rank follows sorted executor id). */
+  get members(): GangMember[] {
+    return this.infoValue.members ?? [];
+  }
+
+  /** Number of members. */
+  get size(): number {
+    return this.infoValue.warmup;
+  }
+
+  /** Calls `method` on every rank, with `argsPerRank[rank]` as its arguments; resolves in rank order. */
+  broadcast<M extends MethodNames<S>>(method: M, argsPerRank: Array<MethodArgs<S, M>>): Promise<Array<MethodResult<S, M>>> {
+    if (argsPerRank.length !== this.size) {
+      return Promise.reject(new RangeError(`broadcast to gang '${this.name}' needs ${this.size} argument lists (one per rank); got ${argsPerRank.length}`));
+    }
+    return Promise.all(argsPerRank.map((args, rank) => this.client.call(this.infoValue.id, method, args, rank))) as Promise<
+      Array<MethodResult<S, M>>
+    >;
+  }
+
+  /** Calls `method` on one rank. */
+  callRank<M extends MethodNames<S>>(rank: number, method: M, ...args: MethodArgs<S, M>): Promise<MethodResult<S, M>> {
+    return this.client.call(this.infoValue.id, method, args, rank) as Promise<MethodResult<S, M>>;
+  }
+}

@@ -1,0 +1,188 @@
+/**
+ * A driver's connection to the head: control requests (`req` → `rep`), calls
+ * (`call` + args frame → `result` + value frame, or `failed`), heartbeats,
+ * and detection of a head that stopped answering.
+ */
+import { randomUUID } from "node:crypto";
+import { DealerChannel } from "../wire/channel.js";
+import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, type Header } from "../wire/codec.js";
+import {
+  ClosedError,
+  ConnectError,
+  MessageTooLargeError,
+  ProtocolError,
+  TimeoutError,
+  fromWireError,
+  type WireError,
+} from "../wire/errors.js";
+
+interface Pending {
+  resolve: (v: unknown) => void;
+  reject: (e: Error) => void;
+  timer?: NodeJS.Timeout;
+}
+
+/** Options for opening a client. */
+export interface HeadClientOptions {
+  /** How long to wait for the head to answer hello. Default 10 s. */
+  timeoutMs?: number;
+  /** Declare the head lost after this long without any message from it. Default 15 s. */
+  headTimeoutMs?: number;
+}
+
+/** The low-level driver connection; App and handles are built on it. */
+export class HeadClient {
+  private readonly channel: DealerChannel;
+  private readonly requests = new Map<number, Pending>();
+  private readonly calls = new Map<number, Pending>();
+  private nextRid = 1;
+  private nextCid = 1;
+  private lastHeard = Date.now();
+  private heartbeat?: NodeJS.Timeout;
+  private closed = false;
+  /** Replies that arrived for a call no longer pending (tests check this stays 0). */
+  duplicateReplies = 0;
+
+  private constructor(
+    readonly endpoint: string,
+    private readonly headTimeoutMs: number,
+  ) {
+    this.channel = new DealerChannel(`d.${randomUUID()}`, { maxMessageSize: 64 * 1024 * 1024 });
+  }
+
+  /** Connects and says hello for `app`; rejects with ConnectError if no head answers. */
+  static async open(endpoint: string, hello: Record<string, unknown>, opts: HeadClientOptions = {}): Promise<{ client: HeadClient; hello: any }> {
+    const client = new HeadClient(endpoint, opts.headTimeoutMs ?? 15_000);
+    client.channel.connect(endpoint);
+    void client.channel.serve((frames) => client.onMessage(frames));
+    const timeoutMs = opts.timeoutMs ?? 10_000;
+    try {
+      const reply = await client.request("hello", hello, timeoutMs);
+      client.heartbeat = setInterval(() => client.beat(), 1000);
+      client.heartbeat.unref();
+      return { client, hello: reply };
+    } catch (err) {
+      client.close();
+      if (err instanceof TimeoutError) {
+        throw new ConnectError(
+          `no hearth head answered at ${endpoint} within ${timeoutMs / 1000} s; start one with \`hearth up\` (or \`hearth head\`), or connect without an endpoint to use the embedded default`,
+        );
+      }
+      throw err;
+    }
+  }
+
+  /** Sends a control request; `timeoutMs` null waits for ever (e.g. for a gang to be granted). */
+  request<T = any>(op: string, fields: Record<string, unknown> = {}, timeoutMs: number | null = 30_000): Promise<T> {
+    if (this.closed) return Promise.reject(new ClosedError(`the connection to ${this.endpoint} is closed`));
+    const rid = this.nextRid++;
+    return new Promise<T>((resolve, reject) => {
+      const p: Pending = { resolve: resolve as (v: unknown) => void, reject };
+      if (timeoutMs !== null) {
+        p.timer = setTimeout(() => {
+          this.requests.delete(rid);
+          reject(new TimeoutError(`head at ${this.endpoint} did not answer '${op}' within ${timeoutMs / 1000} s`));
+        }, timeoutMs);
+      }
+      this.requests.set(rid, p);
+      this.channel.send([encode({ ...fields, t: "req", rid, op })]);
+    });
+  }
+
+  /** Sends one call; rejects at once with MessageTooLargeError if the arguments are too big. */
+  call(serviceId: string, method: string, args: unknown[], rank?: number): Promise<unknown> {
+    if (this.closed) return Promise.reject(new ClosedError(`the connection to ${this.endpoint} is closed`));
+    const cid = this.nextCid++;
+    const header = encode({ t: "call", cid, svc: serviceId, method, rank });
+    const payload = encode(args);
+    const size = header.byteLength + payload.byteLength;
+    if (size > MESSAGE_LIMIT) return Promise.reject(new MessageTooLargeError(size, MESSAGE_LIMIT, `the arguments of ${method}()`));
+    return new Promise((resolve, reject) => {
+      this.calls.set(cid, { resolve, reject });
+      this.channel.send([header, payload]);
+    });
+  }
+
+  /** Calls waiting for an answer. */
+  get pendingCalls(): number {
+    return this.calls.size;
+  }
+
+  private beat(): void {
+    this.channel.send([encode({ t: "hb" })]);
+    const silent = Date.now() - this.lastHeard;
+    if (silent > this.headTimeoutMs && (this.calls.size > 0 || this.requests.size > 0)) {
+      this.failAll(new ConnectError(`lost the head at ${this.endpoint}: nothing heard for ${Math.round(silent / 1000)} s`));
+    }
+  }
+
+  private onMessage(frames: Buffer[]): void {
+    this.lastHeard = Date.now();
+    const h: Header = decodeHeader(frames[0]);
+    switch (h.t) {
+      case "rep": {
+        const p = this.take(this.requests, num(h, "rid"));
+        if (!p) return;
+        if (h.ok === true) p.resolve(h.value);
+        else p.reject(fromWireError(h.error as WireError));
+        return;
+      }
+      case "result": {
+        const p = this.take(this.calls, num(h, "cid"));
+        if (!p) return;
+        try {
+          p.resolve(decode(frames[1] ?? encode(null)));
+        } catch (err) {
+          p.reject(err as Error);
+        }
+        return;
+      }
+      case "failed": {
+        const p = this.take(this.calls, num(h, "cid"));
+        if (p) p.reject(fromWireError(h.error as WireError));
+        return;
+      }
+      case "hb":
+        return;
+      case "err":
+        throw new ProtocolError(`head rejected a message: ${(h.error as WireError | undefined)?.message ?? "?"}`);
+      default:
+        throw new ProtocolError(`unexpected message '${h.t}' from the head`);
+    }
+  }
+
+  private take(map: Map<number, Pending>, id: number): Pending | undefined {
+    const p = map.get(id);
+    if (!p) {
+      if (map === this.calls) this.duplicateReplies++;
+      return undefined;
+    }
+    map.delete(id);
+    clearTimeout(p.timer);
+    return p;
+  }
+
+  private failAll(err: Error): void {
+    for (const map of [this.requests, this.calls]) {
+      for (const p of map.values()) {
+        clearTimeout(p.timer);
+        p.reject(err);
+      }
+      map.clear();
+    }
+  }
+
+  /** Closes the socket; pending work fails with ClosedError. Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.heartbeat);
+    this.failAll(new ClosedError(`the connection to ${this.endpoint} was closed`));
+    this.channel.close();
+  }
+
+  /** Waits until queued messages are handed to ZeroMQ. */
+  flush(): Promise<void> {
+    return this.channel.flush();
+  }
+}

@@ -1,0 +1,197 @@
+/**
+ * The error tree shared by every hearth process. Each error carries a stable
+ * `name` and the ids that matter (service, executor, call), so a caller can
+ * branch on `instanceof` locally and on `name` across the wire.
+ */
+
+/** Base class of every error hearth raises on purpose. */
+export class HearthError extends Error {
+  override name = "HearthError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** A resource request string (`"cpu=8,mem=64g,gpu=1"`) is malformed or can never be satisfied. */
+export class ResreqError extends HearthError {
+  override name = "ResreqError";
+}
+
+/** A service declaration or option is invalid (bad module, export, warmup, max…). */
+export class ServiceConfigError extends HearthError {
+  override name = "ServiceConfigError";
+}
+
+/** A message exceeds the call message limit; large data travels as object references. */
+export class MessageTooLargeError extends HearthError {
+  override name = "MessageTooLargeError";
+  constructor(
+    readonly size: number,
+    readonly limit: number,
+    what: string,
+  ) {
+    super(
+      `${what} is ${formatBytes(size)}, over the ${formatBytes(limit)} call message limit. ` +
+        `Put large data in the object cache and pass the ObjectRef instead.`,
+    );
+  }
+}
+
+/** The wire carried something that is not a valid hearth message. */
+export class ProtocolError extends HearthError {
+  override name = "ProtocolError";
+}
+
+/** No head answered, or the connection to it was lost. */
+export class ConnectError extends HearthError {
+  override name = "ConnectError";
+}
+
+/** An operation did not finish within its deadline. */
+export class TimeoutError extends HearthError {
+  override name = "TimeoutError";
+}
+
+/** The handle, app or client was used after `close()`. */
+export class ClosedError extends HearthError {
+  override name = "ClosedError";
+}
+
+/** A named service does not exist (or no longer exists) in the app. */
+export class ServiceNotFoundError extends HearthError {
+  override name = "ServiceNotFoundError";
+  constructor(readonly service: string) {
+    super(`no service named '${service}' in this app; declare it with app.service(...)`);
+  }
+}
+
+/** Fields that identify where a remote failure happened. */
+export interface RemoteOrigin {
+  service?: string;
+  executorId?: string;
+  method?: string;
+  callId?: string;
+}
+
+/** An exception thrown by user code inside an executor, carried back with its remote stack. */
+export class RemoteError extends HearthError {
+  override name = "RemoteError";
+  readonly remoteName: string;
+  readonly remoteMessage: string;
+  readonly remoteStack: string;
+  readonly origin: RemoteOrigin;
+  constructor(remoteName: string, remoteMessage: string, remoteStack: string, origin: RemoteOrigin) {
+    const where = [origin.service, origin.method].filter(Boolean).join(".");
+    super(`${remoteName}: ${remoteMessage}${where ? ` (in ${where} on executor ${origin.executorId ?? "?"})` : ""}`);
+    this.remoteName = remoteName;
+    this.remoteMessage = remoteMessage;
+    this.remoteStack = remoteStack;
+    this.origin = origin;
+    this.stack = `${this.name}: ${this.message}\n    --- remote stack ---\n${remoteStack}\n    --- local stack ---\n${this.stack?.split("\n").slice(1).join("\n") ?? ""}`;
+  }
+}
+
+/** A call could not complete because every executor that tried it died. */
+export class ExecutorLostError extends HearthError {
+  override name = "ExecutorLostError";
+}
+
+/** A gang lost a member; the whole gang fails and can be declared again. */
+export class GangFailedError extends HearthError {
+  override name = "GangFailedError";
+  constructor(
+    message: string,
+    readonly service: string,
+    readonly rank: number,
+  ) {
+    super(message);
+  }
+}
+
+/** A service's executors could not start (init threw, the module failed to load…). */
+export class ServiceStartError extends HearthError {
+  override name = "ServiceStartError";
+}
+
+/** The plain-data form of an error as it travels on the wire. */
+export interface WireError {
+  name: string;
+  message: string;
+  stack?: string;
+  /** For RemoteError: the user's error class name and stack. */
+  remoteName?: string;
+  remoteStack?: string;
+  service?: string;
+  executorId?: string;
+  method?: string;
+  rank?: number;
+  size?: number;
+  limit?: number;
+}
+
+/** Turns any thrown value into its wire form. */
+export function toWireError(err: unknown): WireError {
+  if (err instanceof RemoteError) {
+    return {
+      name: err.name,
+      message: err.remoteMessage,
+      remoteName: err.remoteName,
+      remoteStack: err.remoteStack,
+      ...err.origin,
+    };
+  }
+  if (err instanceof GangFailedError) {
+    return { name: err.name, message: err.message, service: err.service, rank: err.rank };
+  }
+  if (err instanceof Error) return { name: err.name, message: err.message, stack: err.stack };
+  return { name: "Error", message: String(err) };
+}
+
+const KNOWN: Record<string, new (message: string) => HearthError> = {
+  HearthError,
+  ResreqError,
+  ServiceConfigError,
+  ProtocolError,
+  ConnectError,
+  TimeoutError,
+  ClosedError,
+  ExecutorLostError,
+  ServiceStartError,
+};
+
+/** Rebuilds a local Error subclass from its wire form. */
+export function fromWireError(w: WireError): Error {
+  if (w.name === "RemoteError") {
+    return new RemoteError(w.remoteName ?? "Error", w.message, w.remoteStack ?? "", {
+      service: w.service,
+      executorId: w.executorId,
+      method: w.method,
+    });
+  }
+  if (w.name === "GangFailedError") return new GangFailedError(w.message, w.service ?? "?", w.rank ?? -1);
+  if (w.name === "MessageTooLargeError" && w.size !== undefined && w.limit !== undefined) {
+    const e = new MessageTooLargeError(w.size, w.limit, "message");
+    e.message = w.message;
+    return e;
+  }
+  if (w.name === "ServiceNotFoundError") {
+    const e = new ServiceNotFoundError(w.service ?? "?");
+    e.message = w.message;
+    return e;
+  }
+  const Ctor = KNOWN[w.name];
+  if (Ctor) return new Ctor(w.message);
+  return new HearthError(`${w.name}: ${w.message}`);
+}
+
+/** Human-readable byte count: 131072 → "128 KiB". */
+export function formatBytes(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${Number.isInteger(v) ? v : v.toFixed(1)} ${units[i]}`;
+}
