@@ -28,10 +28,10 @@ from .weights import Publisher, apply_blob, model_tensors
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _ragged(flat: Tensor, lengths: Tensor) -> List[List[int]]:
+def _ragged(flat: Any, lengths: Any) -> List[List[int]]:
     """Flat int tensor + lengths -> list of rows."""
-    ids, out, at = flat.reshape(-1).tolist(), [], 0
-    for n in lengths.reshape(-1).tolist():
+    ids, out, at = torch.as_tensor(flat).reshape(-1).tolist(), [], 0
+    for n in torch.as_tensor(lengths).reshape(-1).tolist():
         out.append(ids[at: at + n])
         at += n
     if at != len(ids):
@@ -144,7 +144,7 @@ class Engine:
 
     def op_logprobs(self, args: Dict[str, Any]) -> Any:
         model = self.need_model()
-        tokens = args["tokens"].to(torch.long)  # (N, T)
+        tokens = torch.as_tensor(args["tokens"]).to(torch.long)  # (N, T)
         with torch.no_grad():
             model.eval()
             logp, _ = sequence_logprobs(model, tokens.to(model.lm_head.weight.device))
@@ -163,13 +163,14 @@ class Engine:
     def op_train_step(self, args: Dict[str, Any]) -> Any:
         if self.trainer is None:
             raise EngineError("no_trainer", "send train_init first")
-        tokens = args["tokens"].to(torch.long)
+        tokens = torch.as_tensor(args["tokens"]).to(torch.long)
         shape = tokens.shape
 
         def aligned(name: str) -> Optional[Tensor]:
             t = args.get(name)
             if t is None:
                 return None
+            t = torch.as_tensor(t)
             t = t.float() if name != "mask" else t.to(torch.bool)
             if name == "advantages" and t.dim() == 1:
                 t = t[:, None].expand(shape)
