@@ -154,7 +154,7 @@ class StopMatcher:
             return None
         piece = self.vocab[token] if 0 <= token < len(self.vocab) else b""
         text = self.tail[row] + piece
-        self.tail[row] = text[len(text) - self.keep:] if self.keep else b""
+        self.tail[row] = text[-self.keep:] if self.keep else b""
         for s, b in self.stops:
             if b in text:
                 return s

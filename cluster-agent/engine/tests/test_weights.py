@@ -1,0 +1,113 @@
+"""Weight publication: patches reproduce the exact bf16 bytes after several optimizer
+steps, with a dense fallback above one third changed (issue test 2)."""
+
+import unittest
+
+import torch
+
+from dp_worker import make_batch
+from helpers import tiny_config, tiny_model
+from hearth_engine import safetensors
+from hearth_engine.errors import EngineError
+from hearth_engine.grpo import GRPOConfig, Trainer
+from hearth_engine.model import build_model
+from hearth_engine.weights import (IDX, VAL, PatchStats, Publisher, apply_blob, decode_indices, diff_tensors,
+                                   encode_indices, export_bf16, model_tensors, varint_decode, varint_encode)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.bfloat16).view(torch.int16)
+
+
+class VarintTest(unittest.TestCase):
+    def test_round_trip_and_sizes(self):
+        values = torch.tensor([0, 1, 127, 128, 16383, 16384, 2 ** 31 - 1, 2 ** 35 + 7, 2 ** 62])
+        enc = varint_encode(values)
+        self.assertEqual(enc.numel(), 1 + 1 + 1 + 2 + 2 + 3 + 5 + 6 + 9)
+        self.assertTrue(torch.equal(varint_decode(enc), values))
+        idx = torch.tensor([3, 4, 5, 900, 100_000, 100_001])
+        self.assertTrue(torch.equal(decode_indices(encode_indices(idx)), idx))
+        self.assertEqual(varint_decode(varint_encode(torch.zeros(0, dtype=torch.int64))).numel(), 0)
+
+    def test_truncated_varint_is_rejected(self):
+        with self.assertRaises(EngineError) as ctx:
+            varint_decode(torch.tensor([0x81], dtype=torch.uint8))
+        self.assertEqual(ctx.exception.code, "bad_patch")
+
+
+class PatchTest(unittest.TestCase):
+    def test_patches_reproduce_exact_bf16_after_optimizer_steps(self):
+        trainer_model = tiny_model(seed=11)
+        trainer = Trainer(trainer_model, GRPOConfig(lr=2e-6, micro_batch_size=4))
+        publisher = Publisher(max_shard_bytes=64 * 1024)
+        rollout = build_model(tiny_config(), seed=99, dtype=torch.bfloat16)  # different weights on purpose
+        targets = model_tensors(rollout)
+        blobs, stats = publisher.publish(trainer_model)
+        self.assertEqual(stats.kind, "full")
+        self.assertGreater(len(blobs), 1)  # sharded
+        version = None
+        for blob in blobs:
+            version = apply_blob(targets, blob).version
+        batch = make_batch()
+        kinds = []
+        for step in range(4):
+            trainer.step(batch)
+            blobs, stats = publisher.publish(trainer_model)
+            self.assertEqual(len(blobs), 1)
+            kinds.append((stats.sparse, stats.dense))
+            applied = apply_blob(targets, blobs[0], version)
+            version = applied.version
+            self.assertEqual((applied.sparse, applied.dense), (stats.sparse, stats.dense))
+            expected = export_bf16(trainer_model)
+            for name, value in expected.items():
+                self.assertTrue(torch.equal(bits(targets[name]), value.view(torch.int16)), f"step {step} {name}")
+            self.assertLess(stats.bytes, sum(v.numel() * 2 for v in expected.values()))
+        self.assertTrue(all(sparse > 0 for sparse, _ in kinds), kinds)
+        with torch.no_grad():
+            tokens = batch.tokens[:2]
+            torch.testing.assert_close(rollout(tokens).float(), trainer_model.to(torch.bfloat16)(tokens).float())
+
+    def test_dense_fallback_above_one_third(self):
+        old = {"a": torch.zeros(300, dtype=torch.bfloat16), "b": torch.zeros(300, dtype=torch.bfloat16),
+               "c": torch.zeros(4, 5, dtype=torch.bfloat16)}
+        new = {k: v.clone() for k, v in old.items()}
+        new["a"][:100] = 1.0  # exactly one third: sparse
+        new["b"][:101] = 2.0  # more than a third: dense
+        new["c"][0, 0] = -0.0  # a sign-bit-only change still counts (bit comparison)
+        stats = PatchStats()
+        entries = diff_tensors(old, new, stats)
+        self.assertEqual(sorted(entries), ["a" + IDX, "a" + VAL, "b", "c" + IDX, "c" + VAL])
+        self.assertEqual((stats.sparse, stats.dense, stats.changed), (2, 1, 202))
+        self.assertEqual(entries["a" + IDX].numel(), 100)  # gaps of 1: one byte each
+        blob = safetensors.serialize(entries, {"format": "hearth-patch", "version": "2", "base_version": "1"})
+        copy = {k: v.clone() for k, v in old.items()}
+        apply_blob(copy, blob, 1)
+        for k in new:
+            self.assertTrue(torch.equal(copy[k].view(torch.int16), new[k].view(torch.int16)), k)
+
+    def test_bad_patches_are_clear_errors(self):
+        target = {"a": torch.zeros(10, dtype=torch.bfloat16)}
+        cases = [
+            ({"zzz": torch.ones(10, dtype=torch.bfloat16)}, "unknown tensor"),
+            ({"a" + IDX: encode_indices(torch.tensor([2, 40])),
+              "a" + VAL: torch.ones(2, dtype=torch.bfloat16)}, "out of range"),
+            ({"a" + IDX: encode_indices(torch.tensor([2])), "a" + VAL: torch.ones(3, dtype=torch.bfloat16)},
+             "values do not match"),
+        ]
+        for entries, needle in cases:
+            blob = safetensors.serialize(entries, {"format": "hearth-patch", "version": "2", "base_version": "1"})
+            with self.assertRaises(EngineError) as ctx:
+                apply_blob(target, blob, 1)
+            self.assertEqual(ctx.exception.code, "bad_patch")
+            self.assertIn(needle, str(ctx.exception))
+        blob = safetensors.serialize({}, {"format": "hearth-patch", "version": "5", "base_version": "4"})
+        with self.assertRaises(EngineError) as ctx:
+            apply_blob(target, blob, 2)
+        self.assertIn("version 4", str(ctx.exception))
+        with self.assertRaises(EngineError) as ctx:
+            apply_blob(target, b"\x00" * 3)
+        self.assertEqual(ctx.exception.code, "bad_safetensors")
+
+
+if __name__ == "__main__":
+    unittest.main()
