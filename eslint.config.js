@@ -14,7 +14,10 @@ export default tseslint.config(
     },
     plugins: { "import-x": importX },
     rules: {
-      "@typescript-eslint/no-floating-promises": "error",
+      "@typescript-eslint/no-floating-promises": [
+        "error",
+        { allowForKnownSafeCalls: [{ from: "package", name: ["test", "it", "describe", "suite"], package: "node:test" }] },
+      ],
       "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: false }],
       "import-x/no-cycle": "error",
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],

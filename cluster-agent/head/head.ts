@@ -5,7 +5,7 @@
  * answers every malformed message with an error instead of crashing.
  */
 import { randomUUID } from "node:crypto";
-import { RouterChannel, type Frames } from "../../sdk/wire/channel.js";
+import { RouterChannel } from "../../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decodeHeader, encode, messageSize, num, obj, optNum, str, type Header } from "../../sdk/wire/codec.js";
 import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
 import type { AgentRecord, AppRecord } from "./records.js";
@@ -204,6 +204,7 @@ export class Head {
       }
       case "detach":
         app.drivers.delete(key);
+        if (app.drivers.size === 0) app.goneSince = Date.now();
         return { detached: true, keepAliveMs: app.keepAliveMs };
       case "close-app":
         this.releaseApp(app, `app '${app.name}' was closed by its driver`);

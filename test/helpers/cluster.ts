@@ -1,0 +1,116 @@
+/**
+ * Starts real head and agent processes (ports bound to 0) for black-box tests
+ * and stops them, leaving no process behind.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { HeadClient } from "../../sdk/runtime/head-client.js";
+
+const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+/** The compiled CLI. */
+export const CLI = path.join(DIST, "cluster-agent/cli.js");
+/** The compiled fixture services module. */
+export const FIXTURES = path.join(DIST, "test/fixtures/services.js");
+
+/** One agent to start. */
+export interface AgentSpec {
+  id: string;
+  cpus?: number;
+  mem?: string;
+  gpus?: number;
+}
+
+/** A running test cluster. */
+export interface TestCluster {
+  endpoint: string;
+  head: ChildProcess;
+  agents: Map<string, ChildProcess>;
+  dir: string;
+  /** Head's combined output so far. */
+  headLog(): string;
+  /** Starts one more agent. */
+  addAgent(spec: AgentSpec): Promise<ChildProcess>;
+  /** Head status (all apps). */
+  status(): Promise<any>;
+  stop(): Promise<void>;
+}
+
+/** Waits for `probe` to return a value other than undefined, polling every 50 ms. */
+export async function waitFor<T>(what: string, probe: () => T | undefined | Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function exited(p: ChildProcess): Promise<void> {
+  return p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise((r) => p.once("exit", () => r()));
+}
+
+/** Starts a head with `--keep-alive` and the given agents. */
+export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: string }): Promise<TestCluster> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-test-"));
+  const headArgs = [CLI, "head", "--bind", "tcp://127.0.0.1:0"];
+  if (opts.keepAlive) headArgs.push("--keep-alive", opts.keepAlive);
+  const head = spawn(process.execPath, headArgs, { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  head.stdout!.on("data", (d: Buffer) => (log += d.toString()));
+  head.stderr!.on("data", (d: Buffer) => (log += d.toString()));
+  const endpoint = await waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(log)?.[1]);
+  const agents = new Map<string, ChildProcess>();
+  const client = (await HeadClient.open(endpoint, { app: "_test-observer" })).client;
+  const status = (): Promise<any> => client.request("status", { all: true });
+
+  const addAgent = async (spec: AgentSpec): Promise<ChildProcess> => {
+    const args = [CLI, "agent", "--head", endpoint, "--id", spec.id, "--work-dir", path.join(dir, spec.id)];
+    if (spec.cpus !== undefined) args.push("--cpus", String(spec.cpus));
+    if (spec.mem !== undefined) args.push("--mem", spec.mem);
+    args.push("--gpus", String(spec.gpus ?? 0));
+    const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"] });
+    p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
+    agents.set(spec.id, p);
+    await waitFor(`agent ${spec.id} to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id) ? true : undefined));
+    return p;
+  };
+  for (const spec of opts.agents) await addAgent(spec);
+
+  return {
+    endpoint,
+    head,
+    agents,
+    dir,
+    headLog: () => log,
+    addAgent,
+    status,
+    async stop() {
+      await client.request("shutdown", {}, 5000).catch(() => undefined);
+      client.close();
+      const all = [head, ...agents.values()];
+      const timer = setTimeout(() => all.forEach((p) => p.kill("SIGKILL")), 15_000);
+      await Promise.all(all.map(exited));
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Executors of one service in a status document. */
+export function executorsOf(status: any, app: string, service: string): any[] {
+  const a = status.apps.find((x: any) => x.name === app);
+  return a?.services.find((s: any) => s.name === service)?.executors ?? [];
+}
+
+/** True while a process id exists. */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

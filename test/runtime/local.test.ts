@@ -1,0 +1,70 @@
+/**
+ * The embedded default: connect() with no endpoint starts a local head and
+ * agent in the background, later drivers find them, and `hearth status` /
+ * `hearth down` work on them.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { promisify } from "node:util";
+import { connect } from "../../sdk/runtime/app.js";
+import { findLocalCluster } from "../../sdk/engines/local.js";
+import { CLI, FIXTURES, pidAlive, waitFor } from "../helpers/cluster.js";
+import type { Counter } from "../fixtures/services.js";
+
+const run = promisify(execFile);
+const home = mkdtempSync(path.join(os.tmpdir(), "hearth-home-"));
+const env: NodeJS.ProcessEnv = { ...process.env, HEARTH_HOME: home };
+delete env.HEARTH_HEAD;
+
+after(async () => {
+  await run(process.execPath, [CLI, "down"], { env }).catch(() => undefined);
+});
+
+test("connect() without an endpoint starts the local head and agent, which outlive the driver", async () => {
+  const app = await connect({ name: "embedded", local: { home } });
+  const counter = await app.service<Counter>({ module: FIXTURES, export: "Counter" }, { resreq: "cpu=0.5" });
+  assert.equal(await counter.call("add", 4), 4);
+  await app.disconnect();
+  const cluster = findLocalCluster(home)!;
+  assert.ok(cluster, "the state file names the running local cluster");
+  assert.ok(pidAlive(cluster.headPid) && pidAlive(cluster.agentPid));
+
+  const again = await connect({ name: "embedded", local: { home } });
+  assert.equal(again.endpoint, cluster.endpoint, "a second connect finds the same head");
+  assert.equal(again.reattached, true);
+  const same = await again.service<Counter>({ module: FIXTURES, export: "Counter" }, { resreq: "cpu=0.5" });
+  assert.equal(await same.call("add", 1), 5, "still warm");
+  await again.disconnect();
+
+  const { stdout } = await run(process.execPath, [CLI, "status"], { env });
+  assert.match(stdout, /agents: 1/);
+  assert.match(stdout, /embedded: 0 driver\(s\)/);
+  assert.match(stdout, /Counter \[pool, ready\]/);
+
+  const down = await run(process.execPath, [CLI, "down"], { env });
+  assert.match(down.stdout, /stopped the local head and agent/);
+  await waitFor("local processes to exit", () => (!pidAlive(cluster.headPid) && !pidAlive(cluster.agentPid) ? true : undefined));
+  assert.equal(findLocalCluster(home), undefined);
+});
+
+test("hearth up / status / down from the command line", async () => {
+  const up = await run(process.execPath, [CLI, "up", "--cpus", "2", "--gpus", "1"], { env });
+  assert.match(up.stdout, /started: head tcp:\/\/127\.0\.0\.1:\d+/);
+  const again = await run(process.execPath, [CLI, "up"], { env });
+  assert.match(again.stdout, /already running/);
+  const { stdout } = await run(process.execPath, [CLI, "status", "--json"], { env });
+  const st = JSON.parse(stdout);
+  assert.deepEqual(st.agents[0].total.gpus, ["0"]);
+  assert.equal(st.agents[0].total.cpu, 2);
+  await run(process.execPath, [CLI, "down"], { env });
+  const none = await run(process.execPath, [CLI, "down"], { env });
+  assert.match(none.stdout, /no local head is running/);
+});
+
+test("connecting to an endpoint where no head runs is a clear ConnectError", async () => {
+  await assert.rejects(connect({ name: "x", head: "tcp://127.0.0.1:1", timeoutMs: 500 }), /no hearth head answered at tcp:\/\/127\.0\.0\.1:1 within 0\.5 s/);
+});
