@@ -135,7 +135,7 @@ export class Head {
       }
       if (frames.length !== 2) throw new ProtocolError("'call' message needs exactly one payload frame (msgpack args array)");
       this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined);
-      this.scheduler.schedule();
+      this.scheduler.onCallsChanged(s);
       return;
     }
     if (h.t !== "req") throw new ProtocolError(`unknown message type '${h.t}' from a driver`);
@@ -316,13 +316,11 @@ export class Head {
         return;
       case "result": {
         if (frames.length !== 2) throw new ProtocolError("'result' message needs exactly one payload frame");
-        if (sched.router.complete(e, num(h, "hid"), { value: frames[1]! })) sched.router.dispatch(s);
-        sched.schedule();
+        if (sched.router.complete(e, num(h, "hid"), { value: frames[1]! })) sched.onCallsChanged(s);
         return;
       }
       case "failed": {
-        if (sched.router.complete(e, num(h, "hid"), { error: obj(h, "error") as unknown as WireError })) sched.router.dispatch(s);
-        sched.schedule();
+        if (sched.router.complete(e, num(h, "hid"), { error: obj(h, "error") as unknown as WireError })) sched.onCallsChanged(s);
         return;
       }
       default:

@@ -141,6 +141,16 @@ export class Scheduler {
     }
   }
 
+  /**
+   * A call was queued on `s` or one of its calls finished: hand out queued
+   * calls, and run a full pass only when some are still waiting (the pool may
+   * need to grow). Keeps the per-call path short.
+   */
+  onCallsChanged(s: ServiceRecord): void {
+    this.router.dispatch(s);
+    if (s.queue.length > 0) this.schedule();
+  }
+
   /** Stops idle pool executors beyond warmup once they were idle for the idle timeout. */
   shrinkIdle(now: number): void {
     for (const s of this.services.values()) {

@@ -1,0 +1,18 @@
+/**
+ * `npm run bench -- <name> [args]`: runs one benchmark. Benchmarks print
+ * ratios against a peer measured in the same run; they never fail on noise.
+ */
+import { benchRpc } from "./rpc.js";
+
+const benches: Record<string, (args: string[]) => Promise<unknown>> = {
+  rpc: benchRpc,
+};
+
+const [name, ...args] = process.argv.slice(2);
+const bench = name ? benches[name] : undefined;
+if (!bench) {
+  console.error(`usage: npm run bench -- <${Object.keys(benches).join("|")}> [args]`);
+  process.exit(2);
+}
+await bench(args);
+process.exit(0);

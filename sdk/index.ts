@@ -1,0 +1,42 @@
+/**
+ * hearth's SDK: connect to a head (or the embedded local default), declare
+ * services whose executors stay warm between notebook cells, and call them.
+ *
+ * @example
+ * ```ts
+ * import { connect } from "hearth";
+ * import type { Counter } from "./counter.js";
+ *
+ * const app = await connect({ name: "demo" });            // embedded default
+ * const pool = await app.service<Counter>(
+ *   { module: new URL("./counter.js", import.meta.url), export: "Counter" },
+ *   { resreq: "cpu=1", warmup: 2, max: 8 },               // a pool that grows under load
+ * );
+ * await pool.call("add", 5);
+ * const gang = await app.service<Counter>("./counter.js#Counter", { name: "g", warmup: 2, autoscale: false });
+ * await gang.broadcast("add", [[1], [2]]);                 // one argument list per rank
+ * console.log(await app.status());
+ * await app.disconnect();                                   // stays warm for the keep-alive period
+ * ```
+ */
+export { App, connect, type AppStatus, type ConnectOptions, type ServiceOptions, type ServiceRef } from "./runtime/app.js";
+export { GangHandle, PoolHandle, type GangMember, type MapOptions, type ServiceInfo } from "./runtime/handles.js";
+export { DEFAULT_RESOURCES, formatResources, parseMem, parseResreq, type Resources } from "./runtime/resreq.js";
+export type { ExecutorContext, MethodArgs, MethodNames, MethodResult, ServiceInstance } from "./runtime/types.js";
+export { ensureLocalCluster, findLocalCluster, hearthHome, stopLocalCluster, type LocalCluster, type LocalClusterOptions } from "./engines/local.js";
+export {
+  ClosedError,
+  ConnectError,
+  ExecutorLostError,
+  GangFailedError,
+  HearthError,
+  MESSAGE_LIMIT,
+  MessageTooLargeError,
+  ProtocolError,
+  RemoteError,
+  ResreqError,
+  ServiceConfigError,
+  ServiceNotFoundError,
+  ServiceStartError,
+  TimeoutError,
+} from "./wire/index.js";

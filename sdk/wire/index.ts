@@ -1,0 +1,33 @@
+/**
+ * The wire layer shared by every hearth process: message encoding, socket
+ * wrappers and the error tree.
+ *
+ * @example
+ * ```ts
+ * import { encode, decodeHeader, RemoteError } from "hearth/wire";
+ * const frame = encode({ t: "req", rid: 1, op: "status" });
+ * decodeHeader(frame).t; // "req"
+ * ```
+ */
+export { MESSAGE_LIMIT, decode, decodeHeader, encode, messageSize, type Header } from "./codec.js";
+export { DealerChannel, RouterChannel, type ChannelOptions, type Frames } from "./channel.js";
+export {
+  ClosedError,
+  ConnectError,
+  ExecutorLostError,
+  GangFailedError,
+  HearthError,
+  MessageTooLargeError,
+  ProtocolError,
+  RemoteError,
+  ResreqError,
+  ServiceConfigError,
+  ServiceNotFoundError,
+  ServiceStartError,
+  TimeoutError,
+  formatBytes,
+  fromWireError,
+  toWireError,
+  type RemoteOrigin,
+  type WireError,
+} from "./errors.js";
