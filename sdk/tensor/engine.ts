@@ -1,0 +1,310 @@
+/**
+ * `TensorEngine`: the TypeScript handle on one Python tensor engine process
+ * (cluster-agent/engine), spoken to over its stdin/stdout with the framing in
+ * frame.ts. Requests are served in order; each resolves with its typed result
+ * or rejects with an `EngineError` (Python's code and traceback). If the
+ * process dies, every pending and later request rejects with code
+ * `engine_exited` and the tail of its stderr.
+ */
+
+import { spawn, type ChildProcessByStdio } from "node:child_process";
+import type { Readable, Writable } from "node:stream";
+import { EngineError, type EngineErrorInfo } from "./errors.js";
+import { FrameDecoder, decodeValue, encodeFrame, encodeValue } from "./frame.js";
+import { findEngineDir, findPython } from "./python.js";
+import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
+import type {
+  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitModelOptions,
+  InitModelResult, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
+} from "./types.js";
+
+/** How to start an engine. */
+export interface TensorEngineOptions {
+  /** Interpreter (default: HEARTH_PYTHON, else the first of /usr/bin/python3, python3 that imports torch). */
+  python?: string;
+  /** Directory holding `hearth_engine` (default: HEARTH_ENGINE_DIR, else found from this module). */
+  engineDir?: string;
+  /** Extra environment for the process (e.g. CUDA_VISIBLE_DEVICES, HEARTH_THREADS). */
+  env?: Record<string, string>;
+  /** Called with each chunk the engine writes to stderr (default: kept, only the tail is reported). */
+  onStderr?: (text: string) => void;
+  /** Milliseconds to wait for the first ping (default 120 000). */
+  startTimeoutMs?: number;
+}
+
+/** Per-request controls. */
+export interface RequestOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+interface Pending {
+  op: string;
+  resolve: (value: unknown) => void;
+  reject: (error: EngineError) => void;
+}
+
+type EngineProcess = ChildProcessByStdio<Writable, Readable, Readable>;
+
+const STDERR_TAIL = 16 * 1024;
+
+function snake(options: object): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(options)) {
+    if (v !== undefined) out[k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = v;
+  }
+  return out;
+}
+
+function ragged(rows: readonly (Int32Array | readonly number[])[]): { tokens: Tensor; lengths: Tensor } {
+  const lengths = Int32Array.from(rows, (r) => r.length);
+  const flat = new Int32Array(lengths.reduce((a, b) => a + b, 0));
+  let at = 0;
+  for (const r of rows) {
+    flat.set(r, at);
+    at += r.length;
+  }
+  return { tokens: int32Tensor(flat), lengths: int32Tensor(lengths) };
+}
+
+function unragged(result: Record<string, unknown>): GeneratedRow[] {
+  const tokens = toInt32Array(result.tokens as Tensor);
+  const logprobs = toFloat32Array(result.logprobs as Tensor);
+  const lengths = toInt32Array(result.lengths as Tensor);
+  const reasons = result.finish_reasons as FinishReason[];
+  const stops = result.stops as (string | null)[];
+  const rows: GeneratedRow[] = [];
+  let at = 0;
+  lengths.forEach((n, i) => {
+    rows.push({ tokens: tokens.slice(at, at + n), logprobs: logprobs.slice(at, at + n), finishReason: reasons[i], stop: stops[i] });
+    at += n;
+  });
+  return rows;
+}
+
+/** A running tensor engine process. Create with `TensorEngine.start()`; end with `close()`. */
+export class TensorEngine {
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private readonly decoder = new FrameDecoder();
+  private stderrTail = "";
+  private failure: EngineError | undefined;
+  private closing: Promise<void> | undefined;
+  private readonly exited: Promise<void>;
+
+  private constructor(private readonly child: EngineProcess, private readonly onStderr?: (text: string) => void) {
+    this.exited = new Promise((done) => child.once("close", () => done()));
+  }
+
+  /** Spawn the engine and wait until it answers a ping. */
+  static async start(options: TensorEngineOptions = {}): Promise<TensorEngine> {
+    const python = await findPython(options.python);
+    const engineDir = findEngineDir(options.engineDir);
+    const env = { ...process.env, ...options.env, PYTHONPATH: [engineDir, process.env.PYTHONPATH].filter(Boolean).join(":") };
+    const child = spawn(python, ["-m", "hearth_engine"], { stdio: ["pipe", "pipe", "pipe"], env });
+    const engine = new TensorEngine(child, options.onStderr);
+    engine.attach();
+    try {
+      await engine.ping({ timeoutMs: options.startTimeoutMs ?? 120_000 });
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+    return engine;
+  }
+
+  /** The engine's process id. */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** True until the process has exited or close() was called. */
+  get alive(): boolean {
+    return this.failure === undefined && this.closing === undefined;
+  }
+
+  private attach(): void {
+    this.child.stdout.on("data", (chunk: Buffer) => this.onData(chunk));
+    this.child.stderr.on("data", (chunk: Buffer) => {
+      const text = chunk.toString("utf8");
+      this.stderrTail = (this.stderrTail + text).slice(-STDERR_TAIL);
+      this.onStderr?.(text);
+    });
+    this.child.stdin.on("error", () => undefined); // EPIPE after death is reported through "close"
+    this.child.once("error", (err) => this.fail({ code: "spawn_failed", message: err.message }, err));
+    this.child.once("close", (code, signal) => {
+      const how = signal ? `signal ${signal}` : `exit code ${code}`;
+      const tail = this.stderrTail.trim() ? `\n--- engine stderr (tail) ---\n${this.stderrTail.trimEnd()}` : "";
+      this.fail({ code: this.closing ? "closed" : "engine_exited", message: `engine process ended with ${how}${tail}` });
+    });
+  }
+
+  private onData(chunk: Buffer): void {
+    this.decoder.push(chunk);
+    for (;;) {
+      let frame;
+      try {
+        frame = this.decoder.next();
+      } catch (err) {
+        this.fail({ code: "protocol", message: `unreadable reply: ${(err as Error).message}` }, err);
+        this.child.kill("SIGKILL");
+        return;
+      }
+      if (!frame) return;
+      const id = frame.header.id as number;
+      const entry = this.pending.get(id);
+      if (!entry) continue; // a reply to a request that timed out or was aborted
+      this.pending.delete(id);
+      if (frame.header.ok === true) entry.resolve(decodeValue(frame.header.result, frame.payloads));
+      else entry.reject(new EngineError(frame.header.error as EngineErrorInfo, { op: entry.op }));
+    }
+  }
+
+  private fail(info: EngineErrorInfo, cause?: unknown): void {
+    this.failure ??= new EngineError(info, { cause });
+    for (const [id, entry] of this.pending) {
+      this.pending.delete(id);
+      entry.reject(new EngineError(info, { op: entry.op, cause }));
+    }
+  }
+
+  /**
+   * Send one raw request (`op` and snake_case `args`; Tensors and Uint8Arrays
+   * travel as binary payloads). The typed methods below are built on this.
+   */
+  request<T = unknown>(op: string, args: Record<string, unknown> = {}, options: RequestOptions = {}): Promise<T> {
+    if (this.failure) return Promise.reject(new EngineError({ code: this.failure.code, message: this.failure.message }, { op }));
+    if (this.closing) return Promise.reject(new EngineError({ code: "closed", message: "engine is closed" }, { op }));
+    const id = this.nextId++;
+    const payloads: Uint8Array[] = [];
+    const encoded = encodeValue(args, payloads);
+    return new Promise<T>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const onAbort = (): void => finish(() => reject(new EngineError({ code: "aborted", message: "request aborted" }, { op })));
+      const finish = (settle: () => void): void => {
+        if (timer) clearTimeout(timer);
+        options.signal?.removeEventListener("abort", onAbort);
+        this.pending.delete(id);
+        settle();
+      };
+      this.pending.set(id, {
+        op,
+        resolve: (v) => finish(() => resolve(v as T)),
+        reject: (e) => finish(() => reject(e)),
+      });
+      if (options.signal?.aborted) return onAbort();
+      options.signal?.addEventListener("abort", onAbort, { once: true });
+      if (options.timeoutMs !== undefined) {
+        timer = setTimeout(
+          () => finish(() => reject(new EngineError({ code: "timeout", message: `no reply within ${options.timeoutMs} ms` }, { op }))),
+          options.timeoutMs,
+        );
+      }
+      for (const buf of encodeFrame({ id, op, args: encoded }, payloads)) this.child.stdin.write(buf);
+    });
+  }
+
+  /** Engine version, torch version, pid, CUDA availability. */
+  ping(options?: RequestOptions): Promise<EngineInfo> {
+    return this.request("ping", {}, options);
+  }
+
+  /** Build (random init) or load the model; drops sessions, trainer and publication state. */
+  initModel(model: InitModelOptions, options?: RequestOptions): Promise<InitModelResult> {
+    return this.request("init_model", snake(model), options);
+  }
+
+  /** Send the vocabulary once: the UTF-8 bytes each token id decodes to (for stop strings). */
+  async setVocab(pieces: readonly Uint8Array[], options?: RequestOptions): Promise<{ size: number }> {
+    const offsets = new Int32Array(pieces.length + 1);
+    pieces.forEach((p, i) => (offsets[i + 1] = offsets[i] + p.byteLength));
+    return this.request("set_vocab", { data: Buffer.concat(pieces), offsets: int32Tensor(offsets) }, options);
+  }
+
+  /** Sample continuations of a batch of prompts; keeps a session for resume unless `keep` is false. */
+  async generate(prompts: readonly (Int32Array | readonly number[])[], sampling: SamplingOptions = {},
+    extra: { keep?: boolean; capacity?: number } & RequestOptions = {}): Promise<GenerateResult> {
+    const { signal, timeoutMs, ...rest } = extra;
+    const result = await this.request<Record<string, unknown>>("generate",
+      { ...ragged(prompts), params: snake(sampling), ...rest }, { signal, timeoutMs });
+    return { session: result.session as number, rows: unragged(result) };
+  }
+
+  /**
+   * Continue some rows of a session after appending tokens to each (e.g. a
+   * search result); the cache is reused, only uncached tokens are computed.
+   * Returns one entry per session row; rows not continued are `idle`.
+   */
+  async resume(session: number, appended: ReadonlyMap<number, Int32Array | readonly number[]>,
+    sampling: SamplingOptions = {}, options?: RequestOptions): Promise<GeneratedRow[]> {
+    const rows = [...appended.keys()];
+    const result = await this.request<Record<string, unknown>>("resume",
+      { session, rows, ...ragged(rows.map((r) => appended.get(r) ?? [])), params: snake(sampling) }, options);
+    return unragged(result);
+  }
+
+  /** Free a session's KV cache. */
+  release(session: number, options?: RequestOptions): Promise<{ released: boolean }> {
+    return this.request("release", { session }, options);
+  }
+
+  /** Teacher-forced logprobs of `rows x cols` tokens, aligned with them (entry 0 of each row is 0). */
+  async logprobs(tokens: Int32Array, rows: number, cols: number, options?: RequestOptions): Promise<Float32Array> {
+    const result = await this.request<{ logprobs: Tensor }>("logprobs", { tokens: int32Tensor(tokens, [rows, cols]) }, options);
+    return toFloat32Array(result.logprobs);
+  }
+
+  /** Make this engine a trainer (fp32 master weights, AdamW, frozen reference when klCoef > 0). */
+  trainInit(config: TrainerOptions = {}, distributed?: DistributedOptions, options?: RequestOptions): Promise<{ config: Record<string, unknown>; backend: string | null }> {
+    return this.request("train_init", { config: snake(config), distributed: distributed && snake(distributed) }, options);
+  }
+
+  /** One optimiser step on this rank's rows (every rank of a data-parallel group calls it together). */
+  trainStep(batch: TrainBatch, options?: RequestOptions): Promise<TrainMetrics> {
+    const shape = [batch.rows, batch.cols];
+    const advShape = batch.advantages.length === batch.rows ? [batch.rows] : shape;
+    return this.request("train_step", {
+      tokens: int32Tensor(batch.tokens, shape),
+      mask: uint8Tensor(batch.mask, shape),
+      advantages: float32Tensor(batch.advantages, advShape),
+      old_logprobs: float32Tensor(batch.oldLogprobs, shape),
+      ref_logprobs: batch.refLogprobs && float32Tensor(batch.refLogprobs, shape),
+    }, options);
+  }
+
+  /** Publish bf16 weights: full shards the first time, then one exact patch against the last publication. */
+  publish(maxShardBytes?: number, options?: RequestOptions): Promise<Publication> {
+    return this.request("publish", { max_shard_bytes: maxShardBytes }, options);
+  }
+
+  /** Apply publications (full shards or patches, in order) to this engine's model; sessions are dropped. */
+  apply(blobs: readonly Uint8Array[], options?: RequestOptions): Promise<ApplyResult> {
+    return this.request("apply", { blobs: [...blobs] }, options);
+  }
+
+  /** Write the model in HF layout (config.json + safetensors) under `path`. */
+  saveCheckpoint(path: string, dtype: "bfloat16" | "float32" = "bfloat16", options?: RequestOptions): Promise<{ files: string[] }> {
+    return this.request("save_checkpoint", { path, dtype }, options);
+  }
+
+  /**
+   * Stop the engine: ask it to exit, wait up to `graceMs`, then kill it.
+   * Pending requests reject with code `closed`. Safe to call repeatedly.
+   */
+  close(graceMs = 5_000): Promise<void> {
+    this.closing ??= (async () => {
+      if (this.child.exitCode === null && this.child.signalCode === null && !this.failure) {
+        for (const buf of encodeFrame({ id: 0, op: "shutdown", args: {} }, [])) this.child.stdin.write(buf);
+        this.child.stdin.end();
+        const timer = setTimeout(() => this.child.kill("SIGKILL"), graceMs);
+        await this.exited;
+        clearTimeout(timer);
+      } else if (this.child.exitCode === null && this.child.signalCode === null) {
+        this.child.kill("SIGKILL");
+        await this.exited;
+      }
+      this.fail({ code: "closed", message: "engine is closed" });
+    })();
+    return this.closing;
+  }
+}
