@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+import time
+
 import torch
 from torch import Tensor
 
@@ -56,6 +58,8 @@ class Session:
         self.tokens: List[List[int]] = [[] for _ in range(batch)]
         self.cached: List[int] = [0] * batch
         self.stepper: Optional[DecodeStep] = None
+        # Wall-clock seconds of the last call: prefill, decode, decode_steps, graph_capture.
+        self.timings: Dict[str, float] = {}
 
     @property
     def batch(self) -> int:
@@ -87,6 +91,7 @@ class DecodeStep:
     def __init__(self, model: Transformer, cache: List[KVCache], use_graph: bool):
         self.model, self.cache = model, cache
         self.graph = None
+        self.capture_seconds = 0.0
         self.use_graph = use_graph and model.lm_head.weight.is_cuda and hasattr(torch.cuda, "CUDAGraph")
 
     def eager(self, tok: Tensor, pos: Tensor) -> Tensor:
@@ -97,6 +102,7 @@ class DecodeStep:
         if not self.use_graph:
             return self.eager(tok, pos)
         if self.graph is None:
+            t0 = time.perf_counter()
             self.tok, self.pos = tok.clone(), pos.clone()
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -107,6 +113,8 @@ class DecodeStep:
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
                 self.logits = self.eager(self.tok, self.pos)
+            torch.cuda.synchronize()
+            self.capture_seconds = time.perf_counter() - t0
         self.tok.copy_(tok)
         self.pos.copy_(pos)
         self.graph.replay()
@@ -198,11 +206,15 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
     gen = None
     if params.seed is not None and params.temperature > 0:
         gen = torch.Generator(device=device).manual_seed(int(params.seed))
+    t0 = _now(device)
     logits = _prefill(session, feeds)
+    t1 = _now(device)
     session.ensure_capacity(max(session.cached) + params.max_new_tokens)
     if session.stepper is None:
         session.stepper = DecodeStep(model, session.cache, params.cuda_graph)
     done = [not a for a in active]
+    capture0 = session.stepper.capture_seconds
+    steps = 0
     for step in range(params.max_new_tokens):
         nxt = sample(logits, params.temperature, params.top_p, gen)  # (B,)
         lp = token_logprob(logits, nxt).tolist()
@@ -225,10 +237,19 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
         # slot (re-fed on resume), so positions never run past the cache.
         pos = torch.tensor(session.cached, dtype=torch.long, device=device)
         logits = session.stepper(nxt, pos)
+        steps += 1
         for b in range(B):
             if not done[b]:
                 session.cached[b] += 1
+    session.timings = {"prefill": t1 - t0, "decode": _now(device) - t1, "decode_steps": float(steps),
+                       "graph_capture": session.stepper.capture_seconds - capture0}
     return results
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def generate(model: Transformer, prompts: List[List[int]], params: SamplingParams,
