@@ -124,6 +124,15 @@ def init_distributed(rank: int, world_size: int, init_method: str, backend: Opti
     return backend
 
 
+def shutdown_distributed(barrier: bool = False) -> None:
+    """Leave the process group; exiting without this can abort inside gloo's threads.
+    With `barrier`, wait for every rank first (hangs if a rank is gone)."""
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
 class Trainer:
     """Owns the fp32 master policy, the frozen reference and the AdamW state."""
 
@@ -183,6 +192,9 @@ class Trainer:
         metrics: Dict[str, float] = {"tokens": global_tokens, "rows": float(counts[1])}
         if global_tokens == 0:
             return {**metrics, "skipped": 1.0}
+        for p in self.params:  # a rank whose rows are all masked still joins the all-reduce
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         sums = self.accumulate(batch, global_tokens)
         stats = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
         all_reduce_([self.params[i].grad for i in range(len(self.params))] + [stats])

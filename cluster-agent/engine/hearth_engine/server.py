@@ -20,7 +20,7 @@ from torch import Tensor
 from . import __version__, checkpoint, config as config_mod
 from .errors import EngineError
 from .generate import RowResult, SamplingParams, Session, generate, resume
-from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs
+from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
 from .weights import Publisher, apply_blob, model_tensors
@@ -211,6 +211,7 @@ class Engine:
         return {"files": files}
 
     def op_shutdown(self, args: Dict[str, Any]) -> Any:
+        shutdown_distributed()
         return {"bye": True}
 
     def handle(self, header: Dict[str, Any], payloads: List[bytearray]) -> Any:

@@ -9,7 +9,7 @@ import sys
 import torch
 
 from helpers import tiny_model
-from hearth_engine.grpo import GRPOConfig, TrainBatch, Trainer, init_distributed
+from hearth_engine.grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, shutdown_distributed
 
 
 def make_batch(seed: int = 123) -> TrainBatch:
@@ -38,6 +38,7 @@ def main() -> None:
     for _ in range(2):
         metrics = trainer.step(mine)
     torch.save({"state": model.state_dict(), "metrics": metrics}, out)
+    shutdown_distributed(barrier=True)
 
 
 if __name__ == "__main__":
