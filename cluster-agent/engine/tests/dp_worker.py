@@ -1,8 +1,9 @@
-"""One data-parallel trainer process for test_grpo: `dp_worker.py RANK WORLD INIT OUT`.
+"""One data-parallel trainer process for test_grpo: `dp_worker.py RANK WORLD INIT OUT [idle]`.
 
 Every process builds the same model and the same 4-row batch, trains on its
 contiguous share of rows for two steps and saves the resulting weights to OUT.
-WORLD = 1 runs without torch.distributed (the reference)."""
+WORLD = 1 runs without torch.distributed (the reference). With `idle`, rows 2-3 are
+fully masked, so rank 1 of 2 has nothing to train yet must join every all-reduce."""
 
 import sys
 
@@ -32,6 +33,8 @@ def main() -> None:
     trainer = Trainer(model, GRPOConfig(lr=1e-3, kl_coef=0.05, entropy_coef=0.01, micro_batch_size=1,
                                         grad_clip=0.5))
     full = make_batch()
+    if len(sys.argv) > 5 and sys.argv[5] == "idle":
+        full.mask[2:] = False
     share = 4 // world
     rows = slice(rank * share, (rank + 1) * share)
     mine = TrainBatch(full.tokens[rows], full.mask[rows], full.advantages[rows], full.old_logprobs[rows])

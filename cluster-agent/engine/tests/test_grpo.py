@@ -70,16 +70,22 @@ class MaskTest(unittest.TestCase):
 
 
 class DataParallelTest(unittest.TestCase):
-    def run_worker(self, rank: int, world: int, init: str, out: str) -> subprocess.Popen:
+    def run_worker(self, rank: int, world: int, init: str, out: str, variant: str) -> subprocess.Popen:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.Popen([sys.executable, os.path.join(HERE, "dp_worker.py"), str(rank), str(world),
-                                 init, out], cwd=HERE, env=env, stderr=subprocess.PIPE)
+                                 init, out, variant], cwd=HERE, env=env, stderr=subprocess.PIPE)
 
     def test_two_gloo_ranks_with_half_batches_match_one_process(self):
+        self.check_data_parallel("all")
+
+    def test_rank_with_only_masked_rows_still_matches(self):
+        self.check_data_parallel("idle")
+
+    def check_data_parallel(self, variant: str) -> None:
         tmp = tempfile.mkdtemp()
         init = "file://" + os.path.join(tmp, "rendezvous")
-        procs = [self.run_worker(r, 2, init, os.path.join(tmp, f"rank{r}.pt")) for r in range(2)]
-        single = self.run_worker(0, 1, "", os.path.join(tmp, "single.pt"))
+        procs = [self.run_worker(r, 2, init, os.path.join(tmp, f"rank{r}.pt"), variant) for r in range(2)]
+        single = self.run_worker(0, 1, "", os.path.join(tmp, "single.pt"), variant)
         for p in procs + [single]:
             _, err = p.communicate(timeout=90)
             self.assertEqual(p.returncode, 0, err.decode()[-2000:])

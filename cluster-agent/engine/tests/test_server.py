@@ -1,0 +1,69 @@
+"""The pipe protocol and request dispatch, in process (frames in, frames out)."""
+
+import io
+import unittest
+
+import torch
+
+import helpers  # noqa: F401 - puts hearth_engine on sys.path
+from hearth_engine.protocol import decode_value, encode_value, read_frame, write_frame
+from hearth_engine.server import serve
+
+TINY = {"config": "tiny", "overrides": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+                                        "num_hidden_layers": 2}, "threads": 1}
+
+
+def exchange(*requests):
+    """Serve the given (op, args) requests; return the decoded replies."""
+    inp = io.BytesIO()
+    for i, (op, args) in enumerate(requests):
+        payloads = []
+        write_frame(inp, {"id": i, "op": op, "args": encode_value(args, payloads)}, payloads)
+    inp.seek(0)
+    out = io.BytesIO()
+    serve(inp, out)
+    out.seek(0)
+    replies = []
+    while True:
+        frame = read_frame(out)
+        if frame is None:
+            return replies
+        header, payloads = frame
+        replies.append({**header, "result": decode_value(header.get("result"), payloads)})
+
+
+class ServerTest(unittest.TestCase):
+    def test_requests_round_trip_with_binary_tensors(self):
+        prompts = torch.tensor([1, 2, 3, 4, 5], dtype=torch.int32)
+        replies = exchange(
+            ("ping", {}),
+            ("init_model", TINY),
+            ("generate", {"tokens": prompts, "lengths": [2, 3], "params": {"max_new_tokens": 3, "temperature": 0}}),
+            ("logprobs", {"tokens": torch.tensor([[1, 2, 3]], dtype=torch.int32)}),
+            ("publish", {}),
+        )
+        self.assertTrue(all(r["ok"] for r in replies), replies)
+        gen = replies[2]["result"]
+        self.assertEqual(gen["lengths"].tolist(), [3, 3])
+        self.assertEqual(gen["tokens"].dtype, torch.int32)
+        self.assertEqual(gen["finish_reasons"], ["length", "length"])
+        self.assertEqual(replies[3]["result"]["logprobs"].shape, (1, 3))
+        self.assertEqual(replies[4]["result"]["kind"], "full")
+        self.assertIsInstance(replies[4]["result"]["blobs"][0], bytearray)
+
+    def test_errors_carry_code_and_traceback_and_serving_continues(self):
+        replies = exchange(("generate", {"tokens": [1], "lengths": [1]}), ("nope", {}),
+                           ("init_model", {"config": "no-such-preset"}), ("ping", {}))
+        codes = [r.get("error", {}).get("code") for r in replies]
+        self.assertEqual(codes, ["no_model", "unknown_op", "bad_config", None])
+        self.assertIn("Traceback", replies[0]["error"]["traceback"])
+        self.assertTrue(replies[3]["ok"])
+
+    def test_shutdown_stops_serving(self):
+        replies = exchange(("shutdown", {}), ("ping", {}))
+        self.assertEqual(len(replies), 1)
+        self.assertTrue(replies[0]["result"]["bye"])
+
+
+if __name__ == "__main__":
+    unittest.main()
