@@ -10,8 +10,13 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { DealerChannel } from "../sdk/wire/channel.js";
+import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
+import { toWireError } from "../sdk/wire/errors.js";
+import { PendingRequests } from "../sdk/wire/requests.js";
+import { download } from "../sdk/cache/transfer.js";
+import { ObjectStore } from "./head/object-store.js";
+import { ObjectService } from "./object-service.js";
 import { detectResources, type NodeResources } from "./resources.js";
 
 /** Agent settings; anything left out is detected. */
@@ -25,11 +30,14 @@ export interface AgentOptions {
   workDir?: string;
   labels?: Record<string, string>;
   log?: (line: string) => void;
+  /** Memory for the node-local object cache. Default a quarter of this machine's memory. */
+  cacheMem?: number;
 }
 
 const EXECUTOR_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "executor-main.js");
 
 interface Child {
+  app: string;
   proc: ChildProcess;
   stderrTail: string;
   killTimer?: NodeJS.Timeout;
@@ -41,6 +49,12 @@ export class Agent {
   readonly resources: NodeResources;
   readonly host: string;
   private readonly channel: DealerChannel;
+  private readonly headRequests: PendingRequests;
+  /** Node-local object cache: executors read objects through it, so bytes cross from the head once per node. */
+  readonly cache: ObjectService;
+  private readonly cacheChannel: RouterChannel;
+  private cacheEndpoint = "";
+  private readonly refreshing = new Map<string, Promise<void>>();
   private readonly children = new Map<string, Child>();
   private readonly workDir: string;
   private readonly log: (line: string) => void;
@@ -57,16 +71,21 @@ export class Agent {
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
     this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
-    this.channel = new DealerChannel(`a.${this.id}`, { onError: (err) => this.log(`socket error: ${String(err)}`) });
+    this.channel = new DealerChannel(`a.${this.id}`, { maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`socket error: ${String(err)}`) });
+    this.headRequests = new PendingRequests(this.channel, `head at ${opts.head}`);
+    this.cache = new ObjectService(new ObjectStore({ memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4) }), { readOnly: true });
+    this.cacheChannel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`cache socket error: ${String(err)}`) });
     this.stopped = new Promise((r) => (this.done = r));
   }
 
-  /** Connects to the head, registers, and starts heartbeating. */
-  static start(opts: AgentOptions): Agent {
+  /** Connects to the head, registers, serves the node-local cache, and starts heartbeating. */
+  static async start(opts: AgentOptions): Promise<Agent> {
     const agent = new Agent(opts);
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
+    agent.cacheEndpoint = await agent.cacheChannel.bind("tcp://127.0.0.1:0");
+    void agent.cacheChannel.serve((id, frames) => agent.onCacheRequest(id, frames));
     agent.channel.connect(opts.head);
-    void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0])));
+    void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
     agent.heartbeat = setInterval(() => agent.channel.send([encode({ t: "hb" })]), 1000);
     return agent;
@@ -77,8 +96,11 @@ export class Agent {
     this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {} })]);
   }
 
-  private onMessage(h: Header): void {
+  private onMessage(h: Header, frames: Buffer[]): void {
     switch (h.t) {
+      case "rep":
+        this.headRequests.deliver(h, frames);
+        return;
       case "registered":
         this.log(`registered with head ${String(h.headId)} at ${this.opts.head}`);
         return;
@@ -119,6 +141,38 @@ export class Agent {
     }
   }
 
+  /** An executor asks the node-local cache for an object: refresh from the head (once per node), then serve locally. */
+  private async onCacheRequest(id: Buffer, frames: Buffer[]): Promise<void> {
+    let rid: number | undefined;
+    try {
+      const h = decodeHeader(frames[0]);
+      rid = num(h, "rid");
+      const executorId = id.toString().replace(/^x\./, "");
+      const app = this.children.get(executorId)?.app;
+      if (!app) throw new Error(`unknown executor '${executorId}' on agent ${this.id}`);
+      const op = str(h, "op");
+      if (op === "obj-get") await this.refresh(app, str(h, "key"));
+      const r = this.cache.handle(op, app, h, frames, "executor");
+      this.cacheChannel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value }), ...(r.frames ?? [])]);
+    } catch (err) {
+      this.cacheChannel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error: toWireError(err) } : { t: "err", error: toWireError(err) })]);
+    }
+  }
+
+  /** Brings the local copy of `app/key` to the head's latest version; concurrent callers share one fetch. */
+  private refresh(app: string, key: string): Promise<void> {
+    const full = `${app}/${key}`;
+    let p = this.refreshing.get(full);
+    if (!p) {
+      const held = this.cache.store.peek(full);
+      p = download(this.headRequests, { app, key, have: held?.version, haveBase: held?.baseVersion })
+        .then((d) => this.cache.store.replicate(full, d))
+        .finally(() => this.refreshing.delete(full));
+      this.refreshing.set(full, p);
+    }
+    return p;
+  }
+
   private startExecutor(h: Header): void {
     const id = str(h, "executor");
     const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
@@ -142,6 +196,7 @@ export class Agent {
       HEARTH_HEAD: this.opts.head,
       HEARTH_EXECUTOR_ID: id,
       HEARTH_EXECUTOR_CONTEXT: JSON.stringify(context),
+      HEARTH_AGENT_CACHE: this.cacheEndpoint,
       CUDA_VISIBLE_DEVICES: gpus.join(","),
     };
     if (context.rank !== null && context.rendezvous) {
@@ -153,7 +208,7 @@ export class Agent {
       });
     }
     const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"] });
-    const child: Child = { proc, stderrTail: "" };
+    const child: Child = { app: context.app, proc, stderrTail: "" };
     this.children.set(id, child);
     const logFile = createWriteStream(path.join(this.workDir, "logs", `${id}.log`));
     proc.stdout!.pipe(logFile, { end: false });
@@ -197,6 +252,7 @@ export class Agent {
   private finish(): void {
     void this.channel.flush().then(() => {
       this.channel.close();
+      this.cacheChannel.close();
       this.done();
     });
   }

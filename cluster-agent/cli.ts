@@ -14,11 +14,12 @@ import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
+import { runKernelCommand } from "../kernel/cli.js";
 
 const USAGE = `usage: hearth <command> [options]
 
 commands:
-  head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--endpoint-file F]
+  head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F]
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR]
           run an agent that starts executors on this node
@@ -40,8 +41,16 @@ async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
     case "head": {
-      const { values } = parseArgs({ args: rest, options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" } } });
-      const head = await Head.start({ bind: values.bind, keepAliveMs: values["keep-alive"] ? parseDuration(values["keep-alive"]) : undefined });
+      const { values } = parseArgs({
+        args: rest,
+        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" } },
+      });
+      const head = await Head.start({
+        bind: values.bind,
+        keepAliveMs: values["keep-alive"] ? parseDuration(values["keep-alive"]) : undefined,
+        dataDir: values["data-dir"],
+        memLimit: values["mem-limit"] ? parseMem(values["mem-limit"]) : undefined,
+      });
       console.log(`hearth head listening on ${head.endpoint}`);
       if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint);
       for (const sig of ["SIGTERM", "SIGINT"] as const) process.on(sig, () => void head.close());
@@ -65,7 +74,7 @@ async function main(argv: string[]): Promise<number> {
       if (!head) throw new HearthError("hearth agent needs --head tcp://HOST:PORT (or HEARTH_HEAD)");
       const cpus = values.cpus !== undefined ? Number(values.cpus) : undefined;
       if (cpus !== undefined && !(cpus > 0)) throw new HearthError(`--cpus must be a positive number; got '${values.cpus}'`);
-      const agent = Agent.start({
+      const agent = await Agent.start({
         head,
         id: values.id,
         host: values.host,
@@ -102,9 +111,9 @@ async function main(argv: string[]): Promise<number> {
       }
       const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000 });
       try {
-        const status = await client.request("status", { all: true });
+        const status = await client.control("status", { all: true });
         console.log(values.json ? JSON.stringify(status, null, 2) : formatStatus(status));
-        await client.request("close-app", {});
+        await client.control("close-app", {});
       } finally {
         client.close();
       }
@@ -112,6 +121,7 @@ async function main(argv: string[]): Promise<number> {
     }
     case "demo":
       return runDemo(rest);
+    case "kernel": return runKernelCommand(rest);
     case undefined:
     case "help":
     case "--help":

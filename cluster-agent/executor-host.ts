@@ -10,9 +10,11 @@ import type { ExecutorContext, ServiceInstance } from "../sdk/runtime/types.js";
 import { DealerChannel } from "../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, str } from "../sdk/wire/codec.js";
 import { MessageTooLargeError, type WireError } from "../sdk/wire/errors.js";
+import { PendingRequests } from "../sdk/wire/requests.js";
+import { ObjectCache } from "../sdk/cache/object-cache.js";
 
 /** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
-export interface ExecutorLaunch extends ExecutorContext {
+export interface ExecutorLaunch extends Omit<ExecutorContext, "objects"> {
   module: string;
   export: string;
 }
@@ -45,10 +47,22 @@ function remoteError(err: unknown, launch: ExecutorLaunch, method?: string): Wir
 }
 
 /** Runs one executor until it is told to stop. */
-export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch): Promise<void> {
-  const channel = new DealerChannel(`x.${launch.executorId}`);
+export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, agentCache?: string): Promise<void> {
+  const channel = new DealerChannel(`x.${launch.executorId}`, { maxMessageSize: 64 * 1024 * 1024 });
   channel.connect(headEndpoint);
+  const headRequests = new PendingRequests(channel, `head at ${headEndpoint}`);
+  let objects: ObjectCache = new ObjectCache(headRequests);
+  let cacheChannel: DealerChannel | undefined;
+  if (agentCache) {
+    cacheChannel = new DealerChannel(`x.${launch.executorId}`, { maxMessageSize: 64 * 1024 * 1024 });
+    cacheChannel.connect(agentCache);
+    const agentRequests = new PendingRequests(cacheChannel, `agent cache at ${agentCache}`);
+    void cacheChannel.serve((frames) => void agentRequests.deliver(decodeHeader(frames[0]), frames));
+    objects = new ObjectCache(agentRequests, headRequests);
+  }
+  const ctx: ExecutorContext = { ...launch, objects };
   let instance: (ServiceInstance & Record<string, unknown>) | undefined;
+  let methods: Set<string> | undefined;
   let closing: Promise<void> | undefined;
 
   const shutdown = (code: number): Promise<void> =>
@@ -60,6 +74,7 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch):
       }
       await channel.flush();
       channel.close();
+      cacheChannel?.close();
       process.exit(code);
     })());
   process.on("SIGTERM", () => void shutdown(0));
@@ -76,28 +91,31 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch):
       throw new TypeError(`module ${launch.module} has no exported class '${launch.export}' (exported functions/classes: ${found.join(", ") || "none"})`);
     }
     instance = new (Cls as new () => ServiceInstance & Record<string, unknown>)();
-    if (typeof instance.init === "function") await instance.init(launch);
+    const initDone = typeof instance.init === "function" ? instance.init(ctx) : undefined;
+    // Serve replies (object requests made by init) while init runs.
+    void channel.serve(async (frames) => onHeadMessage(frames));
+    await initDone;
   } catch (err) {
     channel.send([encode({ t: "init-failed", error: remoteError(err, launch) })]);
     // The head answers by asking our agent to stop us; exit anyway if it does not.
     setTimeout(() => void shutdown(1), 15_000).unref();
-    await channel.serve(() => undefined);
     return;
   }
-  const methods = new Set(serviceMethods(instance));
+  methods = new Set(serviceMethods(instance));
   channel.send([encode({ t: "ready", pid: process.pid, methods: [...methods] })]);
 
-  await channel.serve(async (frames) => {
+  function onHeadMessage(frames: Buffer[]): void {
     const h = decodeHeader(frames[0]);
+    if (h.t === "rep") return void headRequests.deliver(h, frames);
     if (h.t === "exit-now") return void shutdown(0);
-    if (h.t !== "call") return;
+    if (h.t !== "call" || methods === undefined) return;
     const hid = num(h, "hid");
     const method = str(h, "method");
     // Calls run concurrently (the head limits how many); do not await here.
     void (async () => {
       try {
-        if (!methods.has(method)) {
-          throw new TypeError(`${launch.export} has no method '${method}' (methods: ${[...methods].join(", ") || "none"})`);
+        if (!methods!.has(method)) {
+          throw new TypeError(`${launch.export} has no method '${method}' (methods: ${[...methods!].join(", ") || "none"})`);
         }
         const args = decode(frames[1] ?? encode([]));
         if (!Array.isArray(args)) throw new TypeError("call arguments must be an array");
@@ -111,5 +129,5 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch):
         channel.send([encode({ t: "failed", hid, error: remoteError(err, launch, method) })]);
       }
     })();
-  });
+  }
 }

@@ -10,4 +10,4 @@ if (!head || !context) {
   console.error("executor-main is started by `hearth agent`; HEARTH_HEAD and HEARTH_EXECUTOR_CONTEXT must be set");
   process.exit(2);
 }
-await runExecutor(head, JSON.parse(context) as ExecutorLaunch);
+await runExecutor(head, JSON.parse(context) as ExecutorLaunch, process.env.HEARTH_AGENT_CACHE);

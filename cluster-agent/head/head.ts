@@ -8,6 +8,9 @@ import { randomUUID } from "node:crypto";
 import { RouterChannel } from "../../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decodeHeader, encode, messageSize, num, obj, optNum, str, type Header } from "../../sdk/wire/codec.js";
 import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
+import os from "node:os";
+import { ObjectService, type ServiceReply } from "../object-service.js";
+import { ObjectStore } from "./object-store.js";
 import type { AgentRecord, AppRecord } from "./records.js";
 import { DeclareError, Scheduler } from "./scheduler.js";
 import { parseServiceSpec } from "./spec.js";
@@ -25,6 +28,10 @@ export interface HeadOptions {
   agentTimeoutMs?: number;
   /** Log sink; default stderr with a timestamp. */
   log?: (line: string) => void;
+  /** Object cache memory limit in bytes. Default half of this machine's memory. */
+  memLimit?: number;
+  /** Persist objects here and reload them on start. */
+  dataDir?: string;
 }
 
 /** A running head. Create with `Head.start()`. */
@@ -32,6 +39,7 @@ export class Head {
   readonly id = randomUUID();
   readonly startedAt = Date.now();
   readonly scheduler: Scheduler;
+  readonly objects: ObjectService;
   private readonly channel: RouterChannel;
   private readonly keepAliveMs: number;
   private readonly driverTimeoutMs: number;
@@ -54,6 +62,7 @@ export class Head {
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
     this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
     this.channel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`socket error: ${String(err)}`) });
+    this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }));
     this.scheduler = new Scheduler({
       toDriver: (id, frames) => this.channel.sendTo(id, frames),
       toAgent: (agent, frames) => this.channel.sendTo(agent.routingId, frames),
@@ -97,7 +106,7 @@ export class Head {
     try {
       h = decodeHeader(frames[0]);
       const role = id.subarray(0, 2).toString();
-      if (role === "a.") this.onAgentMessage(id, h);
+      if (role === "a.") this.onAgentMessage(id, h, frames);
       else if (role === "x.") this.onExecutorMessage(id.subarray(2).toString(), h, frames);
       else this.onDriverMessage(id, h, frames);
     } catch (err) {
@@ -141,6 +150,11 @@ export class Head {
     if (h.t !== "req") throw new ProtocolError(`unknown message type '${h.t}' from a driver`);
     const rid = num(h, "rid");
     const op = str(h, "op");
+    if (op.startsWith("obj-")) {
+      const app = this.requireApp(key);
+      this.seen(app, key);
+      return this.answerObject(id, rid, () => this.objects.handle(op, app.name, h, frames, "driver"));
+    }
     try {
       const value = this.onDriverRequest(id, key, op, h, rid);
       if (value !== DEFERRED) this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value })]);
@@ -214,6 +228,15 @@ export class Head {
     }
   }
 
+  private answerObject(id: Buffer, rid: number, work: () => ServiceReply): void {
+    try {
+      const r = work();
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value }), ...(r.frames ?? [])]);
+    } catch (err) {
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error: toWireError(err) })]);
+    }
+  }
+
   private serviceOf(app: AppRecord, name: string) {
     const s = app.services.get(name) ?? [...app.services.values()].find((x) => x.id === name);
     if (!s) throw Object.assign(new Error(`no service named '${name}' in app '${app.name}'`), { name: "ServiceNotFoundError" });
@@ -248,7 +271,7 @@ export class Head {
 
   // ---- agents and executors ------------------------------------------------
 
-  private onAgentMessage(id: Buffer, h: Header): void {
+  private onAgentMessage(id: Buffer, h: Header, frames: Buffer[]): void {
     const agentId = id.subarray(2).toString();
     const sched = this.scheduler;
     if (h.t === "rep") {
@@ -290,6 +313,12 @@ export class Head {
     }
     agent.lastSeen = Date.now();
     if (h.t === "hb") return;
+    if (h.t === "req") {
+      const op = str(h, "op");
+      if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an agent`);
+      const ns = typeof h.app === "string" ? h.app : "";
+      return this.answerObject(id, num(h, "rid"), () => this.objects.handle(op, ns, h, frames, "agent"));
+    }
     if (h.t === "exit") {
       const detail = typeof h.detail === "string" ? h.detail : "";
       sched.onExecutorExit(str(h, "executor"), (h.code as number | null) ?? null, (h.signal as string | null) ?? null, detail);
@@ -308,6 +337,11 @@ export class Head {
     }
     const s = sched.services.get(e.serviceId)!;
     switch (h.t) {
+      case "req": {
+        const op = str(h, "op");
+        if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);
+        return this.answerObject(Buffer.from(`x.${executorId}`), num(h, "rid"), () => this.objects.handle(op, s.app, h, frames, "executor"));
+      }
       case "ready":
         sched.onExecutorReady(executorId, num(h, "pid"));
         return;
@@ -360,6 +394,7 @@ export class Head {
       }
     }
     sched.shrinkIdle(now);
+    this.objects.expire(now);
     sched.schedule();
   }
 

@@ -11,6 +11,7 @@ export function buildStatus(head: Head, appName: string | undefined): Record<str
   const apps = [...sched.apps.values()].filter((a) => appName === undefined || a.name === appName);
   return {
     head: { id: head.id, endpoint: head.endpoint, pid: process.pid, uptimeMs: now - head.startedAt, ...head.stats, calls: sched.router.stats },
+    objects: { ...head.objects.store.usage(), traffic: head.objects.traffic },
     agents: [...sched.agents.values()].map((a) => ({
       id: a.id,
       host: a.host,

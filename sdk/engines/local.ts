@@ -96,11 +96,11 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
   const { client } = await HeadClient.open(endpoint, { app: "_hearth-local" }, { timeoutMs });
   try {
     const registered = await poll(timeoutMs, async () => {
-      const s = await client.request("status", {});
+      const s = await client.control("status", {});
       return (s.agents as unknown[]).length > 0 ? true : undefined;
     });
     if (!registered) throw new ConnectError(`the local agent did not register within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "agent.log")}`);
-    await client.request("close-app", {});
+    await client.control("close-app", {});
   } finally {
     client.close();
   }
@@ -117,7 +117,7 @@ export async function stopLocalCluster(home?: string, timeoutMs = 20_000): Promi
   if (!c) return false;
   try {
     const { client } = await HeadClient.open(c.endpoint, { app: "_hearth-local" }, { timeoutMs: 5000 });
-    await client.request("shutdown", {}).catch(() => undefined);
+    await client.control("shutdown", {}).catch(() => undefined);
     client.close();
   } catch {
     // Not answering: fall through to signals.

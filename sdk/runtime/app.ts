@@ -11,6 +11,7 @@ import { ensureLocalCluster, type LocalClusterOptions } from "../engines/local.j
 import { GangHandle, PoolHandle, type ServiceInfo } from "./handles.js";
 import { HeadClient } from "./head-client.js";
 import { parseResreq } from "./resreq.js";
+import { ObjectCache } from "../cache/object-cache.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -57,6 +58,8 @@ export interface ConnectOptions {
 /** A connected app. Create with `connect()` (or `App.connect()`). */
 export class App {
   private closed = false;
+  /** The app's object cache: put/get/update/patch/delete, shared with its executors. */
+  readonly objects: ObjectCache;
 
   private constructor(
     private readonly client: HeadClient,
@@ -65,7 +68,9 @@ export class App {
     /** True when this app already existed on the head (a reattach). */
     readonly reattached: boolean,
     private knownServices: ServiceInfo[],
-  ) {}
+  ) {
+    this.objects = new ObjectCache(client);
+  }
 
   /** Connects to a head (or the embedded default) and opens the app `opts.name`. */
   static async connect(opts: ConnectOptions): Promise<App> {
@@ -107,19 +112,19 @@ export class App {
       idleTimeoutMs: opts.idleTimeout,
       concurrency: opts.concurrency,
     };
-    let info: ServiceInfo = await this.client.request("service", { spec, replace: opts.replace === true });
-    if (opts.wait !== false) info = await this.client.request("ready", { service: info.name }, null);
+    let info: ServiceInfo = await this.client.control("service", { spec, replace: opts.replace === true });
+    if (opts.wait !== false) info = await this.client.control("ready", { service: info.name }, null);
     return info.kind === "gang" ? new GangHandle<S>(this.client, info) : new PoolHandle<S>(this.client, info);
   }
 
   /** Executors (starting, idle, busy), resources, queue depths: what the head knows about this app. */
   async status(): Promise<AppStatus> {
-    return this.client.request("status", { app: this.name });
+    return this.client.control("status", { app: this.name });
   }
 
   /** Stops one service by name. */
   async stopService(name: string): Promise<void> {
-    await this.client.request("stop-service", { service: name });
+    await this.client.control("stop-service", { service: name });
   }
 
   /** Leaves the app running and warm (for its keep-alive period) and closes this connection. Idempotent. */
@@ -127,7 +132,7 @@ export class App {
     if (this.closed) return;
     this.closed = true;
     try {
-      await this.client.request("detach", {}, 5000);
+      await this.client.control("detach", {}, 5000);
     } finally {
       this.client.close();
     }
@@ -138,7 +143,7 @@ export class App {
     if (this.closed) return;
     this.closed = true;
     try {
-      await this.client.request("close-app", {}, 30_000);
+      await this.client.control("close-app", {}, 30_000);
     } finally {
       this.client.close();
     }

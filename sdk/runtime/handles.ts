@@ -57,7 +57,7 @@ abstract class BaseHandle {
 
   /** Stops the service: its executors run `close()` and exit; pending calls fail. */
   async stop(): Promise<void> {
-    await this.client.request("stop-service", { service: this.infoValue.name });
+    await this.client.control("stop-service", { service: this.infoValue.name });
   }
 }
 

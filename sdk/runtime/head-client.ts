@@ -6,20 +6,12 @@
 import { randomUUID } from "node:crypto";
 import { DealerChannel } from "../wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, type Header } from "../wire/codec.js";
-import {
-  ClosedError,
-  ConnectError,
-  MessageTooLargeError,
-  ProtocolError,
-  TimeoutError,
-  fromWireError,
-  type WireError,
-} from "../wire/errors.js";
+import { ClosedError, ConnectError, MessageTooLargeError, ProtocolError, TimeoutError, fromWireError, type WireError } from "../wire/errors.js";
+import { PendingRequests, type Reply, type Requester } from "../wire/requests.js";
 
 interface Pending {
   resolve: (v: unknown) => void;
   reject: (e: Error) => void;
-  timer?: NodeJS.Timeout;
 }
 
 /** Options for opening a client. */
@@ -31,11 +23,10 @@ export interface HeadClientOptions {
 }
 
 /** The low-level driver connection; App and handles are built on it. */
-export class HeadClient {
+export class HeadClient implements Requester {
   private readonly channel: DealerChannel;
-  private readonly requests = new Map<number, Pending>();
+  private readonly requests: PendingRequests;
   private readonly calls = new Map<number, Pending>();
-  private nextRid = 1;
   private nextCid = 1;
   private lastHeard = Date.now();
   private heartbeat?: NodeJS.Timeout;
@@ -48,6 +39,7 @@ export class HeadClient {
     private readonly headTimeoutMs: number,
   ) {
     this.channel = new DealerChannel(`d.${randomUUID()}`, { maxMessageSize: 64 * 1024 * 1024 });
+    this.requests = new PendingRequests(this.channel, `head at ${endpoint}`);
   }
 
   /** Connects and says hello for `app`; rejects with ConnectError if no head answers. */
@@ -57,7 +49,7 @@ export class HeadClient {
     void client.channel.serve((frames) => client.onMessage(frames));
     const timeoutMs = opts.timeoutMs ?? 10_000;
     try {
-      const reply = await client.request("hello", hello, timeoutMs);
+      const reply = await client.control("hello", hello, timeoutMs);
       client.heartbeat = setInterval(() => client.beat(), 1000);
       client.heartbeat.unref();
       return { client, hello: reply };
@@ -72,21 +64,16 @@ export class HeadClient {
     }
   }
 
-  /** Sends a control request; `timeoutMs` null waits for ever (e.g. for a gang to be granted). */
-  request<T = any>(op: string, fields: Record<string, unknown> = {}, timeoutMs: number | null = 30_000): Promise<T> {
+  /** Sends a control request and resolves with its value; `timeoutMs` null waits for ever (e.g. for a gang). */
+  async control<T = any>(op: string, fields: Record<string, unknown> = {}, timeoutMs: number | null = 30_000): Promise<T> {
+    if (this.closed) throw new ClosedError(`the connection to ${this.endpoint} is closed`);
+    return (await this.requests.request<T>(op, fields, [], timeoutMs)).value;
+  }
+
+  /** Sends a request with payload frames and resolves with the reply's value and frames. */
+  request<T = any>(op: string, fields: Record<string, unknown> = {}, frames: Array<Buffer | Uint8Array> = [], timeoutMs: number | null = 30_000): Promise<Reply<T>> {
     if (this.closed) return Promise.reject(new ClosedError(`the connection to ${this.endpoint} is closed`));
-    const rid = this.nextRid++;
-    return new Promise<T>((resolve, reject) => {
-      const p: Pending = { resolve: resolve as (v: unknown) => void, reject };
-      if (timeoutMs !== null) {
-        p.timer = setTimeout(() => {
-          this.requests.delete(rid);
-          reject(new TimeoutError(`head at ${this.endpoint} did not answer '${op}' within ${timeoutMs / 1000} s`));
-        }, timeoutMs);
-      }
-      this.requests.set(rid, p);
-      this.channel.send([encode({ ...fields, t: "req", rid, op })]);
-    });
+    return this.requests.request<T>(op, fields, frames, timeoutMs);
   }
 
   /** Sends one call; rejects at once with MessageTooLargeError if the arguments are too big. */
@@ -120,13 +107,9 @@ export class HeadClient {
     this.lastHeard = Date.now();
     const h: Header = decodeHeader(frames[0]);
     switch (h.t) {
-      case "rep": {
-        const p = this.take(this.requests, num(h, "rid"));
-        if (!p) return;
-        if (h.ok === true) p.resolve(h.value);
-        else p.reject(fromWireError(h.error as WireError));
+      case "rep":
+        this.requests.deliver(h, frames);
         return;
-      }
       case "result": {
         const p = this.take(this.calls, num(h, "cid"));
         if (!p) return;
@@ -154,22 +137,17 @@ export class HeadClient {
   private take(map: Map<number, Pending>, id: number): Pending | undefined {
     const p = map.get(id);
     if (!p) {
-      if (map === this.calls) this.duplicateReplies++;
+      this.duplicateReplies++;
       return undefined;
     }
     map.delete(id);
-    clearTimeout(p.timer);
     return p;
   }
 
-  private failAll(err: Error): void {
-    for (const map of [this.requests, this.calls]) {
-      for (const p of map.values()) {
-        clearTimeout(p.timer);
-        p.reject(err);
-      }
-      map.clear();
-    }
+  private failAll(err: Error, closeForGood = false): void {
+    this.requests.failAll(err, closeForGood);
+    for (const p of this.calls.values()) p.reject(err);
+    this.calls.clear();
   }
 
   /** Closes the socket; pending work fails with ClosedError. Idempotent. */
@@ -177,7 +155,7 @@ export class HeadClient {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.heartbeat);
-    this.failAll(new ClosedError(`the connection to ${this.endpoint} was closed`));
+    this.failAll(new ClosedError(`the connection to ${this.endpoint} was closed`), true);
     this.channel.close();
   }
 

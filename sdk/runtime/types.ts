@@ -2,6 +2,7 @@
  * Types shared by drivers and service classes: what an executor tells a
  * service in `init`, and how handle methods are typed from a service class.
  */
+import type { ObjectCache } from "../cache/object-cache.js";
 import type { Resources } from "./resreq.js";
 
 /** What a service instance learns about where it runs, passed to `init(ctx)`. */
@@ -21,6 +22,8 @@ export interface ExecutorContext {
   worldSize: number | null;
   /** Gang members only: rank 0's host and a port reserved for collectives (also MASTER_ADDR/MASTER_PORT). */
   rendezvous: { host: string; port: number } | null;
+  /** The app's object cache: reads go through this node's agent, writes to the head. */
+  objects: ObjectCache;
 }
 
 /**

@@ -113,6 +113,34 @@ export class ServiceStartError extends HearthError {
   override name = "ServiceStartError";
 }
 
+/** A write's `ifVersion` precondition did not hold: someone else wrote first. */
+export class VersionConflictError extends HearthError {
+  override name = "VersionConflictError";
+  constructor(
+    message: string,
+    readonly key: string,
+    readonly expected: number,
+    readonly actual: number,
+  ) {
+    super(message);
+  }
+}
+
+/** No object with that key exists in the app (or it was deleted). */
+export class ObjectNotFoundError extends HearthError {
+  override name = "ObjectNotFoundError";
+}
+
+/** An object was dropped to make room, and there was no data dir to reload it from. */
+export class ObjectEvictedError extends HearthError {
+  override name = "ObjectEvictedError";
+}
+
+/** A put cannot fit in the cache's memory limit even after evicting everything evictable. */
+export class CacheFullError extends HearthError {
+  override name = "CacheFullError";
+}
+
 /** The plain-data form of an error as it travels on the wire. */
 export interface WireError {
   name: string;
@@ -127,6 +155,9 @@ export interface WireError {
   rank?: number;
   size?: number;
   limit?: number;
+  key?: string;
+  expected?: number;
+  actual?: number;
 }
 
 /** Turns any thrown value into its wire form. */
@@ -139,6 +170,9 @@ export function toWireError(err: unknown): WireError {
       remoteStack: err.remoteStack,
       ...err.origin,
     };
+  }
+  if (err instanceof VersionConflictError) {
+    return { name: err.name, message: err.message, key: err.key, expected: err.expected, actual: err.actual };
   }
   if (err instanceof GangFailedError) {
     return { name: err.name, message: err.message, service: err.service, rank: err.rank };
@@ -157,6 +191,9 @@ const KNOWN: Record<string, new (message: string) => HearthError> = {
   ClosedError,
   ExecutorLostError,
   ServiceStartError,
+  ObjectNotFoundError,
+  ObjectEvictedError,
+  CacheFullError,
 };
 
 /** Rebuilds a local Error subclass from its wire form. */
@@ -168,6 +205,12 @@ export function fromWireError(w: WireError): Error {
       method: w.method,
     });
   }
+  if (w.name === "ServiceStartError" && w.remoteName) {
+    return new ServiceStartError(w.message, {
+      cause: new RemoteError(w.remoteName, w.message, w.remoteStack ?? "", { service: w.service, executorId: w.executorId }),
+    });
+  }
+  if (w.name === "VersionConflictError") return new VersionConflictError(w.message, w.key ?? "?", w.expected ?? -1, w.actual ?? -1);
   if (w.name === "GangFailedError") return new GangFailedError(w.message, w.service ?? "?", w.rank ?? -1);
   if (w.name === "MessageTooLargeError" && w.size !== undefined && w.limit !== undefined) {
     const e = new MessageTooLargeError(w.size, w.limit, "message");

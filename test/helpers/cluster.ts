@@ -54,9 +54,9 @@ function exited(p: ChildProcess): Promise<void> {
 }
 
 /** Starts a head with `--keep-alive` and the given agents. */
-export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: string }): Promise<TestCluster> {
+export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: string; headArgs?: string[] }): Promise<TestCluster> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-test-"));
-  const headArgs = [CLI, "head", "--bind", "tcp://127.0.0.1:0"];
+  const headArgs = [CLI, "head", "--bind", "tcp://127.0.0.1:0", ...(opts.headArgs ?? [])];
   if (opts.keepAlive) headArgs.push("--keep-alive", opts.keepAlive);
   const head = spawn(process.execPath, headArgs, { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
@@ -65,7 +65,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   const endpoint = await waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(log)?.[1]);
   const agents = new Map<string, ChildProcess>();
   const client = (await HeadClient.open(endpoint, { app: "_test-observer" })).client;
-  const status = (): Promise<any> => client.request("status", { all: true });
+  const status = (): Promise<any> => client.control("status", { all: true });
 
   const addAgent = async (spec: AgentSpec): Promise<ChildProcess> => {
     const args = [CLI, "agent", "--head", endpoint, "--id", spec.id, "--work-dir", path.join(dir, spec.id)];
@@ -89,7 +89,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     addAgent,
     status,
     async stop() {
-      await client.request("shutdown", {}, 5000).catch(() => undefined);
+      await client.control("shutdown", {}, 5000).catch(() => undefined);
       client.close();
       const all = [head, ...agents.values()];
       const timer = setTimeout(() => all.forEach((p) => p.kill("SIGKILL")), 15_000);

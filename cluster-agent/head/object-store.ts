@@ -1,0 +1,295 @@
+/**
+ * The head's object store: versioned objects (a base plus appended patches)
+ * in memory under a limit, with LRU eviction of objects that are neither
+ * pinned nor being transferred. With a data dir every write goes to disk
+ * first, so eviction only drops the memory copy and objects survive a head
+ * restart. Files are opened, written or read, and closed per operation, so
+ * file descriptors stay bounded whatever the object count.
+ */
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import type { DType, ValueKind } from "../../sdk/cache/values.js";
+import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError, formatBytes } from "../../sdk/wire/errors.js";
+
+/** One stored part: the base or a patch. `data` is undefined while spilled to disk. */
+export interface StoredPart {
+  kind: ValueKind;
+  dtype?: DType;
+  size: number;
+  version: number;
+  data?: Buffer;
+}
+
+/** A versioned object. */
+export interface StoredObject {
+  key: string;
+  version: number;
+  baseVersion: number;
+  base: StoredPart;
+  patches: StoredPart[];
+  pinned: boolean;
+  lastUsed: number;
+  /** Transfers in progress that hold this object in memory. */
+  readers: number;
+}
+
+/** What a read returns. */
+export type ReadResult =
+  | { mode: "not-modified"; version: number; baseVersion: number; object: StoredObject }
+  | { mode: "patches" | "full"; version: number; baseVersion: number; parts: StoredPart[]; object: StoredObject };
+
+/** Options of the store. */
+export interface ObjectStoreOptions {
+  /** Bytes of object data kept in memory at most. */
+  memLimit: number;
+  /** Folder for write-through persistence; objects reload from it after a restart. */
+  dataDir?: string;
+}
+
+/** A write: create (`put`), replace the base (`update`), or append (`patch`). */
+export type WriteOp = "put" | "update" | "patch";
+
+const MAX_TOMBSTONES = 10_000;
+
+export class ObjectStore {
+  private readonly objects = new Map<string, StoredObject>();
+  private readonly evicted = new Map<string, string>();
+  private memUsed = 0;
+  private readonly dir?: string;
+  readonly stats = { evictions: 0, spills: 0, reloads: 0 };
+
+  constructor(private readonly opts: ObjectStoreOptions) {
+    if (opts.dataDir) {
+      this.dir = path.join(opts.dataDir, "objects");
+      mkdirSync(this.dir, { recursive: true });
+      this.loadIndex();
+    }
+  }
+
+  /** Current memory use and limits. */
+  usage(): { objects: number; memUsed: number; memLimit: number; persistent: boolean; evictions: number; spills: number; reloads: number } {
+    return { objects: this.objects.size, memUsed: this.memUsed, memLimit: this.opts.memLimit, persistent: this.dir !== undefined, ...this.stats };
+  }
+
+  /** Checks a write's preconditions without writing. Throws VersionConflictError or ObjectNotFoundError. */
+  check(op: WriteOp, key: string, ifVersion?: number): void {
+    const existing = this.objects.get(key);
+    const current = existing?.version ?? 0;
+    if (ifVersion !== undefined && ifVersion !== current) {
+      throw new VersionConflictError(
+        `${op} of '${userKey(key)}' expected version ${ifVersion} but it is at ${current}${current === 0 ? " (it does not exist)" : ""}; get it again and retry`,
+        userKey(key),
+        ifVersion,
+        current,
+      );
+    }
+    if (op === "put" && existing) {
+      throw new VersionConflictError(`put: '${userKey(key)}' already exists at version ${current}; use update(ref, value) to replace it`, userKey(key), 0, current);
+    }
+    if (op !== "put" && !existing) throw new ObjectNotFoundError(`${op}: no object '${userKey(key)}' in this app; put it first`);
+  }
+
+  /** Applies a write and returns the object. Throws VersionConflictError, ObjectNotFoundError or CacheFullError. */
+  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean } = {}): StoredObject {
+    this.check(op, key, opts.ifVersion);
+    const existing = this.objects.get(key);
+    const current = existing?.version ?? 0;
+    this.makeRoom(value.data.byteLength, key);
+    const version = current + 1;
+    const part: StoredPart = { kind: value.kind, dtype: value.dtype, size: value.data.byteLength, version, data: value.data };
+    let obj: StoredObject;
+    if (op === "patch") {
+      obj = existing!;
+      obj.patches.push(part);
+      obj.version = version;
+    } else {
+      if (existing) {
+        this.dropData(existing);
+        if (this.dir) for (const p of existing.patches) rmSync(this.patchFile(key, p.version), { force: true });
+      }
+      obj = { key, version, baseVersion: version, base: part, patches: [], pinned: opts.pin ?? existing?.pinned ?? false, lastUsed: Date.now(), readers: 0 };
+      this.objects.set(key, obj);
+    }
+    obj.lastUsed = Date.now();
+    this.memUsed += part.size;
+    this.evicted.delete(key);
+    this.persist(obj, op === "patch" ? part : undefined);
+    return obj;
+  }
+
+  /**
+   * Installs what another store answered to an incremental get, so this copy
+   * matches it version for version (agents keep node-local replicas this way).
+   */
+  replicate(key: string, d: { mode: "not-modified" | "patches" | "full"; version: number; baseVersion: number; parts: Array<Omit<StoredPart, "data"> & { data: Buffer }> }): void {
+    const existing = this.objects.get(key);
+    if (d.mode === "not-modified") return;
+    const bytes = d.parts.reduce((n, p) => n + p.size, 0);
+    this.makeRoom(bytes, key);
+    const parts = d.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, data: p.data }));
+    if (d.mode === "patches") {
+      if (!existing || existing.baseVersion !== d.baseVersion) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`);
+      existing.patches.push(...parts);
+      existing.version = d.version;
+      existing.lastUsed = Date.now();
+    } else {
+      if (existing) this.dropData(existing);
+      const [base, ...patches] = parts;
+      this.objects.set(key, { key, version: d.version, baseVersion: d.baseVersion, base: base!, patches, pinned: false, lastUsed: Date.now(), readers: 0 });
+    }
+    this.memUsed += bytes;
+    this.evicted.delete(key);
+  }
+
+  /** Reads relative to the version the caller holds: not-modified, patches after it, or everything. */
+  read(key: string, have?: number, haveBase?: number): ReadResult {
+    const obj = this.objects.get(key);
+    if (!obj) {
+      const why = this.evicted.get(key);
+      if (why) throw new ObjectEvictedError(`object '${userKey(key)}' was evicted: ${why}`);
+      throw new ObjectNotFoundError(`no object '${userKey(key)}' in this app`);
+    }
+    obj.lastUsed = Date.now();
+    if (have === obj.version && (haveBase === undefined || haveBase === obj.baseVersion)) {
+      return { mode: "not-modified", version: obj.version, baseVersion: obj.baseVersion, object: obj };
+    }
+    // Patches bridge the gap only if the caller holds this base and a version inside its patch history.
+    const bridge = have !== undefined && have >= obj.baseVersion && have < obj.version && (haveBase === undefined || haveBase === obj.baseVersion);
+    const parts = bridge ? obj.patches.filter((p) => p.version > have) : [obj.base, ...obj.patches];
+    this.load(obj, parts);
+    return { mode: bridge ? "patches" : "full", version: obj.version, baseVersion: obj.baseVersion, parts, object: obj };
+  }
+
+  /** Looks an object up without touching its bytes. */
+  peek(key: string): StoredObject | undefined {
+    return this.objects.get(key);
+  }
+
+  /** Deletes every object whose key starts with `prefix`; returns how many. */
+  delete(prefix: string): number {
+    let n = 0;
+    for (const [key, obj] of [...this.objects]) {
+      if (!key.startsWith(prefix)) continue;
+      this.dropData(obj);
+      this.objects.delete(key);
+      if (this.dir) for (const f of this.filesOf(obj)) rmSync(f, { force: true });
+      n++;
+    }
+    return n;
+  }
+
+  /** Makes sure `bytes` more fit in memory, evicting least recently used objects; throws CacheFullError. */
+  makeRoom(bytes: number, forKey?: string): void {
+    const limit = this.opts.memLimit;
+    if (this.memUsed + bytes <= limit) return;
+    if (bytes > limit) {
+      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`);
+    }
+    const victims = [...this.objects.values()]
+      .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && inMemory(o) > 0)
+      .sort((a, b) => a.lastUsed - b.lastUsed);
+    for (const v of victims) {
+      if (this.memUsed + bytes <= limit) break;
+      this.evict(v);
+    }
+    if (this.memUsed + bytes > limit) {
+      throw new CacheFullError(
+        `cannot store ${formatBytes(bytes)}: the cache holds ${formatBytes(this.memUsed)} of its ${formatBytes(limit)} limit in pinned or in-transfer objects; ` +
+          `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
+      );
+    }
+  }
+
+  private evict(o: StoredObject): void {
+    this.stats.evictions++;
+    if (this.dir) {
+      this.stats.spills++;
+      this.dropData(o); // still on disk; read() reloads it
+      return;
+    }
+    this.dropData(o);
+    this.objects.delete(o.key);
+    this.evicted.set(o.key, `the cache needed room (limit ${formatBytes(this.opts.memLimit)}) and the head has no --data-dir; pin objects you need to keep`);
+    if (this.evicted.size > MAX_TOMBSTONES) this.evicted.delete(this.evicted.keys().next().value!);
+  }
+
+  private dropData(o: StoredObject): void {
+    for (const p of [o.base, ...o.patches]) {
+      if (p.data) this.memUsed -= p.size;
+      p.data = undefined;
+    }
+  }
+
+  private load(o: StoredObject, parts: StoredPart[]): void {
+    const missing = parts.filter((p) => !p.data);
+    if (missing.length === 0) return;
+    if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`);
+    this.makeRoom(missing.reduce((n, p) => n + p.size, 0), o.key);
+    for (const p of missing) {
+      p.data = readFileSync(p === o.base ? this.baseFile(o.key) : this.patchFile(o.key, p.version));
+      this.memUsed += p.size;
+    }
+    this.stats.reloads++;
+  }
+
+  // ---- persistence --------------------------------------------------------------
+
+  private hash(key: string): string {
+    return createHash("sha256").update(key).digest("hex").slice(0, 40);
+  }
+
+  private patchFile(key: string, version: number): string {
+    return path.join(this.dir!, `${this.hash(key)}.${version}.patch`);
+  }
+
+  private baseFile(key: string): string {
+    return path.join(this.dir!, `${this.hash(key)}.base`);
+  }
+
+  private filesOf(o: StoredObject): string[] {
+    return [path.join(this.dir!, `${this.hash(o.key)}.json`), this.baseFile(o.key), ...o.patches.map((p) => this.patchFile(o.key, p.version))];
+  }
+
+  private persist(o: StoredObject, appended?: StoredPart): void {
+    if (!this.dir) return;
+    const h = this.hash(o.key);
+    if (appended) writeFileSync(this.patchFile(o.key, appended.version), appended.data!);
+    else writeAtomic(this.baseFile(o.key), o.base.data!);
+    const meta = { key: o.key, version: o.version, baseVersion: o.baseVersion, pinned: o.pinned, base: strip(o.base), patches: o.patches.map(strip) };
+    writeAtomic(path.join(this.dir, `${h}.json`), Buffer.from(JSON.stringify(meta)));
+  }
+
+  private loadIndex(): void {
+    for (const f of readdirSync(this.dir!)) {
+      if (!f.endsWith(".json")) continue;
+      try {
+        const meta = JSON.parse(readFileSync(path.join(this.dir!, f), "utf8")) as Omit<StoredObject, "lastUsed" | "readers">;
+        if (!existsSync(path.join(this.dir!, `${this.hash(meta.key)}.base`))) continue;
+        this.objects.set(meta.key, { ...meta, lastUsed: 0, readers: 0 });
+      } catch {
+        // A torn or foreign file: skip it rather than refuse to start.
+      }
+    }
+  }
+}
+
+function strip(p: StoredPart): Omit<StoredPart, "data"> {
+  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+}
+
+function inMemory(o: StoredObject): number {
+  let n = 0;
+  for (const p of [o.base, ...o.patches]) if (p.data) n += p.size;
+  return n;
+}
+
+function writeAtomic(file: string, data: Buffer): void {
+  writeFileSync(`${file}.tmp`, data);
+  renameSync(`${file}.tmp`, file);
+}
+
+/** Keys are stored as `<app>/<key>`; errors show the user's part. */
+export function userKey(key: string): string {
+  return key.slice(key.indexOf("/") + 1);
+}

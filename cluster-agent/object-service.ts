@@ -1,0 +1,212 @@
+/**
+ * The server side of the object protocol (`obj-*` requests), shared by the
+ * head (the authoritative store) and agents (node-local read caches). It
+ * answers incremental gets inline or through pulled chunks, and accepts
+ * inline or chunked writes.
+ */
+import { randomUUID } from "node:crypto";
+import { CHUNK, INLINE_LIMIT } from "../sdk/cache/transfer.js";
+import type { DType, ValueKind } from "../sdk/cache/values.js";
+import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
+import { HearthError, ProtocolError } from "../sdk/wire/errors.js";
+import type { ObjectStore, StoredObject, StoredPart, WriteOp } from "./head/object-store.js";
+
+/** A reply: value plus payload frames. */
+export interface ServiceReply {
+  value: unknown;
+  frames?: Buffer[];
+}
+
+interface ReadTransfer {
+  parts: StoredPart[];
+  object: StoredObject;
+  lastActive: number;
+}
+
+interface WriteTransfer {
+  op: WriteOp;
+  key: string;
+  kind: ValueKind;
+  dtype?: DType;
+  ifVersion?: number;
+  pin?: boolean;
+  buf: Buffer;
+  received: number;
+  lastActive: number;
+}
+
+const TRANSFER_TTL_MS = 120_000;
+const KINDS = new Set(["bytes", "typed", "msgpack"]);
+
+/** Byte counters of one service. */
+export interface ObjectTraffic {
+  bytesIn: number;
+  bytesOut: number;
+  /** Bytes sent, by peer kind ("driver", "agent", "executor"). */
+  bytesOutTo: Record<string, number>;
+  gets: { notModified: number; patches: number; full: number };
+}
+
+/** Handles `obj-*` requests against one store. */
+export class ObjectService {
+  private readonly reads = new Map<number, ReadTransfer>();
+  private readonly writes = new Map<number, WriteTransfer>();
+  private nextTid = 1;
+  readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0 } };
+
+  constructor(
+    readonly store: ObjectStore,
+    private readonly opts: { readOnly?: boolean } = {},
+  ) {}
+
+  /**
+   * Answers one request. `ns` is the app namespace of the caller; `peer`
+   * names the caller's kind for the traffic counters.
+   */
+  handle(op: string, ns: string, h: Header, frames: Buffer[], peer: string): ServiceReply {
+    switch (op) {
+      case "obj-get":
+        return this.get(ns, h, peer);
+      case "obj-read":
+        return this.read(h, peer);
+      case "obj-done":
+        this.finishRead(num(h, "tid"));
+        return { value: { done: true } };
+      case "obj-stat":
+        return { value: { ...this.store.usage(), traffic: this.traffic } };
+    }
+    if (this.opts.readOnly) throw new ProtocolError(`'${op}' is not served here: write objects through the head`);
+    switch (op) {
+      case "obj-write": {
+        const w = this.parseWrite(ns, h);
+        const data = frames[1];
+        if (!data || data.byteLength !== w.size) throw new ProtocolError(`obj-write: expected one payload frame of ${w.size} bytes`);
+        this.traffic.bytesIn += data.byteLength;
+        return { value: this.commit(w.op, w.key, { kind: w.kind, dtype: w.dtype, data }, w) };
+      }
+      case "obj-begin": {
+        const w = this.parseWrite(ns, h);
+        this.store.check(w.op, w.key, w.ifVersion);
+        this.store.makeRoom(w.size, w.key);
+        const tid = this.nextTid++;
+        this.writes.set(tid, { ...w, buf: Buffer.allocUnsafe(w.size), received: 0, lastActive: Date.now() });
+        return { value: { tid, chunk: CHUNK } };
+      }
+      case "obj-chunk": {
+        const t = this.writeTransfer(num(h, "tid"));
+        const offset = num(h, "offset");
+        const data = frames[1];
+        if (!data || offset < 0 || offset + data.byteLength > t.buf.byteLength) throw new ProtocolError("obj-chunk: chunk outside the declared size");
+        data.copy(t.buf, offset);
+        t.received += data.byteLength;
+        t.lastActive = Date.now();
+        this.traffic.bytesIn += data.byteLength;
+        return { value: { received: t.received } };
+      }
+      case "obj-commit": {
+        const tid = num(h, "tid");
+        const t = this.writeTransfer(tid);
+        this.writes.delete(tid);
+        if (t.received !== t.buf.byteLength) throw new ProtocolError(`obj-commit: received ${t.received} of ${t.buf.byteLength} bytes`);
+        return { value: this.commit(t.op, t.key, { kind: t.kind, dtype: t.dtype, data: t.buf }, t) };
+      }
+      case "obj-delete": {
+        const prefix = optStr(h, "prefix") ?? "";
+        return { value: { deleted: this.store.delete(`${ns}/${prefix}`) } };
+      }
+      default:
+        throw new ProtocolError(`unknown object op '${op}'`);
+    }
+  }
+
+  private commit(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, o: { ifVersion?: number; pin?: boolean }): unknown {
+    const obj = this.store.write(op, key, value, { ifVersion: o.ifVersion, pin: o.pin });
+    return { key: key.slice(key.indexOf("/") + 1), version: obj.version, baseVersion: obj.baseVersion, size: totalSize(obj) };
+  }
+
+  private parseWrite(ns: string, h: Header): { op: WriteOp; key: string; kind: ValueKind; dtype?: DType; size: number; ifVersion?: number; pin?: boolean } {
+    const op = str(h, "write");
+    if (op !== "put" && op !== "update" && op !== "patch") throw new ProtocolError(`object write must be put, update or patch; got '${op}'`);
+    const given = optStr(h, "key");
+    if (given !== undefined && (given.length === 0 || given.length > 512 || given.includes("\0"))) {
+      throw new HearthError(`object key must be 1-512 characters without NUL; got ${JSON.stringify(given.slice(0, 40))}`);
+    }
+    if (given === undefined && op !== "put") throw new ProtocolError(`${op} needs a key`);
+    const kind = str(h, "kind");
+    if (!KINDS.has(kind)) throw new ProtocolError(`object kind must be bytes, typed or msgpack; got '${kind}'`);
+    const size = num(h, "size");
+    if (!Number.isInteger(size) || size < 0) throw new ProtocolError("object size must be a non-negative integer");
+    return {
+      op,
+      key: `${ns}/${given ?? `obj-${randomUUID()}`}`,
+      kind: kind as ValueKind,
+      dtype: optStr(h, "dtype") as DType | undefined,
+      size,
+      ifVersion: optNum(h, "ifVersion"),
+      pin: h.pin === true ? true : undefined,
+    };
+  }
+
+  private get(ns: string, h: Header, peer: string): ServiceReply {
+    const r = this.store.read(`${ns}/${str(h, "key")}`, optNum(h, "have"), optNum(h, "haveBase"));
+    const base = { mode: r.mode, version: r.version, baseVersion: r.baseVersion };
+    if (r.mode === "not-modified") {
+      this.traffic.gets.notModified++;
+      return { value: { ...base, parts: [] } };
+    }
+    this.traffic.gets[r.mode === "full" ? "full" : "patches"]++;
+    const parts = r.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version }));
+    const total = r.parts.reduce((n, p) => n + p.size, 0);
+    if (total <= INLINE_LIMIT) {
+      this.count(total, peer);
+      return { value: { ...base, parts }, frames: r.parts.map((p) => p.data!) };
+    }
+    const tid = this.nextTid++;
+    r.object.readers++;
+    this.reads.set(tid, { parts: r.parts, object: r.object, lastActive: Date.now() });
+    return { value: { ...base, parts, tid } };
+  }
+
+  private read(h: Header, peer: string): ServiceReply {
+    const tid = num(h, "tid");
+    const t = this.reads.get(tid);
+    if (!t) throw new ProtocolError(`no read transfer ${tid} (finished or expired after ${TRANSFER_TTL_MS / 1000} s idle)`);
+    t.lastActive = Date.now();
+    const part = t.parts[num(h, "part")];
+    const offset = num(h, "offset");
+    const length = Math.min(num(h, "length"), CHUNK);
+    if (!part || offset < 0 || offset >= part.size) throw new ProtocolError("obj-read: part or offset out of range");
+    const chunk = part.data!.subarray(offset, offset + length);
+    this.count(chunk.byteLength, peer);
+    return { value: {}, frames: [chunk] };
+  }
+
+  private count(bytes: number, peer: string): void {
+    this.traffic.bytesOut += bytes;
+    this.traffic.bytesOutTo[peer] = (this.traffic.bytesOutTo[peer] ?? 0) + bytes;
+  }
+
+  private finishRead(tid: number): void {
+    const t = this.reads.get(tid);
+    if (!t) return;
+    this.reads.delete(tid);
+    t.object.readers--;
+  }
+
+  private writeTransfer(tid: number): WriteTransfer {
+    const t = this.writes.get(tid);
+    if (!t) throw new ProtocolError(`no write transfer ${tid} (committed or expired after ${TRANSFER_TTL_MS / 1000} s idle)`);
+    return t;
+  }
+
+  /** Drops transfers idle for too long (a reader or writer that vanished). */
+  expire(now: number): void {
+    for (const [tid, t] of this.reads) if (now - t.lastActive > TRANSFER_TTL_MS) this.finishRead(tid);
+    for (const [tid, t] of this.writes) if (now - t.lastActive > TRANSFER_TTL_MS) this.writes.delete(tid);
+  }
+}
+
+/** Bytes of an object's base plus patches. */
+export function totalSize(o: StoredObject): number {
+  return o.base.size + o.patches.reduce((n, p) => n + p.size, 0);
+}

@@ -1,0 +1,100 @@
+/**
+ * Moving object bytes. Small objects ride in one message; large ones are
+ * streamed in chunks that the receiver pulls with a few requests in flight,
+ * so a 6 GB object never needs a 6 GB frame and a slow reader never stalls
+ * the head for others.
+ */
+import type { Requester } from "../wire/requests.js";
+import type { DType, EncodedValue, ValueKind } from "./values.js";
+
+/** Objects up to this size travel in one message. */
+export const INLINE_LIMIT = 1024 * 1024;
+/** Chunk size of streamed transfers. */
+export const CHUNK = 4 * 1024 * 1024;
+/** Chunk requests in flight per transfer. */
+export const WINDOW = 4;
+
+/** A part as it arrives: the base or a patch, with its bytes. */
+export interface ReceivedPart {
+  kind: ValueKind;
+  dtype?: DType;
+  size: number;
+  version: number;
+  data: Buffer;
+}
+
+/** The answer to an incremental get. */
+export interface Download {
+  mode: "not-modified" | "patches" | "full";
+  version: number;
+  baseVersion: number;
+  parts: ReceivedPart[];
+  /** Object bytes that crossed the wire for this get. */
+  bytes: number;
+}
+
+/** Fetches `key` relative to the version held (if any). */
+export async function download(req: Requester, fields: { key: string; have?: number; haveBase?: number; app?: string }): Promise<Download> {
+  const { value: head, frames } = await req.request("obj-get", fields);
+  const metas = head.parts as Array<Omit<ReceivedPart, "data">>;
+  if (head.mode === "not-modified") return { mode: "not-modified", version: head.version, baseVersion: head.baseVersion, parts: [], bytes: 0 };
+  let bytes = 0;
+  let parts: ReceivedPart[];
+  if (head.tid === undefined) {
+    parts = metas.map((m, i) => ({ ...m, data: frames[i] ?? Buffer.alloc(0) }));
+    bytes = parts.reduce((n, p) => n + p.size, 0);
+  } else {
+    parts = metas.map((m) => ({ ...m, data: Buffer.allocUnsafe(m.size) }));
+    const jobs: Array<{ part: number; offset: number; length: number }> = [];
+    parts.forEach((p, part) => {
+      for (let offset = 0; offset < p.size; offset += CHUNK) jobs.push({ part, offset, length: Math.min(CHUNK, p.size - offset) });
+    });
+    try {
+      await inWindow(jobs, async (job) => {
+        const r = await req.request("obj-read", { tid: head.tid, ...job });
+        const chunk = r.frames[0]!;
+        chunk.copy(parts[job.part]!.data, job.offset);
+        bytes += chunk.byteLength;
+      });
+    } finally {
+      await req.request("obj-done", { tid: head.tid }).catch(() => undefined);
+    }
+  }
+  return { mode: head.mode, version: head.version, baseVersion: head.baseVersion, parts, bytes };
+}
+
+/** What a write returns. */
+export interface WriteResult {
+  key: string;
+  version: number;
+  baseVersion: number;
+  size: number;
+}
+
+/** Writes one value (`put` creates, `update` replaces the base, `patch` appends). */
+export async function upload(
+  req: Requester,
+  op: "put" | "update" | "patch",
+  key: string | undefined,
+  value: EncodedValue,
+  opts: { ifVersion?: number; pin?: boolean },
+): Promise<WriteResult> {
+  const fields = { write: op, key, kind: value.kind, dtype: value.dtype, size: value.data.byteLength, ifVersion: opts.ifVersion, pin: opts.pin };
+  if (value.data.byteLength <= INLINE_LIMIT) return (await req.request<WriteResult>("obj-write", fields, [value.data])).value;
+  const { value: begun } = await req.request<{ tid: number }>("obj-begin", fields);
+  const jobs: number[] = [];
+  for (let offset = 0; offset < value.data.byteLength; offset += CHUNK) jobs.push(offset);
+  await inWindow(jobs, async (offset) => {
+    await req.request("obj-chunk", { tid: begun.tid, offset }, [value.data.subarray(offset, offset + CHUNK)]);
+  });
+  return (await req.request<WriteResult>("obj-commit", { tid: begun.tid }, [], 120_000)).value;
+}
+
+/** Runs `work` over `jobs` with at most WINDOW in flight; the first failure stops the rest. */
+async function inWindow<J>(jobs: J[], work: (job: J) => Promise<void>): Promise<void> {
+  let next = 0;
+  const lanes = Array.from({ length: Math.min(WINDOW, jobs.length) }, async () => {
+    while (next < jobs.length) await work(jobs[next++]!);
+  });
+  await Promise.all(lanes);
+}
