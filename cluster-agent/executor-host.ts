@@ -62,7 +62,8 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   }
   const ctx: ExecutorContext = { ...launch, objects };
   let instance: (ServiceInstance & Record<string, unknown>) | undefined;
-  let methods: Set<string> | undefined;
+  const methods = new Set<string>();
+  let ready = false;
   let closing: Promise<void> | undefined;
 
   const shutdown = (code: number): Promise<void> =>
@@ -101,21 +102,22 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
     setTimeout(() => void shutdown(1), 15_000).unref();
     return;
   }
-  methods = new Set(serviceMethods(instance));
+  for (const m of serviceMethods(instance)) methods.add(m);
+  ready = true;
   channel.send([encode({ t: "ready", pid: process.pid, methods: [...methods] })]);
 
   function onHeadMessage(frames: Buffer[]): void {
     const h = decodeHeader(frames[0]);
     if (h.t === "rep") return void headRequests.deliver(h, frames);
     if (h.t === "exit-now") return void shutdown(0);
-    if (h.t !== "call" || methods === undefined) return;
+    if (h.t !== "call" || !ready) return;
     const hid = num(h, "hid");
     const method = str(h, "method");
     // Calls run concurrently (the head limits how many); do not await here.
     void (async () => {
       try {
-        if (!methods!.has(method)) {
-          throw new TypeError(`${launch.export} has no method '${method}' (methods: ${[...methods!].join(", ") || "none"})`);
+        if (!methods.has(method)) {
+          throw new TypeError(`${launch.export} has no method '${method}' (methods: ${[...methods].join(", ") || "none"})`);
         }
         const args = decode(frames[1] ?? encode([]));
         if (!Array.isArray(args)) throw new TypeError("call arguments must be an array");
