@@ -5,11 +5,11 @@
  *
  * @example
  * ```ts
- * import { TensorEngine } from "./sdk/tensor/index.js";
+ * import { TensorEngine, byteLevelVocab } from "./sdk/tensor/index.js";
  *
  * const engine = await TensorEngine.start();           // HEARTH_PYTHON or /usr/bin/python3
  * await engine.initModel({ config: "tiny", seed: 0 });  // or { checkpoint: "/models/qwen2.5-3b" }
- * await engine.setVocab(vocabBytes);                    // once, for stop strings
+ * await engine.setVocab(byteLevelVocab(tokenizerJson)); // once, for stop strings
  * const { session, rows } = await engine.generate([[1, 2, 3]], { maxNewTokens: 64, stop: ["</search>"] });
  * if (rows[0].finishReason === "stop") {
  *   const more = await engine.resume(session, new Map([[0, searchResultIds]]), { maxNewTokens: 64 });
@@ -27,6 +27,8 @@ export { FrameDecoder, encodeFrame, encodeValue, decodeValue, MAX_HEADER_BYTES }
 export type { Frame } from "./frame.js";
 export { int32Tensor, float32Tensor, uint8Tensor, toInt32Array, toFloat32Array, isTensor, itemSize } from "./tensor.js";
 export type { DType, Tensor } from "./tensor.js";
+export { byteLevelVocab } from "./vocab.js";
+export type { TokenizerJson } from "./vocab.js";
 export type {
   ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitModelOptions,
   InitModelResult, PatchStats, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  FrameDecoder, decodeValue, encodeFrame, encodeValue, float32Tensor, int32Tensor, toFloat32Array, toInt32Array,
+  FrameDecoder, byteLevelVocab, decodeValue, encodeFrame, encodeValue, float32Tensor, int32Tensor, toFloat32Array, toInt32Array,
   type Tensor,
 } from "../../sdk/tensor/index.js";
 
@@ -36,4 +36,18 @@ test("misaligned tensor bytes are copied, never aliased", () => {
   const view = toFloat32Array({ dtype: "float32", shape: [2], data: backing.subarray(1) });
   assert.deepEqual([...view], [1.5, -2.25]);
   assert.throws(() => int32Tensor([1, 2, 3], [2, 2]), RangeError);
+});
+
+test("byte-level BPE vocabularies decode to raw bytes, special tokens to their text", () => {
+  // "Ġ" is GPT-2's spelling of the space byte, "Ċ" of newline; "Ã©" spells the two bytes of "é".
+  const vocab = byteLevelVocab({
+    model: { type: "BPE", vocab: { "</": 0, "search": 1, ">": 2, "Ġthe": 3, "Ċ": 4, "Ã©": 5 } },
+    added_tokens: [{ id: 7, content: "<|im_end|>" }],
+  }, 9);
+  assert.equal(vocab.length, 9);
+  const text = (ids: number[]): string => Buffer.concat(ids.map((i) => vocab[i])).toString("utf8");
+  assert.equal(text([0, 1, 2]), "</search>");
+  assert.equal(text([3, 4, 5]), " the\né");
+  assert.equal(text([7]), "<|im_end|>");
+  assert.equal(vocab[6].length, 0);
 });

@@ -25,6 +25,8 @@ from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
 from .weights import Publisher, apply_blob, model_tensors
 
+# Kept generation sessions (each holds a KV cache); older ones are released first.
+MAX_SESSIONS = 8
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -125,6 +127,8 @@ class Engine:
         self.next_session += 1
         if args.get("keep", True):
             self.sessions[sid] = session
+            while len(self.sessions) > MAX_SESSIONS:  # oldest first: dicts keep insertion order
+                self.sessions.pop(next(iter(self.sessions)))
         return {"session": sid, **_rows_result(results)}
 
     def op_resume(self, args: Dict[str, Any]) -> Any:
