@@ -121,3 +121,46 @@ class CheckpointTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def reference_sdpa(q, k, v, attn_mask=None, is_causal=False, enable_gqa=False):
+    """torch 2.x scaled_dot_product_attention semantics, in plain ops (for torch 1.13)."""
+    if enable_gqa:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
+    assert k.shape[-3] == q.shape[-3], "heads must match without enable_gqa"
+    att = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if is_causal:
+        att = att.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), float("-inf"))
+    if attn_mask is not None:
+        att = att.masked_fill(~attn_mask, float("-inf"))
+    return att.softmax(-1) @ v
+
+
+class SdpaBranchTest(unittest.TestCase):
+    """The torch 2.x branches of model.attend, run here against a reference SDPA."""
+
+    def test_sdpa_branches_match_manual_attention(self):
+        from hearth_engine import model as model_mod
+        model = tiny_model(seed=7)
+        tokens = torch.randint(0, 256, (2, 9))
+        with torch.no_grad():
+            want_full = model(tokens)
+            cache = model.new_cache(2, 12)
+            want_cached = model(tokens[:, :5], torch.tensor([0, 0]), cache)
+        saved = (model_mod.HAS_SDPA, model_mod.HAS_SDPA_GQA, getattr(model_mod.F, "scaled_dot_product_attention", None))
+        try:
+            model_mod.F.scaled_dot_product_attention = reference_sdpa
+            for gqa in (True, False):
+                model_mod.HAS_SDPA, model_mod.HAS_SDPA_GQA = True, gqa
+                with torch.no_grad():
+                    torch.testing.assert_close(model(tokens), want_full, atol=1e-5, rtol=1e-5)
+                    cache = model.new_cache(2, 12)
+                    got = model(tokens[:, :5], torch.tensor([0, 0]), cache)
+                torch.testing.assert_close(got, want_cached, atol=1e-5, rtol=1e-5)
+        finally:
+            model_mod.HAS_SDPA, model_mod.HAS_SDPA_GQA = saved[0], saved[1]
+            if saved[2] is None:
+                del model_mod.F.scaled_dot_product_attention
+            else:
+                model_mod.F.scaled_dot_product_attention = saved[2]
