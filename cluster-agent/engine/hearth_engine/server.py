@@ -149,10 +149,14 @@ class Engine:
     def op_logprobs(self, args: Dict[str, Any]) -> Any:
         model = self.need_model()
         tokens = torch.as_tensor(args["tokens"]).to(torch.long)  # (N, T)
+        rows = max(1, int(args.get("micro_batch_size", 8)))  # bounds the (rows, T, V) logits
+        model.eval()
+        parts = [torch.zeros(tokens.shape[0], 1)]
         with torch.no_grad():
-            model.eval()
-            logp, _ = sequence_logprobs(model, tokens.to(model.lm_head.weight.device))
-        return {"logprobs": torch.cat([torch.zeros(tokens.shape[0], 1), logp.cpu()], dim=1)}
+            chunks = [sequence_logprobs(model, tokens[i: i + rows].to(model.lm_head.weight.device))[0].cpu()
+                      for i in range(0, tokens.shape[0], rows)]
+        parts.append(torch.cat(chunks) if chunks else torch.zeros(0, max(tokens.shape[1] - 1, 0)))
+        return {"logprobs": torch.cat(parts, dim=1)}
 
     def op_train_init(self, args: Dict[str, Any]) -> Any:
         model = self.need_model()
