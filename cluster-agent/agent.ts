@@ -17,6 +17,7 @@ import { PendingRequests } from "../sdk/wire/requests.js";
 import { download } from "../sdk/cache/transfer.js";
 import { ObjectStore } from "./head/object-store.js";
 import { ObjectService } from "./object-service.js";
+import { ProjectStore } from "./projects.js";
 import { detectResources, type NodeResources } from "./resources.js";
 
 /** Agent settings; anything left out is detected. */
@@ -57,6 +58,10 @@ export class Agent {
   private readonly refreshing = new Map<string, Promise<void>>();
   private readonly children = new Map<string, Child>();
   private readonly workDir: string;
+  private readonly projects: ProjectStore;
+  /** Executors whose project is still being set up, and those stopped meanwhile. */
+  private readonly settingUp = new Set<string>();
+  private readonly cancelled = new Set<string>();
   private readonly log: (line: string) => void;
   private heartbeat?: NodeJS.Timeout;
   private closed = false;
@@ -75,6 +80,7 @@ export class Agent {
     this.headRequests = new PendingRequests(this.channel, `head at ${opts.head}`);
     this.cache = new ObjectService(new ObjectStore({ memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4) }), { readOnly: true });
     this.cacheChannel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`cache socket error: ${String(err)}`) });
+    this.projects = new ProjectStore(this.workDir, this.log);
     this.stopped = new Promise((r) => (this.done = r));
   }
 
@@ -110,7 +116,7 @@ export class Agent {
         this.register();
         return;
       case "start":
-        this.startExecutor(h);
+        void this.startExecutor(h);
         return;
       case "stop":
         this.stopExecutor(str(h, "executor"), num(h, "graceMs"));
@@ -173,16 +179,41 @@ export class Agent {
     return p;
   }
 
-  private startExecutor(h: Header): void {
+  private async startExecutor(h: Header): Promise<void> {
     const id = str(h, "executor");
     const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
+    let module = str(h, "module");
+    const project = h.project as { hash: string; key: string } | undefined;
+    if (project) {
+      const app = str(h, "app");
+      this.settingUp.add(id);
+      try {
+        const dir = await this.projects.ensure(project.hash, async () => {
+          await this.refresh(app, project.key);
+          const r = this.cache.store.read(`${app}/${project.key}`);
+          if (r.mode === "not-modified") throw new Error("unexpected not-modified");
+          return r.parts[0]!.data!;
+        });
+        module = path.join(dir, module);
+      } catch (err) {
+        this.log(`executor ${id}: project ${project.hash} could not be set up: ${(err as Error).message}`);
+        this.channel.send([encode({ t: "start-failed", executor: id, error: { name: "ProjectSetupError", message: `project ${project.hash} could not be set up on agent ${this.id}: ${(err as Error).message}` } })]);
+        return;
+      } finally {
+        this.settingUp.delete(id);
+      }
+      if (this.cancelled.delete(id)) {
+        this.channel.send([encode({ t: "exit", executor: id, code: null, signal: null, detail: "stopped before it started" })]);
+        return;
+      }
+    }
     const context = {
       executorId: id,
       agentId: this.id,
       host: this.host,
       app: str(h, "app"),
       service: str(h, "service"),
-      module: str(h, "module"),
+      module,
       export: str(h, "export"),
       concurrency: num(h, "concurrency"),
       gpus,
@@ -231,6 +262,10 @@ export class Agent {
 
   private stopExecutor(id: string, graceMs: number): void {
     const child = this.children.get(id);
+    if (!child && this.settingUp.has(id)) {
+      this.cancelled.add(id);
+      return;
+    }
     if (!child) {
       this.channel.send([encode({ t: "exit", executor: id, code: null, signal: null, detail: "not running on this agent" })]);
       return;

@@ -319,6 +319,12 @@ export class Head {
       const ns = typeof h.app === "string" ? h.app : "";
       return this.answerObject(id, num(h, "rid"), () => this.objects.handle(op, ns, h, frames, "agent"));
     }
+    if (h.t === "start-failed") {
+      const executor = str(h, "executor");
+      sched.onExecutorInitFailed(executor, obj(h, "error") as unknown as WireError);
+      sched.onExecutorExit(executor, null, null, "never started");
+      return;
+    }
     if (h.t === "exit") {
       const detail = typeof h.detail === "string" ? h.detail : "";
       sched.onExecutorExit(str(h, "executor"), (h.code as number | null) ?? null, (h.signal as string | null) ?? null, detail);

@@ -24,6 +24,8 @@ export interface AgentRecord {
 export interface ServiceSpec {
   name: string;
   module: string;
+  /** A shipped project: the module path is relative to its root. */
+  project?: { hash: string; key: string };
   exportName: string;
   resreq: string;
   resources: Resources;

@@ -252,6 +252,7 @@ export class Scheduler {
         service: s.spec.name,
         serviceId: s.id,
         module: s.spec.module,
+        project: s.spec.project,
         export: s.spec.exportName,
         gpus: e.gpus,
         cpu: s.spec.resources.cpu,

@@ -20,6 +20,14 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
   if (typeof module !== "string" || module === "") throw new ServiceConfigError(`service '${name}': 'module' must be a module path`);
   const exportName = raw.export;
   if (typeof exportName !== "string" || exportName === "") throw new ServiceConfigError(`service '${name}': 'export' must name the exported class`);
+  let project: { hash: string; key: string } | undefined;
+  if (raw.project !== undefined && raw.project !== null) {
+    const pr = raw.project as { hash?: unknown; key?: unknown };
+    if (typeof pr !== "object" || typeof pr.hash !== "string" || typeof pr.key !== "string") {
+      throw new ServiceConfigError(`service '${name}': 'project' must be { hash, key } of a packed project`);
+    }
+    project = { hash: pr.hash, key: pr.key };
+  }
   const resreq = raw.resreq === undefined || raw.resreq === null ? "" : raw.resreq;
   if (typeof resreq !== "string") throw new ServiceConfigError(`service '${name}': resreq must be a string like "cpu=8,mem=64g,gpu=1"`);
   const autoscale = raw.autoscale ?? SERVICE_DEFAULTS.autoscale;
@@ -35,6 +43,7 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
   return {
     name,
     module,
+    project,
     exportName,
     resreq,
     resources: parseResreq(resreq),

@@ -12,6 +12,8 @@ import { GangHandle, PoolHandle, type ServiceInfo } from "./handles.js";
 import { HeadClient } from "./head-client.js";
 import { parseResreq } from "./resreq.js";
 import { ObjectCache } from "../cache/object-cache.js";
+import { VersionConflictError } from "../wire/errors.js";
+import { findProjectRoot, packProject } from "./project.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -53,6 +55,15 @@ export interface ConnectOptions {
   timeoutMs?: number;
   /** Embedded default only: where the local head keeps its state, and the local agent's resources. */
   local?: LocalClusterOptions;
+  /**
+   * Ship this project (a folder with a package.json, or a path inside one;
+   * `true` = the one around the current directory) to agents through the
+   * object cache, for agents that cannot read the driver's files (other
+   * nodes). Service modules inside it are imported from the agent's unpacked
+   * copy, with dependencies installed from its lockfile. Default: off, agents
+   * import modules by the driver's absolute path.
+   */
+  project?: string | boolean;
 }
 
 /** A connected app. Create with `connect()` (or `App.connect()`). */
@@ -68,6 +79,7 @@ export class App {
     /** True when this app already existed on the head (a reattach). */
     readonly reattached: boolean,
     private knownServices: ServiceInfo[],
+    private readonly projectRoot: string | undefined,
   ) {
     this.objects = new ObjectCache(client);
   }
@@ -79,7 +91,8 @@ export class App {
     }
     const endpoint = opts.head ?? process.env.HEARTH_HEAD ?? (await ensureLocalCluster(opts.local)).endpoint;
     const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs });
-    return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[]);
+    const project = opts.project === true ? findProjectRoot(process.cwd()) : typeof opts.project === "string" ? findProjectRoot(opts.project) : undefined;
+    return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[], project);
   }
 
   /** The head endpoint this app talks to. */
@@ -101,9 +114,11 @@ export class App {
   async service<S = any>(ref: ServiceRef | string, opts: ServiceOptions = {}): Promise<PoolHandle<S> | GangHandle<S>> {
     const { module, exportName } = resolveRef(ref);
     parseResreq(opts.resreq); // clear errors before anything is sent
+    const shipped = await this.shipProject(module);
     const spec = {
       name: opts.name ?? exportName,
-      module,
+      module: shipped?.module ?? module,
+      project: shipped?.project,
       export: exportName,
       resreq: opts.resreq ?? "",
       warmup: opts.warmup,
@@ -115,6 +130,20 @@ export class App {
     let info: ServiceInfo = await this.client.control("service", { spec, replace: opts.replace === true });
     if (opts.wait !== false) info = await this.client.control("ready", { service: info.name }, null);
     return info.kind === "gang" ? new GangHandle<S>(this.client, info) : new PoolHandle<S>(this.client, info);
+  }
+
+  /** Packs the project around `module` into the cache (once per content hash) when project shipping is on. */
+  private async shipProject(module: string): Promise<{ module: string; project: { hash: string; key: string } } | undefined> {
+    const root = this.projectRoot;
+    if (!root || !path.isAbsolute(module) || !module.startsWith(`${root}${path.sep}`)) return undefined;
+    const packed = packProject(root);
+    const key = `_projects/${packed.hash}`;
+    try {
+      await this.objects.put(packed.archive, { key, pin: true });
+    } catch (err) {
+      if (!(err instanceof VersionConflictError)) throw err; // already shipped: same content, same hash
+    }
+    return { module: path.relative(root, module).split(path.sep).join("/"), project: { hash: packed.hash, key } };
   }
 
   /** Executors (starting, idle, busy), resources, queue depths: what the head knows about this app. */

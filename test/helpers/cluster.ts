@@ -3,7 +3,7 @@
  * and stops them, leaving no process behind.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { chmodSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,6 +21,9 @@ export interface AgentSpec {
   cpus?: number;
   mem?: string;
   gpus?: number;
+  /** Run the agent as this user id (and group id), with its own world-writable work dir. */
+  uid?: number;
+  gid?: number;
 }
 
 /** A running test cluster. */
@@ -68,11 +71,16 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   const status = (): Promise<any> => client.control("status", { all: true });
 
   const addAgent = async (spec: AgentSpec): Promise<ChildProcess> => {
-    const args = [CLI, "agent", "--head", endpoint, "--id", spec.id, "--work-dir", path.join(dir, spec.id)];
+    let workDir = path.join(dir, spec.id);
+    if (spec.uid !== undefined) {
+      workDir = mkdtempSync(path.join(os.tmpdir(), `hearth-agent-${spec.id}-`));
+      chmodSync(workDir, 0o777);
+    }
+    const args = [CLI, "agent", "--head", endpoint, "--id", spec.id, "--work-dir", workDir];
     if (spec.cpus !== undefined) args.push("--cpus", String(spec.cpus));
     if (spec.mem !== undefined) args.push("--mem", spec.mem);
     args.push("--gpus", String(spec.gpus ?? 0));
-    const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"] });
+    const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid });
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
     agents.set(spec.id, p);
     await waitFor(`agent ${spec.id} to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id) ? true : undefined));
