@@ -2,10 +2,12 @@
  * `npm run bench -- <name> [args]`: runs one benchmark. Benchmarks print
  * ratios against a peer measured in the same run; they never fail on noise.
  */
+import { benchCache } from "./cache.js";
 import { benchRpc } from "./rpc.js";
 
 const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   rpc: benchRpc,
+  cache: benchCache,
 };
 
 const [name, ...args] = process.argv.slice(2);

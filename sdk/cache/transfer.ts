@@ -10,7 +10,7 @@ import type { DType, EncodedValue, ValueKind } from "./values.js";
 /** Objects up to this size travel in one message. */
 export const INLINE_LIMIT = 1024 * 1024;
 /** Chunk size of streamed transfers. */
-export const CHUNK = 4 * 1024 * 1024;
+export const CHUNK = 8 * 1024 * 1024;
 /** Chunk requests in flight per transfer. */
 export const WINDOW = 4;
 
