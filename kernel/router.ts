@@ -1,0 +1,109 @@
+/**
+ * Routes requests by msg_type to a KernelHandler and wraps each in iopub
+ * `status: busy` / `status: idle`. Shell requests run one at a time in arrival
+ * order; control requests (interrupt, shutdown, kernel_info) are answered at
+ * once, even while a cell runs. A failed cell never aborts later requests.
+ */
+import type { Channel, KernelSockets } from "./sockets.js";
+import type { KernelHandler, RequestContext } from "./handler.js";
+import { PROTOCOL_VERSION, replyTo, type JupyterMessage } from "./wire.js";
+import { randomUUID } from "node:crypto";
+
+/** Why the router stopped: the client asked for a shutdown (and maybe a restart). */
+export interface ShutdownRequest {
+  restart: boolean;
+}
+
+/** Dispatches messages from the sockets to the handler. */
+export class Router {
+  readonly session = randomUUID();
+  private shellQueue: Promise<void> = Promise.resolve();
+  private resolveShutdown!: (r: ShutdownRequest) => void;
+  /** Resolves when a shutdown_request has been answered. */
+  readonly shutdown = new Promise<ShutdownRequest>((resolve) => (this.resolveShutdown = resolve));
+  /** The most recent request, parent of output produced outside any request (background promises). */
+  lastParent: JupyterMessage | null = null;
+
+  constructor(
+    private readonly sockets: KernelSockets,
+    private readonly handler: KernelHandler,
+    private readonly log: (line: string) => void,
+  ) {}
+
+  /** Starts listening; publishes `status: starting` once. */
+  start(): void {
+    this.publish(null, "status", { execution_state: "starting" });
+    this.sockets.listen({
+      onMessage: (channel, msg) => {
+        if (channel === "control") {
+          this.handle(channel, msg).catch((err: unknown) => this.log(`control reply failed: ${String(err)}`));
+        } else {
+          this.shellQueue = this.shellQueue.then(() => this.handle(channel, msg)).catch((err: unknown) => this.log(`shell reply failed: ${String(err)}`));
+        }
+      },
+      onBadMessage: (channel, err) => this.log(`dropped a message on ${channel}: ${err.message}`),
+    });
+  }
+
+  /** Publishes an iopub message whose parent is `parent` (or the last request when null). */
+  publish(parent: JupyterMessage | null, msgType: string, content: Record<string, unknown>): void {
+    const msg = replyTo(parent ?? this.lastParent, msgType, content, this.session, []);
+    this.sockets.publish(msg).catch((err: unknown) => this.log(`iopub send failed: ${String(err)}`));
+  }
+
+  private async handle(channel: Channel, msg: JupyterMessage): Promise<void> {
+    const type = msg.header.msg_type;
+    if (channel === "shell") this.lastParent = msg;
+    this.publish(msg, "status", { execution_state: "busy" });
+    try {
+      const reply = await this.dispatch(channel, msg);
+      if (reply) await this.sockets.reply(channel, replyTo(msg, type.replace(/_request$/, "_reply"), reply, this.session));
+    } catch (err) {
+      // A handler bug, not a user error: answer with an error reply so the client does not hang.
+      const e = err instanceof Error ? err : new Error(String(err));
+      this.log(`${type} failed: ${e.stack ?? e.message}`);
+      await this.sockets.reply(channel, replyTo(msg, type.replace(/_request$/, "_reply"), { status: "error", ename: e.name, evalue: e.message, traceback: [] }, this.session));
+    } finally {
+      this.publish(msg, "status", { execution_state: "idle" });
+    }
+    if (type === "shutdown_request") this.resolveShutdown({ restart: Boolean(msg.content.restart) });
+  }
+
+  private async dispatch(_channel: Channel, msg: JupyterMessage): Promise<Record<string, unknown> | null> {
+    const c = msg.content;
+    switch (msg.header.msg_type) {
+      case "kernel_info_request":
+        return { status: "ok", protocol_version: PROTOCOL_VERSION, ...this.handler.kernelInfo() };
+      case "execute_request": {
+        const ctx: RequestContext = { publish: (type, content) => this.publish(msg, type, content) };
+        const req = {
+          code: String(c.code ?? ""),
+          silent: Boolean(c.silent),
+          store_history: c.store_history === undefined ? true : Boolean(c.store_history),
+          user_expressions: (c.user_expressions ?? {}) as Record<string, string>,
+          allow_stdin: Boolean(c.allow_stdin),
+          stop_on_error: c.stop_on_error === undefined ? true : Boolean(c.stop_on_error),
+        };
+        return { ...(await this.handler.execute(req, ctx)) };
+      }
+      case "is_complete_request":
+        return { ...this.handler.isComplete(String(c.code ?? "")) };
+      case "complete_request":
+        return { ...this.handler.complete(String(c.code ?? ""), Number(c.cursor_pos ?? String(c.code ?? "").length)) };
+      case "inspect_request":
+        return { ...this.handler.inspect(String(c.code ?? ""), Number(c.cursor_pos ?? 0), Number(c.detail_level ?? 0)) };
+      case "interrupt_request":
+        this.handler.interrupt();
+        return { status: "ok" };
+      case "shutdown_request":
+        return { status: "ok", restart: Boolean(c.restart) };
+      case "comm_info_request":
+        return { status: "ok", comms: {} };
+      case "history_request":
+        return { status: "ok", history: [] };
+      default:
+        this.log(`ignoring unsupported ${msg.header.msg_type}`);
+        return null;
+    }
+  }
+}

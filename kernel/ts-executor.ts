@@ -1,0 +1,140 @@
+/**
+ * TypeScript cell semantics from tslab 1.0.22 (pinned): its converter turns a
+ * cell into JavaScript that keeps declarations across cells, supports
+ * top-level await and local `.ts` imports, and type-checks against earlier
+ * cells; its executor runs that code in this process. tslab reports results
+ * through a console-like object, which we pass in to capture them as data:
+ * `log(value)` is the last expression's value, `error(e)` a thrown error,
+ * `error("%s%d:%d - %s", …)` a type-check diagnostic. Nothing of tslab's
+ * protocol layer is used (see docs/kernel.md).
+ */
+import { format } from "node:util";
+import { createConverter, isCompleteCode, type Converter } from "tslab/dist/converter.js";
+import { createExecutor, type ConverterSet, type Executor } from "tslab/dist/executor.js";
+import { printQuickInfo } from "tslab/dist/inspect.js";
+
+const DIAGNOSTIC_FORMAT = "%s%d:%d - %s";
+
+/** The error of a failed cell in the shape of a Jupyter error message. */
+export interface CellError {
+  ename: string;
+  evalue: string;
+  traceback: string[];
+}
+
+/** What running one cell produced. */
+export type CellOutcome =
+  | { ok: true; hasValue: boolean; value: unknown; warnings: string[] }
+  | { ok: false; error: CellError };
+
+/** Completion candidates replacing `code.slice(start, end)`. */
+export interface Completion {
+  start: number;
+  end: number;
+  candidates: string[];
+}
+
+/** Runs TypeScript cells one at a time in this process. */
+export class TypeScriptExecutor {
+  private readonly executor: Executor;
+  private capture = { hasValue: false, value: undefined as unknown, errors: [] as unknown[], diagnostics: [] as string[] };
+  private running = false;
+
+  /** `rootDir` resolves imports (node_modules, local .ts files); normally the notebook's directory. */
+  constructor(rootDir: string) {
+    let browser: Converter | undefined;
+    const node = createConverter({ isJS: false, isBrowser: false });
+    const convs: ConverterSet = {
+      node,
+      // Only `//%browser` cells use this converter; creating it costs a second TypeScript program.
+      get browser() {
+        return (browser ??= createConverter({ isJS: false, isBrowser: true }));
+      },
+      close: () => {
+        node.close();
+        browser?.close();
+      },
+    };
+    this.executor = createExecutor(rootDir, convs, {
+      log: (value: unknown) => {
+        this.capture.hasValue = true;
+        this.capture.value = value;
+      },
+      error: (first: unknown, ...rest: unknown[]) => {
+        if (first === DIAGNOSTIC_FORMAT) this.capture.diagnostics.push(format(first, ...rest));
+        else this.capture.errors.push(first);
+      },
+    });
+  }
+
+  /** True while a cell runs (its promise has not settled). */
+  get busy(): boolean {
+    return this.running;
+  }
+
+  /** Type-checks and runs one cell. Never rejects for errors in the cell. */
+  async execute(code: string): Promise<CellOutcome> {
+    this.capture = { hasValue: false, value: undefined, errors: [], diagnostics: [] };
+    this.running = true;
+    let ok: boolean;
+    try {
+      ok = await this.executor.execute(code);
+    } catch (err) {
+      ok = false;
+      this.capture.errors.push(err);
+    } finally {
+      this.running = false;
+    }
+    const { hasValue, value, errors, diagnostics } = this.capture;
+    if (ok) return { ok: true, hasValue, value, warnings: diagnostics };
+    if (errors.length > 0) return { ok: false, error: describeError(errors[0]) };
+    return {
+      ok: false,
+      error: { ename: "TypeScriptError", evalue: diagnostics[0] ?? "the cell did not compile", traceback: diagnostics.length > 0 ? diagnostics : ["the cell did not compile"] },
+    };
+  }
+
+  /** Rejects the awaited promise of a running asynchronous cell (synchronous code is stopped by SIGINT itself). */
+  interrupt(): void {
+    this.executor.interrupt();
+  }
+
+  /** Jupyter's is_complete: "incomplete" with an indent while brackets or statements are open. */
+  isComplete(code: string): { complete: boolean; indent?: string } {
+    const r = isCompleteCode(code);
+    return { complete: r.completed, indent: r.indent };
+  }
+
+  /** Completions at `cursor` from the TypeScript language service, seeing earlier cells' declarations. */
+  complete(code: string, cursor: number): Completion {
+    const c = this.executor.complete(code, cursor);
+    return { start: c.start, end: c.end, candidates: c.candidates };
+  }
+
+  /** Quick info (type and doc comment) at `cursor`, or null. */
+  inspect(code: string, cursor: number): string | null {
+    const info = this.executor.inspect(code, cursor);
+    return info ? printQuickInfo(info) : null;
+  }
+
+  /** Releases the TypeScript programs. */
+  close(): void {
+    this.executor.close();
+  }
+}
+
+/** Stack frames of the kernel itself (below the cell), left out of tracebacks. */
+const KERNEL_FRAME = /^\s+at .*(node:vm|node:internal|tslab[\\/]dist[\\/]|[\\/]kernel[\\/](ts-executor|ts-handler|router|sockets|kernel)\.js)/;
+
+/** Jupyter's error triple for a thrown value; interrupts are named "KeyboardInterrupt" as in other kernels. */
+export function describeError(thrown: unknown): CellError {
+  if (thrown instanceof Error || (typeof thrown === "object" && thrown !== null && "message" in thrown && "stack" in thrown)) {
+    const e = thrown as Error & { code?: string };
+    const interrupted = e.code === "ERR_SCRIPT_EXECUTION_INTERRUPTED" || e.message === "Interrupted asynchronously";
+    const ename = interrupted ? "KeyboardInterrupt" : e.name || "Error";
+    const stack = typeof e.stack === "string" && e.stack.length > 0 ? e.stack : `${ename}: ${e.message}`;
+    return { ename, evalue: String(e.message), traceback: stack.split("\n").filter((line) => !KERNEL_FRAME.test(line)) };
+  }
+  const text = format("%O", thrown);
+  return { ename: "Error", evalue: `non-Error thrown: ${text}`, traceback: [`Uncaught ${text}`] };
+}

@@ -1,0 +1,142 @@
+/**
+ * The TypeScript KernelHandler: maps cells run by TypeScriptExecutor onto
+ * Jupyter messages (execute_input, stream, display_data,
+ * update_display_data, execute_result, error). stdout and stderr of this
+ * process are cell output while the kernel runs; output produced after a cell
+ * finished (background promises, timers) goes to the last cell, as in
+ * ipykernel.
+ */
+import { DISPLAY_SINK, toMimeBundle, type DisplaySink } from "../sdk/notebook/display.js";
+import type { CompleteReply, ExecuteReply, ExecuteRequest, InspectReply, IsCompleteReply, KernelHandler, KernelInfo, RequestContext } from "./handler.js";
+import { describeError, TypeScriptExecutor } from "./ts-executor.js";
+
+type Write = typeof process.stdout.write;
+
+/** Options of a TypeScriptHandler. */
+export interface TypeScriptHandlerOptions {
+  /** Resolves imports; the notebook's directory (the kernel's cwd under Jupyter). */
+  rootDir: string;
+  /** The kernel's own log (stderr as it was before cells took it over). */
+  log: (line: string) => void;
+  /** The TypeScript version tslab compiles with, shown in kernel_info. */
+  typescriptVersion: string;
+  implementationVersion: string;
+}
+
+/** Runs TypeScript cells and publishes their outputs. */
+export class TypeScriptHandler implements KernelHandler {
+  private readonly executor: TypeScriptExecutor;
+  private executionCount = 0;
+  /** Where output goes: the running cell, else the last one. */
+  private target: RequestContext | null = null;
+  private readonly restore: Array<() => void> = [];
+
+  constructor(private readonly opts: TypeScriptHandlerOptions) {
+    this.executor = new TypeScriptExecutor(opts.rootDir);
+  }
+
+  /** Takes over stdout/stderr, the display sink and unhandled errors of this process. Undone by close(). */
+  install(): void {
+    for (const name of ["stdout", "stderr"] as const) {
+      const stream = process[name];
+      const original = stream.write;
+      stream.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+        const text = typeof chunk === "string" ? chunk : Buffer.from(chunk).toString("utf8");
+        if (this.target) this.target.publish("stream", { name, text });
+        else this.opts.log(text.trimEnd());
+        const cb = rest.find((r) => typeof r === "function") as (() => void) | undefined;
+        if (cb) queueMicrotask(cb);
+        return true;
+      }) as Write;
+      this.restore.push(() => (stream.write = original));
+    }
+    const sink: DisplaySink = {
+      display: (bundle, o) => {
+        if (!this.target) return;
+        const content = { data: bundle, metadata: o.metadata ?? {}, transient: o.displayId ? { display_id: o.displayId } : {} };
+        this.target.publish(o.update ? "update_display_data" : "display_data", content);
+      },
+    };
+    (globalThis as Record<symbol, unknown>)[DISPLAY_SINK] = sink;
+    this.restore.push(() => delete (globalThis as Record<symbol, unknown>)[DISPLAY_SINK]);
+    // A rejected promise nobody awaits must not kill the kernel: report it in the notebook instead.
+    const onAsyncError = (err: unknown) => {
+      const e = describeError(err);
+      this.target?.publish("stream", { name: "stderr", text: `Unhandled: ${e.traceback.join("\n")}\n` });
+    };
+    process.on("unhandledRejection", onAsyncError);
+    process.on("uncaughtException", onAsyncError);
+    this.restore.push(() => {
+      process.off("unhandledRejection", onAsyncError);
+      process.off("uncaughtException", onAsyncError);
+    });
+  }
+
+  kernelInfo(): KernelInfo {
+    return {
+      implementation: "hearth",
+      implementation_version: this.opts.implementationVersion,
+      language_info: {
+        name: "typescript",
+        version: this.opts.typescriptVersion,
+        mimetype: "text/typescript",
+        file_extension: ".ts",
+        pygments_lexer: "typescript",
+        codemirror_mode: { name: "javascript", typescript: true },
+      },
+      banner: `hearth TypeScript kernel (TypeScript ${this.opts.typescriptVersion}, Node ${process.version})`,
+      help_links: [],
+    };
+  }
+
+  async execute(req: ExecuteRequest, ctx: RequestContext): Promise<ExecuteReply> {
+    if (!req.silent && req.store_history) this.executionCount += 1;
+    const count = this.executionCount;
+    if (!req.silent) ctx.publish("execute_input", { code: req.code, execution_count: count });
+    this.target = ctx;
+    const outcome = await this.executor.execute(req.code);
+    if (outcome.ok) {
+      for (const w of outcome.warnings) ctx.publish("stream", { name: "stderr", text: w + "\n" });
+      if (outcome.hasValue && !req.silent) {
+        let data: Record<string, unknown>;
+        try {
+          data = toMimeBundle(outcome.value);
+        } catch (err) {
+          return this.fail(ctx, count, describeError(err));
+        }
+        ctx.publish("execute_result", { execution_count: count, data, metadata: {} });
+      }
+      return { status: "ok", execution_count: count, user_expressions: {}, payload: [] };
+    }
+    return this.fail(ctx, count, outcome.error);
+  }
+
+  private fail(ctx: RequestContext, count: number, error: { ename: string; evalue: string; traceback: string[] }): ExecuteReply {
+    ctx.publish("error", { ...error });
+    return { status: "error", execution_count: count, ...error };
+  }
+
+  isComplete(code: string): IsCompleteReply {
+    const r = this.executor.isComplete(code);
+    return r.complete ? { status: "complete" } : { status: "incomplete", indent: r.indent ?? "" };
+  }
+
+  complete(code: string, cursorPos: number): CompleteReply {
+    const c = this.executor.complete(code, cursorPos);
+    return { status: "ok", matches: c.candidates, cursor_start: c.start, cursor_end: c.end, metadata: {} };
+  }
+
+  inspect(code: string, cursorPos: number): InspectReply {
+    const text = this.executor.inspect(code, cursorPos);
+    return text === null ? { status: "ok", found: false, data: {}, metadata: {} } : { status: "ok", found: true, data: { "text/plain": text }, metadata: {} };
+  }
+
+  interrupt(): void {
+    if (this.executor.busy) this.executor.interrupt();
+  }
+
+  close(): void {
+    for (const undo of this.restore.splice(0).reverse()) undo();
+    this.executor.close();
+  }
+}
