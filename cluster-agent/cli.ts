@@ -19,9 +19,9 @@ import { runKernelCommand } from "../kernel/cli.js";
 const USAGE = `usage: hearth <command> [options]
 
 commands:
-  head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F]
+  head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F] [--agent-timeout 6s]
           run a head (scheduler, registry); prints its endpoint
-  agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR]
+  agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
           run an agent that starts executors on this node
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
@@ -37,19 +37,31 @@ export function parseDuration(text: string): number {
   return Number(m[1]) * scale;
 }
 
+/** Parses repeated `--label key=value` flags (agents started for a Slurm job carry hearth.job and hearth.service). */
+function parseLabels(items: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const item of items) {
+    const eq = item.indexOf("=");
+    if (eq <= 0) throw new HearthError(`--label must be key=value; got '${item}'`);
+    out[item.slice(0, eq)] = item.slice(eq + 1);
+  }
+  return out;
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
     case "head": {
       const { values } = parseArgs({
         args: rest,
-        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" } },
+        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" } },
       });
       const head = await Head.start({
         bind: values.bind,
         keepAliveMs: values["keep-alive"] ? parseDuration(values["keep-alive"]) : undefined,
         dataDir: values["data-dir"],
         memLimit: values["mem-limit"] ? parseMem(values["mem-limit"]) : undefined,
+        agentTimeoutMs: values["agent-timeout"] ? parseDuration(values["agent-timeout"]) : undefined,
       });
       console.log(`hearth head listening on ${head.endpoint}`);
       if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint);
@@ -68,6 +80,7 @@ async function main(argv: string[]): Promise<number> {
           mem: { type: "string" },
           gpus: { type: "string" },
           "work-dir": { type: "string" },
+          label: { type: "string", multiple: true },
         },
       });
       const head = values.head ?? process.env.HEARTH_HEAD;
@@ -79,6 +92,7 @@ async function main(argv: string[]): Promise<number> {
         id: values.id,
         host: values.host,
         workDir: values["work-dir"],
+        labels: parseLabels(values.label ?? []),
         resources: {
           cpu: cpus,
           mem: values.mem !== undefined ? parseMem(values.mem) : undefined,

@@ -19,6 +19,19 @@ export interface PlacementAgent {
   total: Capacity;
 }
 
+/** The agent label that reserves an agent for one service (set by engines that start agents per service). */
+export const SERVICE_LABEL = "hearth.service";
+
+/**
+ * May this agent host executors of this service? An agent labelled
+ * `hearth.service=<id>` (started by a Slurm job for that service) hosts only
+ * that service; an elastic service runs only on agents labelled for it.
+ */
+export function agentAccepts(labels: Record<string, string>, service: { id: string; elastic: boolean }): boolean {
+  const owner = labels[SERVICE_LABEL];
+  return owner === undefined ? !service.elastic : owner === service.id;
+}
+
 /** One executor's slot: which agent, which GPU slots. */
 export interface Placement {
   agentId: string;

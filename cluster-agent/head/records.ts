@@ -34,6 +34,12 @@ export interface ServiceSpec {
   max: number;
   idleTimeoutMs: number;
   concurrency: number;
+  /**
+   * Agents are brought for this service by an engine (Slurm jobs): declaring
+   * it does not need a registered agent, and it runs only on agents labelled
+   * `hearth.service=<its id>`.
+   */
+  elastic: boolean;
 }
 
 export type ServiceState = "pending" | "starting" | "ready" | "failed" | "stopped";

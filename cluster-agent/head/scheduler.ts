@@ -10,7 +10,7 @@ import type { WireError } from "../../sdk/wire/errors.js";
 import { formatResources } from "../../sdk/runtime/resreq.js";
 import { CallRouter, isServing } from "./call-router.js";
 import type { AgentRecord, AppRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
-import { everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
+import { agentAccepts, everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
 
 /** How many executors of a service may die while starting, in a row, before it fails. */
 export const MAX_START_FAILURES = 3;
@@ -68,26 +68,9 @@ export class Scheduler {
       }
     }
     if (existing) this.stopService(existing, `service '${spec.name}' was replaced`);
-    const agents = [...this.agents.values()];
-    if (agents.length === 0) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: "no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`",
-      });
-    }
     const kind = spec.autoscale ? "pool" : "gang";
-    if (!everFitsOne(agents, spec.resources)) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: `resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`,
-      });
-    }
-    if (kind === "gang" && !everFitsGang(agents, spec.resources, spec.warmup)) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: `gang '${spec.name}' of ${spec.warmup} × "${spec.resreq}" can never run at once on the registered agents (${agents.length} agent(s), largest: ${largestAgent(agents)})`,
-      });
-    }
+    // An elastic service's agents come from its engine once it is declared: nothing to check against yet.
+    if (!spec.elastic) this.checkSatisfiable(spec, kind);
     const s: ServiceRecord = {
       id: `s${this.nextService++}`,
       app: app.name,
@@ -107,6 +90,29 @@ export class Scheduler {
     this.transport.log(`service ${s.id} '${spec.name}' (${kind}, ${describe(spec)}) declared in app '${app.name}'`);
     this.schedule();
     return s;
+  }
+
+  /** Refuses a declaration no registered agent (or set of agents, for a gang) could ever hold. */
+  private checkSatisfiable(spec: ServiceSpec, kind: "pool" | "gang"): void {
+    const agents = [...this.agents.values()].filter((a) => agentAccepts(a.labels, { id: "", elastic: false }));
+    if (agents.length === 0) {
+      throw new DeclareError({
+        name: "ResreqError",
+        message: "no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`",
+      });
+    }
+    if (!everFitsOne(agents, spec.resources)) {
+      throw new DeclareError({
+        name: "ResreqError",
+        message: `resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`,
+      });
+    }
+    if (kind === "gang" && !everFitsGang(agents, spec.resources, spec.warmup)) {
+      throw new DeclareError({
+        name: "ResreqError",
+        message: `gang '${spec.name}' of ${spec.warmup} × "${spec.resreq}" can never run at once on the registered agents (${agents.length} agent(s), largest: ${largestAgent(agents)})`,
+      });
+    }
   }
 
   /** Stops a service: its calls fail with `reason`, its executors get `close()` then exit. */
@@ -179,7 +185,7 @@ export class Scheduler {
     want = Math.min(want, s.spec.max);
     s.blocked = false;
     for (let n = live.length; n < want; n++) {
-      const p = placeOne(this.agents.values(), s.spec.resources);
+      const p = placeOne(this.agentsFor(s), s.spec.resources);
       if (p === null) {
         s.blocked = true;
         break;
@@ -189,7 +195,7 @@ export class Scheduler {
   }
 
   private tryStartGang(s: ServiceRecord): void {
-    const placements = placeMany([...this.agents.values()], s.spec.resources, s.spec.warmup);
+    const placements = placeMany(this.agentsFor(s), s.spec.resources, s.spec.warmup);
     if (placements === null) {
       s.blocked = true;
       return;
@@ -215,6 +221,11 @@ export class Scheduler {
           message: `gang '${s.spec.name}': could not reserve a rendezvous port on agent ${agent0.id}: ${(err as Error).message}`,
         });
       });
+  }
+
+  /** Agents this service may run on (see agentAccepts). */
+  private agentsFor(s: ServiceRecord): AgentRecord[] {
+    return [...this.agents.values()].filter((a) => agentAccepts(a.labels, { id: s.id, elastic: s.spec.elastic }));
   }
 
   private startExecutor(s: ServiceRecord, p: Placement): void {

@@ -40,6 +40,8 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
   }
   const idleTimeoutMs = numOption(name, "idleTimeout", raw.idleTimeoutMs, SERVICE_DEFAULTS.idleTimeoutMs);
   const concurrency = intOption(name, "concurrency", raw.concurrency, SERVICE_DEFAULTS.concurrency, 1);
+  const elastic = raw.elastic ?? false;
+  if (typeof elastic !== "boolean") throw new ServiceConfigError(`service '${name}': elastic must be true or false`);
   return {
     name,
     module,
@@ -52,6 +54,7 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
     max: autoscale ? max : warmup,
     idleTimeoutMs,
     concurrency,
+    elastic,
   };
 }
 

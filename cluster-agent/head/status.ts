@@ -36,6 +36,9 @@ export function buildStatus(head: Head, appName: string | undefined): Record<str
         warmup: s.spec.warmup,
         max: Number.isFinite(s.spec.max) ? s.spec.max : null,
         queued: s.queue.length,
+        blocked: s.blocked,
+        elastic: s.spec.elastic,
+        concurrency: s.spec.concurrency,
         inflight: [...s.executors.values()].reduce((n, e) => n + e.inflight.size, 0),
         error: s.error?.message ?? null,
         executors: [...s.executors.values()].map((e) => ({

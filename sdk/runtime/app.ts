@@ -7,7 +7,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { existsSync } from "node:fs";
 import { ServiceConfigError } from "../wire/errors.js";
-import { ensureLocalCluster, type LocalClusterOptions } from "../engines/local.js";
+import { ensureLocalCluster, hearthHome, type LocalClusterOptions } from "../engines/local.js";
+import { ensureSlurmHead, SlurmEngine, type SlurmConnectOptions, type SlurmJobInfo } from "../engines/slurm/index.js";
 import { GangHandle, PoolHandle, type ServiceInfo } from "./handles.js";
 import { HeadClient } from "./head-client.js";
 import { parseResreq } from "./resreq.js";
@@ -64,6 +65,21 @@ export interface ConnectOptions {
    * import modules by the driver's absolute path.
    */
   project?: string | boolean;
+  /**
+   * Where agents come from. "local" (default): the embedded local agent, or
+   * whatever agents joined the given head. "slurm": every service's agents
+   * are Slurm jobs this driver submits (a pool grows by jobs, a gang is one
+   * job); the head runs on this machine with no agent (see docs/slurm.md).
+   */
+  engine?: "local" | "slurm";
+  /** Slurm engine: sbatch --partition. */
+  partition?: string;
+  /** Slurm engine: sbatch --account. */
+  account?: string;
+  /** Slurm engine: more sbatch options, e.g. ["--time=04:00:00"]. */
+  extraArgs?: string[];
+  /** Slurm engine: the rest of its settings (head bind address, agent timeout, polling). */
+  slurm?: SlurmConnectOptions;
 }
 
 /** A connected app. Create with `connect()` (or `App.connect()`). */
@@ -80,6 +96,7 @@ export class App {
     readonly reattached: boolean,
     private knownServices: ServiceInfo[],
     private readonly projectRoot: string | undefined,
+    private readonly engine: SlurmEngine | undefined,
   ) {
     this.objects = new ObjectCache(client);
   }
@@ -89,10 +106,27 @@ export class App {
     if (!opts || typeof opts.name !== "string" || opts.name === "") {
       throw new ServiceConfigError('connect() needs a name: connect({ name: "my-app" })');
     }
-    const endpoint = opts.head ?? process.env.HEARTH_HEAD ?? (await ensureLocalCluster(opts.local)).endpoint;
+    const slurm = opts.engine === "slurm";
+    const home = hearthHome(opts.local?.home);
+    const endpoint =
+      opts.head ??
+      process.env.HEARTH_HEAD ??
+      (slurm
+        ? (await ensureSlurmHead({ home, bind: opts.slurm?.bind, agentTimeoutMs: opts.slurm?.agentTimeoutMs })).endpoint
+        : (await ensureLocalCluster(opts.local)).endpoint);
     const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs });
     const project = opts.project === true ? findProjectRoot(process.cwd()) : typeof opts.project === "string" ? findProjectRoot(opts.project) : undefined;
-    return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[], project);
+    let engine: SlurmEngine | undefined;
+    if (slurm) {
+      engine = new SlurmEngine({ ...opts.slurm, partition: opts.partition, account: opts.account, extraArgs: opts.extraArgs }, home);
+      try {
+        await engine.start(client, opts.name, String(hello.headId));
+      } catch (err) {
+        client.close();
+        throw err;
+      }
+    }
+    return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[], project, engine);
   }
 
   /** The head endpoint this app talks to. */
@@ -126,6 +160,7 @@ export class App {
       max: opts.max,
       idleTimeoutMs: opts.idleTimeout,
       concurrency: opts.concurrency,
+      elastic: this.engine !== undefined ? true : undefined,
     };
     let info: ServiceInfo = await this.client.control("service", { spec, replace: opts.replace === true });
     if (opts.wait !== false) info = await this.client.control("ready", { service: info.name }, null);
@@ -148,7 +183,9 @@ export class App {
 
   /** Executors (starting, idle, busy), resources, queue depths: what the head knows about this app. */
   async status(): Promise<AppStatus> {
-    return this.client.control("status", { app: this.name });
+    const status: AppStatus = await this.client.control("status", { app: this.name });
+    if (this.engine) status.slurm = this.engine.describe(status.agents);
+    return status;
   }
 
   /** Stops one service by name. */
@@ -161,6 +198,7 @@ export class App {
     if (this.closed) return;
     this.closed = true;
     try {
+      await this.engine?.detach();
       await this.client.control("detach", {}, 5000);
     } finally {
       this.client.close();
@@ -172,7 +210,9 @@ export class App {
     if (this.closed) return;
     this.closed = true;
     try {
+      await this.engine?.detach();
       await this.client.control("close-app", {}, 30_000);
+      await this.engine?.close();
     } finally {
       this.client.close();
     }
@@ -192,7 +232,9 @@ export function connect(opts: ConnectOptions): Promise<App> {
 /** The status document returned by `app.status()`. */
 export interface AppStatus {
   head: { id: string; endpoint: string; pid: number; uptimeMs: number };
-  agents: Array<{ id: string; host: string; total: { cpu: number; mem: number; gpus: string[] }; free: { cpu: number; mem: number; gpus: string[] }; executors: number }>;
+  agents: Array<{ id: string; host: string; pid: number; total: { cpu: number; mem: number; gpus: string[] }; free: { cpu: number; mem: number; gpus: string[] }; executors: number; labels: Record<string, string> }>;
+  /** Slurm engine only: the jobs this driver holds for the app (ids, states, nodes, start latency). */
+  slurm?: { jobs: SlurmJobInfo[]; lastError: string | null };
   apps: Array<{
     name: string;
     drivers: number;
@@ -207,6 +249,7 @@ export interface AppStatus {
       warmup: number;
       max: number | null;
       queued: number;
+      blocked: boolean;
       inflight: number;
       error: string | null;
       executors: Array<{ id: string; state: string; agent: string; pid: number | null; rank: number | null; gpus: string[]; inflight: number; callsDone: number; idleMs: number }>;

@@ -1,0 +1,129 @@
+/**
+ * The head a Slurm-backed app talks to: a detached `hearth head` on the
+ * driver's machine with no agent of its own (agents arrive as Slurm jobs),
+ * found again by later drivers through `$HEARTH_HOME/slurm-head.json`.
+ * It binds loopback unless told otherwise (`bind`): on a real cluster, bind
+ * an address the compute nodes can reach.
+ */
+import { spawn } from "node:child_process";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { HeadClient } from "../../runtime/head-client.js";
+import { ConnectError } from "../../wire/errors.js";
+
+/** The hearth CLI (compiled), which every job runs as `node <CLI> agent ...`. */
+export const HEARTH_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../cluster-agent/cli.js");
+
+/** Where and how the Slurm head runs. */
+export interface SlurmHeadOptions {
+  /** State folder (HEARTH_HOME, default ~/.hearth). */
+  home: string;
+  /** Endpoint to bind. Default tcp://127.0.0.1:0 (loopback: only for Slurm nodes on this machine). */
+  bind?: string;
+  /** An agent silent this long is lost and its calls retried. Default the head's (6 s). */
+  agentTimeoutMs?: number;
+  /** How long to wait for the head to start. Default 30 s. */
+  timeoutMs?: number;
+}
+
+/** A running Slurm head as recorded in its state file. */
+export interface SlurmHead {
+  endpoint: string;
+  pid: number;
+  home: string;
+}
+
+function stateFile(home: string): string {
+  return path.join(home, "slurm-head.json");
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The recorded Slurm head, if its process is alive. */
+export function findSlurmHead(home: string): SlurmHead | undefined {
+  try {
+    const h = JSON.parse(readFileSync(stateFile(home), "utf8")) as SlurmHead;
+    return alive(h.pid) ? h : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Finds the Slurm head of this HEARTH_HOME or starts one in the background. */
+export async function ensureSlurmHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
+  mkdirSync(path.join(opts.home, "logs"), { recursive: true });
+  const found = findSlurmHead(opts.home);
+  if (found) return found;
+  const release = await lock(path.join(opts.home, "slurm-head.lock"));
+  try {
+    return findSlurmHead(opts.home) ?? (await startHead(opts));
+  } finally {
+    release();
+  }
+}
+
+async function startHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const endpointFile = path.join(opts.home, "slurm-head.endpoint");
+  rmSync(endpointFile, { force: true });
+  const args = [HEARTH_CLI, "head", "--bind", opts.bind ?? "tcp://127.0.0.1:0", "--endpoint-file", endpointFile];
+  if (opts.agentTimeoutMs !== undefined) args.push("--agent-timeout", `${opts.agentTimeoutMs}ms`);
+  const logFile = path.join(opts.home, "logs", "slurm-head.log");
+  const out = openSync(logFile, "a");
+  const child = spawn(process.execPath, args, { detached: true, stdio: ["ignore", out, out] });
+  closeSync(out);
+  child.unref();
+  const deadline = Date.now() + timeoutMs;
+  while (!existsSync(endpointFile) || readFileSync(endpointFile, "utf8").trim() === "") {
+    if (Date.now() > deadline || !alive(child.pid!)) throw new ConnectError(`the Slurm head did not start within ${timeoutMs / 1000} s; see ${logFile}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const head: SlurmHead = { endpoint: readFileSync(endpointFile, "utf8").trim(), pid: child.pid!, home: opts.home };
+  writeFileSync(stateFile(opts.home), JSON.stringify(head, null, 2));
+  return head;
+}
+
+/** Shuts the Slurm head of this HEARTH_HOME down (its apps' executors stop). Returns false if none ran. */
+export async function stopSlurmHead(home: string, timeoutMs = 15_000): Promise<boolean> {
+  const h = findSlurmHead(home);
+  rmSync(stateFile(home), { force: true });
+  if (!h) return false;
+  try {
+    const { client } = await HeadClient.open(h.endpoint, { app: "_hearth-slurm" }, { timeoutMs: 5000 });
+    await client.control("shutdown", {}).catch(() => undefined);
+    client.close();
+  } catch {
+    // Not answering: signals below.
+  }
+  const deadline = Date.now() + timeoutMs;
+  while (alive(h.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  if (alive(h.pid)) process.kill(h.pid, "SIGKILL");
+  return true;
+}
+
+/** A cross-process lock file; one older than 60 s is stale. */
+async function lock(file: string): Promise<() => void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      closeSync(openSync(file, "wx"));
+      return () => rmSync(file, { force: true });
+    } catch {
+      try {
+        if (Date.now() - statSync(file).mtimeMs > 60_000) rmSync(file, { force: true });
+      } catch {
+        // Gone meanwhile.
+      }
+      if (Date.now() > deadline) throw new ConnectError(`could not take the lock ${file}; remove it if no hearth process is starting`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}

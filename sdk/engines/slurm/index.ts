@@ -1,0 +1,31 @@
+/**
+ * The Slurm engine: hearth agents as Slurm jobs. A pool grows by single-task
+ * jobs while calls pend and shrinks when idle; a gang is one job of N tasks,
+ * so Slurm grants all members or none. See docs/slurm.md.
+ *
+ * @example
+ * ```ts
+ * import { connect } from "hearth";
+ *
+ * const app = await connect({ name: "rl", engine: "slurm", partition: "gpu", extraArgs: ["--time=04:00:00"] });
+ * const pool = await app.service(ref, { resreq: "cpu=4,mem=16g,gpu=1", warmup: 1, max: 8 });
+ * console.log((await app.status()).slurm?.jobs);   // job ids, states, nodes
+ * await app.close();                               // cancels every job it started
+ * ```
+ */
+import type { SlurmEngineOptions } from "./engine.js";
+
+export { SlurmEngine } from "./engine.js";
+export type { SlurmEngineOptions, SlurmJobInfo } from "./engine.js";
+export { ensureSlurmHead, findSlurmHead, stopSlurmHead, HEARTH_CLI } from "./head.js";
+export type { SlurmHead, SlurmHeadOptions } from "./head.js";
+export { SlurmError, buildAgentJob, sbatch, scancel, squeue } from "./commands.js";
+export type { AgentJobSpec, QueuedJob } from "./commands.js";
+
+/** `connect({ engine: "slurm", slurm: {...} })`: engine settings plus where the head binds. */
+export interface SlurmConnectOptions extends Omit<SlurmEngineOptions, "partition" | "account" | "extraArgs"> {
+  /** The head's bind endpoint. Default tcp://127.0.0.1:0: loopback, enough only when the Slurm nodes are this machine. */
+  bind?: string;
+  /** An agent silent this long is lost (its calls are retried). Default 6 s. */
+  agentTimeoutMs?: number;
+}
