@@ -4,12 +4,13 @@
 // what the notebook shows.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 import { PYTHON, REPO_ROOT, TempKernelspec } from "./bridge.js";
+import { CHROMIUM, exportHtml, pngStats, renderedDom, screenshot } from "./render.js";
 
 interface CellSummary {
   index: number;
@@ -57,6 +58,8 @@ after(async () => {
   if (home) rmSync(home, { recursive: true, force: true });
 });
 
+let executed: string | undefined;
+
 test("02-runtime-tour.ipynb runs under nbclient with no errors and renders tables, a figure, progress and status", async () => {
   const outFile = path.join(home, "02-runtime-tour.out.ipynb");
   const result = await runNotebook(path.join(REPO_ROOT, "notebooks/02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
@@ -82,4 +85,20 @@ test("02-runtime-tour.ipynb runs under nbclient with no errors and renders table
   assert.ok(status.length >= 2, "status views are shown");
   assert.match(status[0]!.text, /squares \[pool/);
   assert.match(status[0]!.text, /ring \[gang/);
+  executed = outFile;
+});
+
+test("the executed 02-runtime-tour exported to HTML draws its plot offline in headless Chromium", { skip: existsSync(CHROMIUM) ? false : `no ${CHROMIUM}` }, async () => {
+  assert.ok(executed, "the notebook ran (previous test)");
+  const outDir = path.join(REPO_ROOT, "test-output", "kernel");
+  mkdirSync(outDir, { recursive: true });
+  const html = await exportHtml(executed, outDir);
+  const dom = await renderedDom(html);
+  assert.match(dom, /class="main-svg"/, "plotly.js (inlined) drew the figure");
+  assert.match(dom, /<progress value="12" max="12"/, "the progress bar's final state is in the export");
+  const png = path.join(outDir, "02-runtime-tour.png");
+  await screenshot(html, png);
+  const stats = pngStats(png);
+  console.log(`# screenshot ${png}: ${stats.width}x${stats.height}, ${(stats.nonWhite * 100).toFixed(1)}% non-white, ${stats.colors} colors`);
+  assert.ok(stats.nonWhite > 0.02 && stats.colors > 50, `the screenshot is not blank: ${JSON.stringify(stats)}`);
 });
