@@ -67,6 +67,10 @@ def handle(req):
         return {"msg_id": kc.execute(req["code"])}
     if op == "collect":
         return collect(req["msg_id"], timeout)
+    if op == "heartbeat":
+        # jupyter_client's heartbeat thread pings every second; give it two rounds.
+        time.sleep(2.5)
+        return {"beating": kc.hb_channel.is_beating()}
     if op == "interrupt_signal":
         km.interrupt_kernel()
         return {}
