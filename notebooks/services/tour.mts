@@ -5,11 +5,18 @@
  * local import, which must not reach outside the notebook's directory.
  */
 
+/** The part of hearth's object cache client this service uses. */
+export interface TourObjects {
+  get<T>(ref: { key: string } | string): Promise<T>;
+  heldVersion(ref: { key: string } | string): number | undefined;
+}
+
 /** The part of hearth's ExecutorContext this service reads (structurally compatible). */
 export interface TourContext {
   executorId: string;
   rank: number | null;
   worldSize: number | null;
+  objects: TourObjects;
 }
 
 /** What an executor says about itself. */
@@ -47,6 +54,13 @@ export class Tour {
   /** Identity of this executor; gang members report their rank. */
   whoami(): Whoami {
     return { executorId: this.ctx.executorId, rank: this.ctx.rank, worldSize: this.ctx.worldSize, pid: process.pid, callsDone: this.callsDone };
+  }
+
+  /** Sums a cached array of numbers: the executor fetches the object (only what it has not seen) through its node's cache. */
+  async sumObject(ref: { key: string }): Promise<{ sum: number; version: number | undefined; executorId: string }> {
+    const xs = await this.ctx.objects.get<number[]>(ref);
+    this.callsDone++;
+    return { sum: xs.reduce((a, b) => a + b, 0), version: this.ctx.objects.heldVersion(ref), executorId: this.ctx.executorId };
   }
 
   /** Milliseconds since init: the same executor answers with a growing number (it stayed warm). */

@@ -60,7 +60,7 @@ after(async () => {
 
 let executed: string | undefined;
 
-test("02-runtime-tour.ipynb runs under nbclient with no errors and renders tables, a figure, progress and status", async () => {
+test("02-runtime-tour.ipynb runs under nbclient with no errors and renders tables, a figure, progress, objects and status", async () => {
   const outFile = path.join(home, "02-runtime-tour.out.ipynb");
   const result = await runNotebook(path.join(REPO_ROOT, "notebooks/02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
   console.log(`# 02-runtime-tour.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
@@ -81,6 +81,7 @@ test("02-runtime-tour.ipynb runs under nbclient with no errors and renders table
   const bars = rich.filter((r) => r.text.startsWith("slow calls ["));
   assert.equal(bars.length, 1, "the progress bar is one output, updated in place");
   assert.match(bars[0]!.text, /12\/12 100%.*peak \d executors/);
+  assert.ok(rich.some((r) => r.text.startsWith("versions of tour/numbers") && r.mime.includes("text/html")), "the object versions table is shown");
   const status = rich.filter((r) => r.text.startsWith("head "));
   assert.ok(status.length >= 2, "status views are shown");
   assert.match(status[0]!.text, /squares \[pool/);
