@@ -14,6 +14,7 @@ import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
 import { toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
+import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { download } from "../sdk/cache/transfer.js";
 import { ObjectStore } from "./head/object-store.js";
 import { ObjectService } from "./object-service.js";
@@ -76,7 +77,11 @@ export class Agent {
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
     this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
-    this.channel = new DealerChannel(`a.${this.id}`, { maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`socket error: ${String(err)}`) });
+    this.channel = new DealerChannel(`a.${this.id}`, {
+      maxMessageSize: 64 * 1024 * 1024,
+      onError: (err) => this.log(`socket error: ${String(err)}`),
+      curveClient: curveClientFromEnv(), // executors inherit HEARTH_CURVE_KEYS from this process
+    });
     this.headRequests = new PendingRequests(this.channel, `head at ${opts.head}`);
     this.cache = new ObjectService(new ObjectStore({ memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4) }), { readOnly: true });
     this.cacheChannel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`cache socket error: ${String(err)}`) });

@@ -9,6 +9,7 @@ import { HeadClient } from "../sdk/runtime/head-client.js";
 import { parseMem } from "../sdk/runtime/resreq.js";
 import { ensureLocalCluster, findLocalCluster, stopLocalCluster } from "../sdk/engines/local.js";
 import { HearthError } from "../sdk/wire/errors.js";
+import { CURVE_KEYS_ENV, ensureCurveKeys } from "../sdk/wire/curve.js";
 import { Agent } from "./agent.js";
 import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
@@ -20,8 +21,10 @@ const USAGE = `usage: hearth <command> [options]
 
 commands:
   head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F] [--agent-timeout 6s]
+          [--curve-keys FILE]   accept only CURVE clients with the keys in FILE (created if missing)
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
+          [--curve-keys FILE]   connect with CURVE (also HEARTH_CURVE_KEYS; executors inherit it)
           run an agent that starts executors on this node
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
@@ -54,7 +57,7 @@ async function main(argv: string[]): Promise<number> {
     case "head": {
       const { values } = parseArgs({
         args: rest,
-        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" } },
+        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" } },
       });
       const head = await Head.start({
         bind: values.bind,
@@ -62,6 +65,7 @@ async function main(argv: string[]): Promise<number> {
         dataDir: values["data-dir"],
         memLimit: values["mem-limit"] ? parseMem(values["mem-limit"]) : undefined,
         agentTimeoutMs: values["agent-timeout"] ? parseDuration(values["agent-timeout"]) : undefined,
+        curve: values["curve-keys"] ? ensureCurveKeys(values["curve-keys"]) : undefined,
       });
       console.log(`hearth head listening on ${head.endpoint}`);
       if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint);
@@ -81,8 +85,10 @@ async function main(argv: string[]): Promise<number> {
           gpus: { type: "string" },
           "work-dir": { type: "string" },
           label: { type: "string", multiple: true },
+          "curve-keys": { type: "string" },
         },
       });
+      if (values["curve-keys"]) process.env[CURVE_KEYS_ENV] = values["curve-keys"];
       const head = values.head ?? process.env.HEARTH_HEAD;
       if (!head) throw new HearthError("hearth agent needs --head tcp://HOST:PORT (or HEARTH_HEAD)");
       const cpus = values.cpus !== undefined ? Number(values.cpus) : undefined;

@@ -11,6 +11,7 @@ import { DealerChannel } from "../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, str } from "../sdk/wire/codec.js";
 import { MessageTooLargeError, type WireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
+import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ObjectCache } from "../sdk/cache/object-cache.js";
 
 /** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
@@ -48,7 +49,7 @@ function remoteError(err: unknown, launch: ExecutorLaunch, method?: string): Wir
 
 /** Runs one executor until it is told to stop. */
 export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, agentCache?: string): Promise<void> {
-  const channel = new DealerChannel(`x.${launch.executorId}`, { maxMessageSize: 64 * 1024 * 1024 });
+  const channel = new DealerChannel(`x.${launch.executorId}`, { maxMessageSize: 64 * 1024 * 1024, curveClient: curveClientFromEnv() });
   channel.connect(headEndpoint);
   const headRequests = new PendingRequests(channel, `head at ${headEndpoint}`);
   let objects: ObjectCache = new ObjectCache(headRequests);

@@ -15,6 +15,7 @@ import type { AgentRecord, AppRecord } from "./records.js";
 import { DeclareError, Scheduler } from "./scheduler.js";
 import { parseServiceSpec } from "./spec.js";
 import { buildStatus } from "./status.js";
+import { startZapHandler, type CurveKeys } from "../../sdk/wire/curve.js";
 
 /** Head settings. */
 export interface HeadOptions {
@@ -32,6 +33,8 @@ export interface HeadOptions {
   memLimit?: number;
   /** Persist objects here and reload them on start. */
   dataDir?: string;
+  /** Accept only CURVE clients holding `keys.publicKey` (the head uses the server pair). Default: no CURVE. */
+  curve?: CurveKeys;
 }
 
 /** A running head. Create with `Head.start()`. */
@@ -51,6 +54,7 @@ export class Head {
   private readonly agentReplies = new Map<number, { resolve: (v: Header) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
   private closed = false;
   private onShutdown: () => void = () => {};
+  private stopZap?: () => void;
   /** The concrete endpoint after binding. */
   endpoint = "";
   /** Counters for status and tests. */
@@ -61,7 +65,11 @@ export class Head {
     this.driverTimeoutMs = opts.driverTimeoutMs ?? 5_000;
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
     this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
-    this.channel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`socket error: ${String(err)}`) });
+    this.channel = new RouterChannel({
+      maxMessageSize: 64 * 1024 * 1024,
+      onError: (err) => this.log(`socket error: ${String(err)}`),
+      curveServerSecretKey: opts.curve?.serverSecretKey,
+    });
     this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }));
     this.scheduler = new Scheduler({
       toDriver: (id, frames) => this.channel.sendTo(id, frames),
@@ -75,6 +83,7 @@ export class Head {
   /** Binds, starts serving, and returns the head. */
   static async start(opts: HeadOptions = {}): Promise<Head> {
     const head = new Head(opts);
+    if (opts.curve) head.stopZap = await startZapHandler([opts.curve.publicKey], (address) => head.log(`refused a connection from ${address}: unknown CURVE key`));
     head.endpoint = await head.channel.bind(opts.bind ?? "tcp://127.0.0.1:0");
     head.serving = head.channel.serve((id, frames) => head.onMessage(id, frames));
     head.ticker = setInterval(() => head.tick(), 250);
@@ -96,6 +105,7 @@ export class Head {
     await this.channel.flush();
     await new Promise((r) => setTimeout(r, 100));
     this.channel.close();
+    this.stopZap?.();
     await this.serving;
     this.onShutdown();
   }

@@ -15,6 +15,7 @@ import { parseResreq } from "./resreq.js";
 import { ObjectCache } from "../cache/object-cache.js";
 import { VersionConflictError } from "../wire/errors.js";
 import { findProjectRoot, packProject } from "./project.js";
+import { loadCurveKeys } from "../wire/curve.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -108,17 +109,19 @@ export class App {
     }
     const slurm = opts.engine === "slurm";
     const home = hearthHome(opts.local?.home);
-    const endpoint =
-      opts.head ??
-      process.env.HEARTH_HEAD ??
-      (slurm
-        ? (await ensureSlurmHead({ home, bind: opts.slurm?.bind, agentTimeoutMs: opts.slurm?.agentTimeoutMs })).endpoint
-        : (await ensureLocalCluster(opts.local)).endpoint);
-    const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs });
+    let endpoint = opts.head ?? process.env.HEARTH_HEAD;
+    let curveKeys: string | null = opts.slurm?.curveKeys ?? null;
+    if (endpoint === undefined && slurm) {
+      const head = await ensureSlurmHead({ home, bind: opts.slurm?.bind, agentTimeoutMs: opts.slurm?.agentTimeoutMs, curveKeys: opts.slurm?.curveKeys });
+      ({ endpoint, curveKeys } = head);
+    }
+    endpoint ??= (await ensureLocalCluster(opts.local)).endpoint;
+    const curve = curveKeys ? loadCurveKeys(curveKeys) : undefined;
+    const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve });
     const project = opts.project === true ? findProjectRoot(process.cwd()) : typeof opts.project === "string" ? findProjectRoot(opts.project) : undefined;
     let engine: SlurmEngine | undefined;
     if (slurm) {
-      engine = new SlurmEngine({ ...opts.slurm, partition: opts.partition, account: opts.account, extraArgs: opts.extraArgs }, home);
+      engine = new SlurmEngine({ ...opts.slurm, partition: opts.partition, account: opts.account, extraArgs: opts.extraArgs, curveKeys }, home);
       try {
         await engine.start(client, opts.name, String(hello.headId));
       } catch (err) {

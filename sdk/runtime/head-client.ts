@@ -8,6 +8,7 @@ import { DealerChannel } from "../wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, type Header } from "../wire/codec.js";
 import { ClosedError, ConnectError, MessageTooLargeError, ProtocolError, TimeoutError, fromWireError, type WireError } from "../wire/errors.js";
 import { PendingRequests, type Reply, type Requester } from "../wire/requests.js";
+import { curveClientFromEnv, type CurveClientKeys } from "../wire/curve.js";
 
 interface Pending {
   resolve: (v: unknown) => void;
@@ -20,6 +21,8 @@ export interface HeadClientOptions {
   timeoutMs?: number;
   /** Declare the head lost after this long without any message from it. Default 15 s. */
   headTimeoutMs?: number;
+  /** CURVE client keys for a head that requires them. Default: the file named by HEARTH_CURVE_KEYS, if set. */
+  curve?: CurveClientKeys;
 }
 
 /** The low-level driver connection; App and handles are built on it. */
@@ -37,14 +40,15 @@ export class HeadClient implements Requester {
   private constructor(
     readonly endpoint: string,
     private readonly headTimeoutMs: number,
+    curve: CurveClientKeys | undefined,
   ) {
-    this.channel = new DealerChannel(`d.${randomUUID()}`, { maxMessageSize: 64 * 1024 * 1024 });
+    this.channel = new DealerChannel(`d.${randomUUID()}`, { maxMessageSize: 64 * 1024 * 1024, curveClient: curve });
     this.requests = new PendingRequests(this.channel, `head at ${endpoint}`);
   }
 
   /** Connects and says hello for `app`; rejects with ConnectError if no head answers. */
   static async open(endpoint: string, hello: Record<string, unknown>, opts: HeadClientOptions = {}): Promise<{ client: HeadClient; hello: any }> {
-    const client = new HeadClient(endpoint, opts.headTimeoutMs ?? 15_000);
+    const client = new HeadClient(endpoint, opts.headTimeoutMs ?? 15_000, opts.curve ?? curveClientFromEnv());
     client.channel.connect(endpoint);
     void client.channel.serve((frames) => client.onMessage(frames));
     const timeoutMs = opts.timeoutMs ?? 10_000;

@@ -5,6 +5,7 @@
  * never lets a handler error escape (a bad frame must not kill a process).
  */
 import { Dealer, Router } from "zeromq";
+import type { CurveClientKeys } from "./curve.js";
 
 /** Frames of one outgoing message. */
 export type Frames = Array<Buffer | Uint8Array | string>;
@@ -59,6 +60,10 @@ export interface ChannelOptions {
   onError?: (err: unknown) => void;
   /** Largest frame ZeroMQ accepts from a peer before dropping the connection. */
   maxMessageSize?: number;
+  /** DEALER: connect as a CURVE client with these keys (see curve.ts). */
+  curveClient?: CurveClientKeys;
+  /** ROUTER: be a CURVE server with this secret key (pair it with a ZAP handler to choose who may connect). */
+  curveServerSecretKey?: string;
 }
 
 const defaultOnError = (err: unknown): void => {
@@ -74,7 +79,10 @@ export class DealerChannel {
 
   constructor(routingId: string, opts: ChannelOptions = {}) {
     this.onError = opts.onError ?? defaultOnError;
-    this.socket = new Dealer({ routingId, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0 });
+    const curve = opts.curveClient
+      ? { curveServerKey: opts.curveClient.serverPublicKey, curvePublicKey: opts.curveClient.publicKey, curveSecretKey: opts.curveClient.secretKey }
+      : {};
+    this.socket = new Dealer({ routingId, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve });
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
     this.outbox = new Outbox(this.socket, this.onError);
   }
@@ -123,7 +131,8 @@ export class RouterChannel {
 
   constructor(opts: ChannelOptions = {}) {
     this.onError = opts.onError ?? defaultOnError;
-    this.socket = new Router({ handover: true, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0 });
+    const curve = opts.curveServerSecretKey ? { curveServer: true, curveSecretKey: opts.curveServerSecretKey } : {};
+    this.socket = new Router({ handover: true, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve });
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
     this.outbox = new Outbox(this.socket, this.onError);
   }

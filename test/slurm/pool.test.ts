@@ -2,11 +2,18 @@
  * A pool on a real Slurm: warmup 1 is one job; load grows it to 3 jobs (one
  * agent each, on either node); idle executors stop after the idle timeout and
  * their jobs are cancelled, back to 1. A killed agent's call is retried on
- * another executor, and close() cancels every job.
+ * another executor, close() cancels every job, and the head lets in only
+ * CURVE clients with the app's keys.
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { statSync } from "node:fs";
+import { curveKeyPair } from "zeromq";
 import type { App } from "../../sdk/runtime/app.js";
+import { HeadClient } from "../../sdk/runtime/head-client.js";
+import { defaultCurveKeys } from "../../sdk/engines/slurm/index.js";
+import { loadCurveKeys } from "../../sdk/wire/curve.js";
+import { ConnectError } from "../../sdk/wire/errors.js";
 import type { Where } from "./services.js";
 import { SERVICES, eventually, startWorld, type SlurmWorld } from "./setup.js";
 
@@ -106,4 +113,22 @@ test("close() cancels every job the app started", async () => {
   const left = (await world.slurm.jobs()).filter((j) => jobs.includes(j.id));
   assert.deepEqual(left, [], "no job of the app is left in the queue");
   console.log(`# slurm close: ${jobs.length} jobs cancelled in ${closeMs} ms`);
+});
+
+test("the head accepts only CURVE clients holding the app's keys (generated on first use, mode 0600)", async () => {
+  const keysFile = defaultCurveKeys(world.home);
+  assert.equal(statSync(keysFile).mode & 0o777, 0o600);
+  const keys = loadCurveKeys(keysFile);
+  const plain = HeadClient.open(app.endpoint, { app: "intruder" }, { timeoutMs: 1500 });
+  await assert.rejects(plain, ConnectError, "a client without CURVE is not let in");
+  const stranger = curveKeyPair();
+  const wrong = HeadClient.open(app.endpoint, { app: "intruder" }, { timeoutMs: 1500, curve: { serverPublicKey: keys.serverPublicKey, ...stranger } });
+  await assert.rejects(wrong, ConnectError, "a client with a key the head does not know is not let in");
+  const { client } = await HeadClient.open(app.endpoint, { app: "friend" }, { timeoutMs: 5000, curve: keys });
+  try {
+    assert.ok(Array.isArray((await client.control("status", {})).agents));
+    await client.control("close-app", {});
+  } finally {
+    client.close();
+  }
 });

@@ -20,6 +20,7 @@ import type { HeadClient } from "../../runtime/head-client.js";
 import { parseResreq } from "../../runtime/resreq.js";
 import { buildAgentJob, sbatch, scancel, squeue, type QueuedJob } from "./commands.js";
 import { HEARTH_CLI } from "./head.js";
+import { CURVE_KEYS_ENV } from "../../wire/curve.js";
 
 /** Options of the Slurm engine (also accepted by `connect({ engine: "slurm", ... })`). */
 export interface SlurmEngineOptions {
@@ -39,6 +40,8 @@ export interface SlurmEngineOptions {
   emptyGraceMs?: number;
   /** Environment of the Slurm commands (and so of the jobs). Default process.env. */
   env?: NodeJS.ProcessEnv;
+  /** The head's CURVE key file, as the compute nodes see it (set by connect()); agents get it in HEARTH_CURVE_KEYS. */
+  curveKeys?: string | null;
 }
 
 /** One job the engine started (or adopted on reattach). */
@@ -234,6 +237,7 @@ export class SlurmEngine {
       partition: this.opts.partition,
       account: this.opts.account,
       extraArgs: this.opts.extraArgs,
+      env: this.opts.curveKeys ? { [CURVE_KEYS_ENV]: this.opts.curveKeys } : undefined,
     });
     const submittedAt = Date.now();
     const id = await sbatch(args, script, this.env);

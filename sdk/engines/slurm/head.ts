@@ -11,6 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { HeadClient } from "../../runtime/head-client.js";
 import { ConnectError } from "../../wire/errors.js";
+import { ensureCurveKeys, loadCurveKeys } from "../../wire/curve.js";
 
 /** The hearth CLI (compiled), which every job runs as `node <CLI> agent ...`. */
 export const HEARTH_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../cluster-agent/cli.js");
@@ -25,6 +26,8 @@ export interface SlurmHeadOptions {
   agentTimeoutMs?: number;
   /** How long to wait for the head to start. Default 30 s. */
   timeoutMs?: number;
+  /** CURVE key file (created on first use); null turns CURVE off. Default <home>/curve-keys.json. */
+  curveKeys?: string | null;
 }
 
 /** A running Slurm head as recorded in its state file. */
@@ -32,6 +35,13 @@ export interface SlurmHead {
   endpoint: string;
   pid: number;
   home: string;
+  /** The CURVE key file every client of this head needs, or null when the head runs without CURVE. */
+  curveKeys: string | null;
+}
+
+/** Where a HEARTH_HOME keeps its head's CURVE keys. */
+export function defaultCurveKeys(home: string): string {
+  return path.join(home, "curve-keys.json");
 }
 
 function stateFile(home: string): string {
@@ -75,6 +85,11 @@ async function startHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
   const endpointFile = path.join(opts.home, "slurm-head.endpoint");
   rmSync(endpointFile, { force: true });
   const args = [HEARTH_CLI, "head", "--bind", opts.bind ?? "tcp://127.0.0.1:0", "--endpoint-file", endpointFile];
+  const curveKeys = opts.curveKeys === null ? null : (opts.curveKeys ?? defaultCurveKeys(opts.home));
+  if (curveKeys !== null) {
+    ensureCurveKeys(curveKeys); // generated here on first use, so the head and every client share it
+    args.push("--curve-keys", curveKeys);
+  }
   if (opts.agentTimeoutMs !== undefined) args.push("--agent-timeout", `${opts.agentTimeoutMs}ms`);
   const logFile = path.join(opts.home, "logs", "slurm-head.log");
   const out = openSync(logFile, "a");
@@ -86,7 +101,7 @@ async function startHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
     if (Date.now() > deadline || !alive(child.pid!)) throw new ConnectError(`the Slurm head did not start within ${timeoutMs / 1000} s; see ${logFile}`);
     await new Promise((r) => setTimeout(r, 50));
   }
-  const head: SlurmHead = { endpoint: readFileSync(endpointFile, "utf8").trim(), pid: child.pid!, home: opts.home };
+  const head: SlurmHead = { endpoint: readFileSync(endpointFile, "utf8").trim(), pid: child.pid!, home: opts.home, curveKeys };
   writeFileSync(stateFile(opts.home), JSON.stringify(head, null, 2));
   return head;
 }
@@ -97,7 +112,8 @@ export async function stopSlurmHead(home: string, timeoutMs = 15_000): Promise<b
   rmSync(stateFile(home), { force: true });
   if (!h) return false;
   try {
-    const { client } = await HeadClient.open(h.endpoint, { app: "_hearth-slurm" }, { timeoutMs: 5000 });
+    const curve = h.curveKeys ? loadCurveKeys(h.curveKeys) : undefined;
+    const { client } = await HeadClient.open(h.endpoint, { app: "_hearth-slurm" }, { timeoutMs: 5000, curve });
     await client.control("shutdown", {}).catch(() => undefined);
     client.close();
   } catch {

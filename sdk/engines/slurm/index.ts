@@ -17,7 +17,7 @@ import type { SlurmEngineOptions } from "./engine.js";
 
 export { SlurmEngine } from "./engine.js";
 export type { SlurmEngineOptions, SlurmJobInfo } from "./engine.js";
-export { ensureSlurmHead, findSlurmHead, stopSlurmHead, HEARTH_CLI } from "./head.js";
+export { defaultCurveKeys, ensureSlurmHead, findSlurmHead, stopSlurmHead, HEARTH_CLI } from "./head.js";
 export type { SlurmHead, SlurmHeadOptions } from "./head.js";
 export { SlurmError, buildAgentJob, sbatch, scancel, squeue } from "./commands.js";
 export type { AgentJobSpec, QueuedJob } from "./commands.js";
@@ -28,4 +28,6 @@ export interface SlurmConnectOptions extends Omit<SlurmEngineOptions, "partition
   bind?: string;
   /** An agent silent this long is lost (its calls are retried). Default 6 s. */
   agentTimeoutMs?: number;
+  /** CURVE key file shared by the head and its agents (created on first use); null turns CURVE off. Default <HEARTH_HOME>/curve-keys.json. */
+  curveKeys?: string | null;
 }
