@@ -2,12 +2,14 @@
  * `npm run bench -- <name> [args]`: runs one benchmark. Benchmarks print
  * ratios against a peer measured in the same run; they never fail on noise.
  */
+import { benchBm25 } from "./bm25.js";
 import { benchCache } from "./cache.js";
 import { benchRpc } from "./rpc.js";
 
 const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   rpc: benchRpc,
   cache: benchCache,
+  bm25: benchBm25,
 };
 
 const [name, ...args] = process.argv.slice(2);
