@@ -34,6 +34,8 @@ export interface AgentOptions {
   log?: (line: string) => void;
   /** Memory for the node-local object cache. Default a quarter of this machine's memory. */
   cacheMem?: number;
+  /** Exit after hosting no executor for this long (agents of Slurm jobs: the job ends). Default: never. */
+  exitWhenIdleMs?: number;
 }
 
 const EXECUTOR_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "executor-main.js");
@@ -98,7 +100,15 @@ export class Agent {
     agent.channel.connect(opts.head);
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
-    agent.heartbeat = setInterval(() => agent.channel.send([encode({ t: "hb" })]), 1000);
+    let idleSince = Date.now();
+    agent.heartbeat = setInterval(() => {
+      agent.channel.send([encode({ t: "hb" })]);
+      if (agent.children.size > 0 || agent.settingUp.size > 0) idleSince = Date.now();
+      else if (opts.exitWhenIdleMs !== undefined && Date.now() - idleSince >= opts.exitWhenIdleMs) {
+        agent.log(`no executor for ${opts.exitWhenIdleMs} ms; exiting`);
+        void agent.close();
+      }
+    }, 1000);
     return agent;
   }
 

@@ -25,6 +25,7 @@ commands:
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
           [--curve-keys FILE]   connect with CURVE (also HEARTH_CURVE_KEYS; executors inherit it)
+          [--exit-when-idle 5m] exit after hosting no executor for that long
           run an agent that starts executors on this node
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
@@ -86,6 +87,7 @@ async function main(argv: string[]): Promise<number> {
           "work-dir": { type: "string" },
           label: { type: "string", multiple: true },
           "curve-keys": { type: "string" },
+          "exit-when-idle": { type: "string" },
         },
       });
       if (values["curve-keys"]) process.env[CURVE_KEYS_ENV] = values["curve-keys"];
@@ -99,6 +101,7 @@ async function main(argv: string[]): Promise<number> {
         host: values.host,
         workDir: values["work-dir"],
         labels: parseLabels(values.label ?? []),
+        exitWhenIdleMs: values["exit-when-idle"] ? parseDuration(values["exit-when-idle"]) : undefined,
         resources: {
           cpu: cpus,
           mem: values.mem !== undefined ? parseMem(values.mem) : undefined,

@@ -132,3 +132,12 @@ test("the head accepts only CURVE clients holding the app's keys (generated on f
     client.close();
   }
 });
+
+test("with no driver left, the keep-alive releases the executors and the idle agents end their jobs", async () => {
+  const orphan = await world.connect("slurm-orphan", { keepAliveMs: 500, slurm: { agentIdleExitMs: 1500 } });
+  await orphan.service<Where>({ module: SERVICES, export: "Where" }, { name: "w", resreq: "cpu=1", warmup: 1 });
+  const jobs = (await orphan.status()).slurm!.jobs.map((j) => j.id);
+  assert.equal(jobs.length, 1);
+  await orphan.disconnect(); // no engine watches the app any more
+  await eventually("the job to end on its own", async () => ((await world.slurm.jobs()).some((j) => jobs.includes(j.id)) ? undefined : true), 20_000);
+});

@@ -8,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect, type App } from "../../sdk/runtime/app.js";
-import { stopSlurmHead } from "../../sdk/engines/slurm/index.js";
+import { stopSlurmHead, type SlurmConnectOptions } from "../../sdk/engines/slurm/index.js";
 import { startSlurm, type SlurmCluster } from "./harness.js";
 
 /** The compiled Slurm test services module. */
@@ -18,8 +18,8 @@ export const SERVICES = path.join(path.dirname(fileURLToPath(import.meta.url)), 
 export interface SlurmWorld {
   slurm: SlurmCluster;
   home: string;
-  /** Connects an app with the Slurm engine. */
-  connect(name: string): Promise<App>;
+  /** Connects an app with the Slurm engine (`extra` adds connect and engine options). */
+  connect(name: string, extra?: { keepAliveMs?: number; slurm?: SlurmConnectOptions }): Promise<App>;
   /** Closes the apps, stops the head, then Slurm: no process left behind. */
   stop(): Promise<void>;
 }
@@ -32,8 +32,14 @@ export async function startWorld(): Promise<SlurmWorld> {
   return {
     slurm,
     home,
-    async connect(name) {
-      const app = await connect({ name, engine: "slurm", local: { home }, slurm: { agentTimeoutMs: 2000, env: slurm.env, pollMs: 250 } });
+    async connect(name, extra = {}) {
+      const app = await connect({
+        name,
+        engine: "slurm",
+        local: { home },
+        keepAliveMs: extra.keepAliveMs,
+        slurm: { agentTimeoutMs: 2000, env: slurm.env, pollMs: 250, ...extra.slurm },
+      });
       apps.push(app);
       return app;
     },

@@ -38,6 +38,12 @@ export interface SlurmEngineOptions {
   pollMs?: number;
   /** An agent that hosts nothing for this long is cancelled (pools, above warmup). Default 1 s. */
   emptyGraceMs?: number;
+  /**
+   * An agent exits (ending its job) after hosting nothing for this long, even
+   * with no driver watching: once the app's keep-alive released its executors,
+   * its jobs end. Default 5 min.
+   */
+  agentIdleExitMs?: number;
   /** Environment of the Slurm commands (and so of the jobs). Default process.env. */
   env?: NodeJS.ProcessEnv;
   /** The head's CURVE key file, as the compute nodes see it (set by connect()); agents get it in HEARTH_CURVE_KEYS. */
@@ -232,7 +238,12 @@ export class SlurmEngine {
       resources,
       defaultMem: this.opts.defaultMem ?? 512 * 1024 * 1024,
       agentCommand: this.opts.agentCommand ?? [process.execPath, HEARTH_CLI],
-      agentArgs: ["--head", this.client.endpoint, "--label", `hearth.service=${s.id}`, "--label", `hearth.app=${this.app}`],
+      agentArgs: [
+        "--head", this.client.endpoint,
+        "--label", `hearth.service=${s.id}`,
+        "--label", `hearth.app=${this.app}`,
+        "--exit-when-idle", `${this.opts.agentIdleExitMs ?? 300_000}ms`,
+      ],
       output: path.join(this.home, "slurm", "%j.out"),
       partition: this.opts.partition,
       account: this.opts.account,
