@@ -15,6 +15,7 @@ import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
+import { runTrainCommand, TRAIN_USAGE } from "../sdk/searchr1/cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
 
 const USAGE = `usage: hearth <command> [options]
@@ -31,6 +32,9 @@ commands:
   down    stop the local head and agent
   status  [--head ENDPOINT] [--json]           show agents, apps, services and executors
   demo    the main job on the embedded default
+  train   search-r1 [flags]                    Search-R1 training (see below)
+
+${TRAIN_USAGE}
 `;
 
 /** Parses "30m", "90s", "2h", "500ms" or a plain number of milliseconds. */
@@ -144,6 +148,8 @@ async function main(argv: string[]): Promise<number> {
     }
     case "demo":
       return runDemo(rest);
+    case "train":
+      return runTrainCommand(rest);
     case "kernel": return runKernelCommand(rest);
     case undefined:
     case "help":

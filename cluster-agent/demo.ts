@@ -1,16 +1,24 @@
 /**
- * `hearth demo`: the main job on the embedded default. Until the Search-R1
- * workload lands, it shows the runtime: a warm pool that grows under load,
- * answers every call once, and is still warm for the next driver.
+ * `hearth demo`: the main job on the embedded default — Search-R1 training of
+ * the tiny model on the synthetic task (bootstrap if needed, 2 rollout
+ * executors, 2 trainers over gloo, evaluation every few steps, metrics and an
+ * HTML report in ./out). `hearth demo runtime` shows the runtime alone: a
+ * warm pool that grows under load and stays warm for the next driver.
  */
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect } from "../sdk/runtime/app.js";
 import { formatStatus } from "./format-status.js";
 import type { WarmIndex } from "./demo-service.js";
+import { runTrainCommand } from "../sdk/searchr1/cli.js";
 
-/** Runs the demo; returns the process exit code. */
-export async function runDemo(_args: string[]): Promise<number> {
+/** Runs the demo; returns the process exit code. Extra flags go to `train search-r1`. */
+export async function runDemo(args: string[]): Promise<number> {
+  if (args[0] === "runtime") return runRuntimeDemo();
+  return runTrainCommand(["search-r1", ...args]);
+}
+
+async function runRuntimeDemo(): Promise<number> {
   const t0 = Date.now();
   console.log("connecting to the embedded default (starting a local head and agent if needed)…");
   const app = await connect({ name: "hearth-demo" });

@@ -15,6 +15,8 @@
  * await pool.call("add", 5);
  * const gang = await app.service<Counter>("./counter.js#Counter", { name: "g", warmup: 2, autoscale: false });
  * await gang.broadcast("add", [[1], [2]]);                 // one argument list per rank
+ * const ref = await app.objects.put(new Float32Array(1_000_000)); // large data travels by reference
+ * await pool.call("add", 1);
  * console.log(await app.status());
  * await app.disconnect();                                   // stays warm for the keep-alive period
  * ```
@@ -23,6 +25,7 @@ export { App, connect, type AppStatus, type ConnectOptions, type ServiceOptions,
 export { GangHandle, PoolHandle, type GangMember, type MapOptions, type ServiceInfo } from "./runtime/handles.js";
 export { DEFAULT_RESOURCES, formatResources, parseMem, parseResreq, type Resources } from "./runtime/resreq.js";
 export type { ExecutorContext, MethodArgs, MethodNames, MethodResult, ServiceInstance } from "./runtime/types.js";
+export { ObjectCache, isObjectRef, type ObjectRef, type Fold, type GetOptions, type PutOptions, type WriteOptions } from "./cache/object-cache.js";
 export { ensureLocalCluster, findLocalCluster, hearthHome, stopLocalCluster, type LocalCluster, type LocalClusterOptions } from "./engines/local.js";
 export {
   ClosedError,
@@ -39,4 +42,8 @@ export {
   ServiceNotFoundError,
   ServiceStartError,
   TimeoutError,
+  VersionConflictError,
+  ObjectNotFoundError,
+  ObjectEvictedError,
+  CacheFullError,
 } from "./wire/index.js";

@@ -25,8 +25,8 @@ export interface ObjectRef {
   readonly size: number;
 }
 
-/** Combines a base with patches; called again with only the patches not yet folded. */
-export type Fold<T> = (acc: T, patches: unknown[]) => T;
+/** Combines a base with patches; called again with only the patches not yet folded. May be async. */
+export type Fold<T> = (acc: T, patches: unknown[]) => T | Promise<T>;
 
 /** Options of `put`. */
 export interface PutOptions {
@@ -110,10 +110,10 @@ export class ObjectCache {
     const fold = opts.fold ?? (defaultFold as Fold<T>);
     let value: unknown;
     if (d.mode === "patches") {
-      value = fold(held!.value as T, decoded);
+      value = await fold(held!.value as T, decoded);
     } else {
       const [base, ...patches] = decoded;
-      value = patches.length > 0 ? fold(base as T, patches) : base;
+      value = patches.length > 0 || opts.fold ? await fold(base as T, patches) : base;
     }
     this.held.set(key, { version: d.version, baseVersion: d.baseVersion, value });
     return value as T;

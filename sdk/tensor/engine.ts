@@ -287,6 +287,21 @@ export class TensorEngine {
     return this.request("save_checkpoint", { path, dtype }, options);
   }
 
+  /** sha256 of the model's bf16 weights: equal digests mean bit-identical policies. */
+  digest(options?: RequestOptions): Promise<{ digest: string; tensors: number; version: number }> {
+    return this.request("digest", {}, options);
+  }
+
+  /** Write the trainer's exact state (fp32 master weights, reference, AdamW moments, step) to `path`. */
+  saveState(path: string, options?: RequestOptions): Promise<{ path: string; steps: number }> {
+    return this.request("save_state", { path }, options);
+  }
+
+  /** Restore a state written by saveState (after trainInit with the same config). */
+  loadState(path: string, options?: RequestOptions): Promise<{ steps: number }> {
+    return this.request("load_state", { path }, options);
+  }
+
   /**
    * Stop the engine: ask it to exit, wait up to `graceMs`, then kill it.
    * Pending requests reject with code `closed`. Safe to call repeatedly.

@@ -117,6 +117,11 @@ def all_reduce_(tensors: List[Tensor], bucket_bytes: int = 256 * 1024 ** 2) -> N
 def init_distributed(rank: int, world_size: int, init_method: str, backend: Optional[str] = None) -> str:
     """Join a process group (file:// or tcp:// rendezvous); nccl on CUDA, else gloo."""
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if dist.is_available() and dist.is_initialized():  # a warm trainer re-initialised: keep its group
+        if dist.get_rank() == rank and dist.get_world_size() == world_size:
+            return str(dist.get_backend())
+        raise EngineError("distributed", f"already rank {dist.get_rank()}/{dist.get_world_size()}; "
+                                         f"cannot become rank {rank}/{world_size} in the same process")
     try:
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError/ValueError/TimeoutError

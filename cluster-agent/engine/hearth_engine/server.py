@@ -7,6 +7,7 @@ train_step, publish, apply, save_checkpoint, shutdown (see docs/engine.md).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ from .generate import RowResult, SamplingParams, Session, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
-from .weights import Publisher, apply_blob, model_tensors
+from .weights import Publisher, apply_blob, export_bf16, model_tensors
 
 # Kept generation sessions (each holds a KV cache); older ones are released first.
 MAX_SESSIONS = 8
@@ -217,6 +218,44 @@ class Engine:
         files = checkpoint.save_model(self.need_model(), args["path"], dtype,
                                       int(args.get("max_shard_bytes", 5 * 1024 ** 3)))
         return {"files": files}
+
+    def op_digest(self, args: Dict[str, Any]) -> Any:
+        """sha256 of the bf16 weights (sorted HF names): equal digests mean bit-identical policies."""
+        h = hashlib.sha256()
+        tensors = export_bf16(self.need_model())
+        for name in sorted(tensors):
+            h.update(name.encode())
+            h.update(tensors[name].contiguous().view(torch.int16).cpu().numpy().tobytes())
+        return {"digest": h.hexdigest(), "tensors": len(tensors), "version": self.version}
+
+    def op_save_state(self, args: Dict[str, Any]) -> Any:
+        """Write the trainer's exact state (fp32 master, frozen reference, AdamW, step) for resume."""
+        if self.trainer is None:
+            raise EngineError("no_trainer", "send train_init first")
+        t = self.trainer
+        state = {"model": t.model.state_dict(), "ref": t.ref.state_dict() if t.ref is not None else None,
+                 "opt": t.opt.state_dict(), "steps": t.steps}
+        tmp = f"{args['path']}.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, args["path"])
+        return {"path": args["path"], "steps": t.steps}
+
+    def op_load_state(self, args: Dict[str, Any]) -> Any:
+        """Restore what save_state wrote (call after train_init with the same config)."""
+        if self.trainer is None:
+            raise EngineError("no_trainer", "send train_init first")
+        path = args["path"]
+        if not os.path.exists(path):
+            raise EngineError("bad_request", f"no trainer state at {path}")
+        state = torch.load(path, map_location=self.trainer.device)
+        t = self.trainer
+        t.model.load_state_dict(state["model"])
+        if t.ref is not None and state.get("ref") is not None:
+            t.ref.load_state_dict(state["ref"])
+        t.opt.load_state_dict(state["opt"])
+        t.steps = int(state["steps"])
+        self.sessions.clear()
+        return {"steps": t.steps}
 
     def op_shutdown(self, args: Dict[str, Any]) -> Any:
         shutdown_distributed()

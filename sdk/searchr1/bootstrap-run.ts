@@ -1,0 +1,73 @@
+/**
+ * Runs the bootstrap on the trainer gang (supervised steps on demonstrations)
+ * and caches the result under HEARTH_HOME/bootstrap/<hash>, so it is made once
+ * per task, vocabulary, model shape and recipe.
+ */
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import type { ObjectRef } from "../cache/object-cache.js";
+import { hearthHome } from "../engines/local.js";
+import type { App } from "../runtime/app.js";
+import type { GangHandle } from "../runtime/handles.js";
+import { buildSlices } from "./batch.js";
+import { Bm25Index } from "./bm25.js";
+import { DEFAULT_MIX, demonstrations } from "./bootstrap.js";
+import type { PreparedTask } from "./task.js";
+import { packFiles, type SearchR1Trainer, type ShippedFiles, type TrainerSetup } from "./trainer-service.js";
+
+/** Recipe of the warm start. */
+export interface BootstrapOptions {
+  bootstrapSteps: number;
+  trainers: number;
+  seed: number;
+  log: (line: string) => void;
+  /** Demonstrations per step. Default 32. */
+  bootstrapBatch?: number;
+  /** Learning rate. Default 1e-3. */
+  bootstrapLr?: number;
+}
+
+/** Returns the bootstrapped weights (HF files, shipped through the cache), making them if not cached. */
+export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, o: BootstrapOptions): Promise<ObjectRef> {
+  const batch = o.bootstrapBatch ?? 32;
+  const lr = o.bootstrapLr ?? 1e-3;
+  const recipe = { v: 1, task: task.describe, vocab: task.tokenizer.size, model: task.model, mix: DEFAULT_MIX, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
+  const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
+  const dir = path.join(hearthHome(), "bootstrap", hash);
+  if (existsSync(path.join(dir, "config.json"))) {
+    o.log(`bootstrap: using the cached warm start ${dir}`);
+    return app.objects.put(packFiles(dir));
+  }
+  o.log(`bootstrap: ${o.bootstrapSteps} supervised steps on demonstrations (made once, cached in ${dir})`);
+  const t0 = performance.now();
+  const setup: TrainerSetup = {
+    model: { ...task.model, seed: o.seed },
+    trainer: { lr, klCoef: 0, microBatchSize: 16, gradClip: 1.0 },
+    weights: `searchr1/bootstrap-${hash}/weights`,
+    threads: 1,
+  };
+  const setupRef = await app.objects.put(setup);
+  await trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [setupRef, "sft"] as [ObjectRef, "sft"]));
+  const index = Bm25Index.build(task.corpus);
+  const demos = demonstrations(task.synthetic!, task.tokenizer, (q, k) => index.search(q, k), o.bootstrapSteps * batch, o.seed);
+  for (let step = 0; step < o.bootstrapSteps; step++) {
+    const rows = demos.slice(step * batch, (step + 1) * batch).map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
+    const refs = await Promise.all(buildSlices(rows, o.trainers).map((s) => app.objects.put(s)));
+    const res = await trainer.broadcast("sft", refs.map((r) => [r] as [ObjectRef]));
+    await Promise.all(refs.map((r) => app.objects.delete(r.key)));
+    if ((step + 1) % 50 === 0 || step === 0) {
+      o.log(`bootstrap step ${step + 1}/${o.bootstrapSteps}: token NLL ${(res[0]!.metrics.nll ?? NaN).toFixed(3)} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+    }
+  }
+  const saved = await trainer.broadcast("save", Array.from({ length: o.trainers }, () => [] as []));
+  const model = saved.find((s) => s.rank === 0)!.model!;
+  const files = await app.objects.get<ShippedFiles>(model);
+  const tmp = `${dir}.tmp-${process.pid}`;
+  mkdirSync(tmp, { recursive: true });
+  for (const [name, data] of Object.entries(files.files)) writeFileSync(path.join(tmp, name), data);
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  o.log(`bootstrap: done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  return model;
+}

@@ -1,0 +1,29 @@
+/**
+ * Search-R1 on hearth: a policy that learns when to search, what to ask, and
+ * when it knows enough to answer, trained with GRPO on warm executors.
+ *
+ * @example
+ * ```ts
+ * import { SearchR1Run, f1Reward } from "hearth/searchr1";
+ *
+ * const run = await SearchR1Run.create({ model: "tiny", data: "synthetic", rollouts: 2, trainers: 2 });
+ * const r = await run.step();                 // one GRPO step: rollouts, rewards, update, weight sync
+ * console.log(r.metrics.reward_mean, r.metrics.searches_per_sample);
+ * run.setReward(f1Reward);                    // the next step scores with F1; executors stay warm
+ * await run.train(20);
+ * console.log((await run.evaluate()).em);     // greedy exact match on held-out questions
+ * await run.disconnect();
+ * ```
+ */
+export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type StepResult, type EvalResult } from "./run.js";
+export { runTrainCommand, parseTrainFlags, TRAIN_USAGE } from "./cli.js";
+export { emReward, f1Reward, substringReward, normalizeAnswer, extractAnswer, exactMatch, f1, substringMatch, type RewardFn } from "./reward.js";
+export { groupAdvantages, flattenGroups, type GroupAdvantages } from "./advantages.js";
+export { Bm25Index, type Bm25Options, type Bm25Hit, type Bm25Passage } from "./bm25.js";
+export { syntheticTask, type SyntheticTask, type Question, type Passage, type QuestionKind } from "./synthetic.js";
+export { buildPrompt, runEpisodes, parseSearch, formatInformation, INSTRUCTION, STOP_STRINGS, type Episode, type ProtocolOptions, type EpisodeEngine } from "./protocol.js";
+export { loadTokenizer, tokenizerFromJson, wordTokenizerJson, type TextTokenizer } from "./tokenizer.js";
+export { scoreSamples, buildSlices, type ScoredSample } from "./batch.js";
+export { demonstrations, DEFAULT_MIX, type DemoMix } from "./bootstrap.js";
+export { SearchR1Rollout, type Trajectory, type RolloutResult } from "./rollout-service.js";
+export { SearchR1Trainer, type TrainSlice, type TrainResult } from "./trainer-service.js";

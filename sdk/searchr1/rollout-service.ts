@@ -1,0 +1,140 @@
+/**
+ * The rollout service (a pool): each executor keeps a tensor engine with the
+ * policy, the tokenizer and an in-memory BM25 index of the corpus (built in
+ * the executor, so retrieval never waits on another service). Before each
+ * batch it brings its weights to the latest publication by fetching only the
+ * patches it has not seen, and the engine loads only the changed tensors.
+ */
+import type { ObjectRef } from "../cache/object-cache.js";
+import type { ExecutorContext } from "../runtime/types.js";
+import { TensorEngine } from "../tensor/index.js";
+import { Bm25Index } from "./bm25.js";
+import { buildPrompt, runEpisodes, type ProtocolOptions } from "./protocol.js";
+import { tokenizerFromJson, type TextTokenizer } from "./tokenizer.js";
+import type { Passage } from "./synthetic.js";
+import { applyPublications, type PublicationRecord } from "./weights.js";
+
+/** Everything a rollout executor needs to set itself up; shipped once by reference. */
+export interface RolloutSetup {
+  /** HF config (or preset name) and overrides of the policy; weights come from the publication. */
+  model: { config: string | Record<string, unknown>; overrides?: Record<string, unknown> };
+  tokenizer: { tokenizer: unknown; config?: unknown };
+  corpus: ObjectRef;
+  bm25?: { k1?: number; b?: number };
+  threads?: number;
+}
+
+/** One question to roll out. */
+export interface RolloutItem {
+  id: string;
+  question: string;
+}
+
+/** A rollout call. */
+export interface RolloutRequest {
+  setup: ObjectRef;
+  /** The weights object (full shards, then appended patches). */
+  weights: string;
+  items: RolloutItem[];
+  groupSize: number;
+  protocol: ProtocolOptions;
+}
+
+/** What a rollout call returns (the trajectories travel by reference). */
+export interface RolloutResult {
+  trajectories: ObjectRef;
+  weightsVersion: number;
+  executorId: string;
+  /** Weight bytes this call fetched from the cache (0 when already current). */
+  syncBytes: number;
+  syncSeconds: number;
+  generateSeconds: number;
+  tokens: number;
+}
+
+/** One trajectory as stored in the cache. */
+export interface Trajectory {
+  itemId: string;
+  group: number;
+  promptLength: number;
+  tokens: Int32Array;
+  mask: Uint8Array;
+  logprobs: Float32Array;
+  response: string;
+  searches: string[];
+  finish: string;
+}
+
+/** The service class executors load. */
+export class SearchR1Rollout {
+  private ctx!: ExecutorContext;
+  private engine?: TensorEngine;
+  private setupKey = "";
+  private tokenizer!: TextTokenizer;
+  private index!: Bm25Index;
+  private weights: PublicationRecord = { version: 0 };
+  private weightsKeyHeld?: string;
+
+  async init(ctx: ExecutorContext): Promise<void> {
+    this.ctx = ctx;
+    this.engine = await TensorEngine.start({ env: { HEARTH_THREADS: "1" } });
+  }
+
+  private async setup(ref: ObjectRef): Promise<void> {
+    const key = `${ref.key}@${ref.version}`;
+    if (key === this.setupKey) return;
+    const s = await this.ctx.objects.get<RolloutSetup>(ref);
+    this.tokenizer = tokenizerFromJson(s.tokenizer.tokenizer, s.tokenizer.config);
+    await this.engine!.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads ?? 1, dtype: "float32" });
+    await this.engine!.setVocab(this.tokenizer.pieces());
+    const corpus = await this.ctx.objects.get<Passage[]>(s.corpus);
+    this.index = Bm25Index.build(corpus, s.bm25);
+    // A fresh model needs the full publication again.
+    if (this.weightsKeyHeld) this.ctx.objects.forget(this.weightsKeyHeld);
+    this.weights = { version: 0 };
+    this.setupKey = key;
+  }
+
+  /** Generates `groupSize` episodes per item with the latest published weights. */
+  async rollout(req: RolloutRequest): Promise<RolloutResult> {
+    await this.setup(req.setup);
+    const t0 = performance.now();
+    const before = this.ctx.objects.stats.bytesReceived;
+    this.weightsKeyHeld = req.weights;
+    this.weights = await applyPublications(this.ctx.objects, req.weights, this.engine!);
+    const syncSeconds = (performance.now() - t0) / 1000;
+    const syncBytes = this.ctx.objects.stats.bytesReceived - before;
+    const prompts: number[][] = [];
+    for (const item of req.items) {
+      const ids = this.tokenizer.encode(buildPrompt(this.tokenizer, item.question));
+      for (let g = 0; g < req.groupSize; g++) prompts.push(ids);
+    }
+    const t1 = performance.now();
+    const episodes = await runEpisodes(this.engine!, this.tokenizer, (q, k) => this.index.search(q, k), prompts, req.protocol);
+    const trajectories: Trajectory[] = episodes.map((e, i) => ({
+      itemId: req.items[Math.floor(i / req.groupSize)]!.id,
+      group: Math.floor(i / req.groupSize),
+      ...e,
+    }));
+    const ref = await this.ctx.objects.put(trajectories);
+    return {
+      trajectories: ref,
+      weightsVersion: this.weights.version,
+      executorId: this.ctx.executorId,
+      syncBytes,
+      syncSeconds,
+      generateSeconds: (performance.now() - t1) / 1000,
+      tokens: episodes.reduce((n, e) => n + e.tokens.length, 0),
+    };
+  }
+
+  /** sha256 of the policy's bf16 weights and the publication version it holds. */
+  async digest(): Promise<{ digest: string; version: number }> {
+    const d = await this.engine!.digest();
+    return { digest: d.digest, version: this.weights.version };
+  }
+
+  async close(): Promise<void> {
+    await this.engine?.close();
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * The self-contained task of the embedded default: fictional people, cities,
+ * countries, jobs and companies, with their facts stated only in corpus
+ * passages. Questions are one-hop (where was X born, what is X's job, which
+ * company does X work for) or two-hop (in which country was X born: search X,
+ * then search X's city). Held-out questions are about people that appear in
+ * no training question, so memorising answers cannot help: the policy must
+ * search and read.
+ */
+
+/** A passage of the corpus. */
+export interface Passage {
+  title: string;
+  text: string;
+}
+
+/** The kinds of synthetic question. */
+export type QuestionKind = "born" | "job" | "employer" | "country";
+
+/** A question with its gold answers. */
+export interface Question {
+  id: string;
+  question: string;
+  golds: string[];
+  kind?: QuestionKind;
+  /** The entity asked about (synthetic only). */
+  entity?: string;
+}
+
+/** A generated task. */
+export interface SyntheticTask {
+  corpus: Passage[];
+  train: Question[];
+  heldOut: Question[];
+  /** Every word the task can produce (for a word-level vocabulary). */
+  words: string[];
+  /** Facts by person, for demonstrations. */
+  facts: Map<string, { city: string; job: string; employer: string; country: string }>;
+  /** Values an answer of each kind can take (for plausible wrong guesses). */
+  values: Record<QuestionKind, string[]>;
+}
+
+/** Options of the generator. */
+export interface SyntheticOptions {
+  seed?: number;
+  /** People in the world; the last `heldOut` of them appear only in held-out questions. */
+  people?: number;
+  heldOut?: number;
+}
+
+/** A small seeded PRNG (mulberry32): same seed, same task on every machine. */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Picks one element. */
+export function pick<T>(r: () => number, xs: readonly T[]): T {
+  return xs[Math.floor(r() * xs.length)]!;
+}
+
+const ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "tr", "st", "th", "sh", "gl"];
+const VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"];
+const CODAS = ["", "n", "r", "l", "s", "th", "x", "m", "v", "k"];
+const JOBS = ["baker", "pilot", "farmer", "painter", "doctor", "teacher", "sailor", "miner", "weaver", "potter", "lawyer", "chemist", "drummer", "tailor", "builder", "singer", "writer", "nurse", "fisher", "jeweler"];
+
+function names(r: () => number, n: number, taken: Set<string>, syllables: number): string[] {
+  const out: string[] = [];
+  while (out.length < n) {
+    let w = "";
+    for (let s = 0; s < syllables; s++) w += pick(r, ONSETS) + pick(r, VOWELS) + (s === syllables - 1 ? pick(r, CODAS) : "");
+    if (taken.has(w) || w.length < 4) continue;
+    taken.add(w);
+    out.push(w);
+  }
+  return out;
+}
+
+/** Question templates by kind. */
+export const TEMPLATES: Record<QuestionKind, (name: string) => string> = {
+  born: (n) => `where was ${n} born ?`,
+  job: (n) => `what is the job of ${n} ?`,
+  employer: (n) => `which company does ${n} work for ?`,
+  country: (n) => `in which country was ${n} born ?`,
+};
+
+/** The kinds, in a fixed order. */
+export const KINDS: readonly QuestionKind[] = ["born", "job", "employer", "country"];
+
+/** Generates the task. */
+export function syntheticTask(opts: SyntheticOptions = {}): SyntheticTask {
+  const seed = opts.seed ?? 1;
+  const r = rng(seed);
+  const nPeople = opts.people ?? 600;
+  const nHeld = opts.heldOut ?? 200;
+  if (nHeld >= nPeople) throw new RangeError(`heldOut (${nHeld}) must be below people (${nPeople})`);
+  const taken = new Set<string>(JOBS);
+  const countries = names(r, 10, taken, 2);
+  const cities = names(r, 30, taken, 2);
+  const companies = names(r, 20, taken, 2);
+  const people = names(r, nPeople, taken, 2);
+  const cityCountry = new Map(cities.map((c) => [c, pick(r, countries)]));
+  const facts = new Map<string, { city: string; job: string; employer: string; country: string }>();
+  const corpus: Passage[] = [];
+  for (const p of people) {
+    const city = pick(r, cities);
+    const f = { city, job: pick(r, JOBS), employer: pick(r, companies), country: cityCountry.get(city)! };
+    facts.set(p, f);
+    corpus.push({ title: p, text: `${p} was born in ${f.city} . ${p} works as a ${f.job} at ${f.employer} .` });
+  }
+  for (const c of cities) corpus.push({ title: c, text: `${c} is a city in ${cityCountry.get(c)} .` });
+  const answer = (kind: QuestionKind, p: string): string => {
+    const f = facts.get(p)!;
+    return kind === "born" ? f.city : kind === "job" ? f.job : kind === "employer" ? f.employer : f.country;
+  };
+  const question = (kind: QuestionKind, p: string, i: number): Question => ({
+    id: `${kind}-${p}-${i}`,
+    question: TEMPLATES[kind](p),
+    golds: [answer(kind, p)],
+    kind,
+    entity: p,
+  });
+  const trainPeople = people.slice(0, nPeople - nHeld);
+  const heldPeople = people.slice(nPeople - nHeld);
+  const train = trainPeople.flatMap((p, i) => KINDS.map((k) => question(k, p, i)));
+  const heldOut = heldPeople.map((p, i) => question(KINDS[i % KINDS.length]!, p, i));
+  const words = new Set<string>();
+  for (const t of [...corpus.map((c) => `${c.title} ${c.text}`), ...KINDS.map((k) => TEMPLATES[k]("x"))]) for (const w of t.split(" ")) words.add(w);
+  words.delete("x");
+  return {
+    corpus,
+    train,
+    heldOut,
+    words: [...words].sort(),
+    facts,
+    values: { born: cities, job: JOBS, employer: companies, country: countries },
+  };
+}

@@ -1,0 +1,94 @@
+/**
+ * The Search-R1 protocol against a scripted engine (a fake at the engine
+ * interface): stop strings, masks, the search limit, invalid actions and
+ * length limits.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
+import { EMPTY_MESSAGE, INVALID_MESSAGE, LIMIT_MESSAGE, PROTOCOL_WORDS, formatInformation, parseSearch, runEpisodes, type EpisodeEngine } from "../../sdk/searchr1/protocol.js";
+import { tokenizerFromJson, wordTokenizerJson } from "../../sdk/searchr1/tokenizer.js";
+
+const tok = tokenizerFromJson(wordTokenizerJson([...PROTOCOL_WORDS, "zorvath", "was", "born", "in", "meridel", "where", "?", "paris", "."]));
+
+/** Plays back one script of turns per row; each turn is the text the "model" writes. */
+class ScriptedEngine implements EpisodeEngine {
+  readonly calls: Array<{ op: string; rows: number[]; appended?: number[][]; sampling: SamplingOptions }> = [];
+  private turn: number[] = [];
+  constructor(private readonly scripts: string[][]) {}
+
+  private row(i: number): GeneratedRow {
+    const text = this.scripts[i]![this.turn[i]!++];
+    if (text === undefined) return { tokens: new Int32Array(0), logprobs: new Float32Array(0), finishReason: "idle", stop: null };
+    const ids = tok.encode(text);
+    const stop = text.endsWith("</search>") ? "</search>" : text.endsWith("</answer>") ? "</answer>" : null;
+    return { tokens: Int32Array.from(ids), logprobs: Float32Array.from(ids.map(() => -0.5)), finishReason: stop ? "stop" : "length", stop };
+  }
+
+  async generate(prompts: readonly (Int32Array | readonly number[])[], sampling: SamplingOptions = {}) {
+    this.turn = prompts.map(() => 0);
+    this.calls.push({ op: "generate", rows: prompts.map((_, i) => i), sampling });
+    return { session: 7, rows: prompts.map((_, i) => this.row(i)) };
+  }
+
+  async resume(session: number, appended: ReadonlyMap<number, Int32Array | readonly number[]>, sampling: SamplingOptions = {}) {
+    assert.equal(session, 7);
+    this.calls.push({ op: "resume", rows: [...appended.keys()], appended: [...appended.values()].map((a) => [...a]), sampling });
+    return this.scripts.map((_, i) => (appended.has(i) ? this.row(i) : { tokens: new Int32Array(0), logprobs: new Float32Array(0), finishReason: "idle" as const, stop: null }));
+  }
+
+  async release() {
+    this.calls.push({ op: "release", rows: [], sampling: {} });
+    return { released: true };
+  }
+}
+
+const retrieve = (q: string) => (q === "zorvath" ? [{ title: "zorvath", text: "zorvath was born in meridel ." }] : []);
+
+test("a search is answered with retrieved passages, masked out, and generation resumes on the same session", async () => {
+  const engine = new ScriptedEngine([["<think> i should search </think> <search> zorvath </search>", "<answer> meridel </answer>"]]);
+  const prompt = tok.encode("where was zorvath born ?");
+  const [e] = await runEpisodes(engine, tok, retrieve, [prompt], { seed: 3 });
+  assert.equal(e!.finish, "answer");
+  assert.deepEqual(e!.searches, ["zorvath"]);
+  assert.ok(e!.response.includes(tok.decode(tok.encode(formatInformation(retrieve("zorvath"))))), e!.response);
+  assert.match(e!.response, /<answer> meridel <\/answer>$/);
+  // Mask: 0 on the prompt, 1 on both generated turns, 0 on the inserted information.
+  const info = tok.encode(` ${formatInformation(retrieve("zorvath"))} `);
+  const turn1 = tok.encode("<think> i should search </think> <search> zorvath </search>");
+  const turn2 = tok.encode("<answer> meridel </answer>");
+  assert.deepEqual([...e!.mask], [...prompt.map(() => 0), ...turn1.map(() => 1), ...info.map(() => 0), ...turn2.map(() => 1)]);
+  assert.equal(e!.tokens.length, e!.mask.length);
+  assert.deepEqual([...e!.logprobs].filter((x, i) => e!.mask[i] === 0 && x !== 0), [], "inserted tokens carry no logprob");
+  assert.deepEqual(engine.calls.map((c) => c.op), ["generate", "resume", "release"]);
+  assert.deepEqual(engine.calls[1]!.appended, [info], "only the information block is appended; the cache holds the rest");
+  assert.deepEqual(engine.calls[0]!.sampling.stop, ["</search>", "</answer>"]);
+  assert.notEqual(engine.calls[1]!.sampling.seed, engine.calls[0]!.sampling.seed, "each turn samples with its own seed");
+});
+
+test("searches beyond the limit get a corrective message; an unusable query is an invalid action", async () => {
+  const engine = new ScriptedEngine([
+    ["<search> zorvath </search>", "<search> zorvath </search>", "<search> paris </search>", "<answer> meridel </answer>"],
+    ["<search> </search>", "<answer> paris </answer>"],
+  ]);
+  const p = tok.encode("where was zorvath born ?");
+  const [a, b] = await runEpisodes(engine, tok, retrieve, [p, p], { maxSearches: 2 });
+  assert.deepEqual(a!.searches, ["zorvath", "zorvath"], "the third search was refused");
+  assert.ok(a!.response.includes(tok.decode(tok.encode(LIMIT_MESSAGE))), a!.response);
+  assert.equal(a!.finish, "answer");
+  assert.deepEqual(b!.searches, []);
+  assert.ok(b!.response.includes(tok.decode(tok.encode(INVALID_MESSAGE))), b!.response);
+  assert.equal(parseSearch("<search>  </search>"), null);
+  assert.equal(parseSearch("x <search> a </search> y <search> b c </search>"), "b c");
+  assert.equal(formatInformation([]), EMPTY_MESSAGE);
+});
+
+test("a turn that ends without a stop string, or a response over its budget, ends the episode", async () => {
+  const engine = new ScriptedEngine([["<think> i know"], ["<search> zorvath </search>", "<answer> meridel </answer>"]]);
+  const p = tok.encode("where was zorvath born ?");
+  const [cut, long] = await runEpisodes(engine, tok, retrieve, [p, p], { maxResponseTokens: 12 });
+  assert.equal(cut!.finish, "length");
+  assert.equal(long!.finish, "length", "the information block would not fit in 12 response tokens");
+  assert.deepEqual(long!.searches, [], "a search whose results cannot be shown is not counted");
+  assert.ok(!long!.response.includes("<information>"), "nothing is appended past the budget");
+});
