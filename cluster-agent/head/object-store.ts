@@ -56,6 +56,8 @@ export class ObjectStore {
   private readonly objects = new Map<string, StoredObject>();
   private readonly evicted = new Map<string, string>();
   private memUsed = 0;
+  /** A logical clock for LRU order (milliseconds can tie). */
+  private clock = 0;
   private readonly dir?: string;
   readonly stats = { evictions: 0, spills: 0, reloads: 0 };
 
@@ -108,10 +110,10 @@ export class ObjectStore {
         this.dropData(existing);
         if (this.dir) for (const p of existing.patches) rmSync(this.patchFile(key, p.version), { force: true });
       }
-      obj = { key, version, baseVersion: version, base: part, patches: [], pinned: opts.pin ?? existing?.pinned ?? false, lastUsed: Date.now(), readers: 0 };
+      obj = { key, version, baseVersion: version, base: part, patches: [], pinned: opts.pin ?? existing?.pinned ?? false, lastUsed: ++this.clock, readers: 0 };
       this.objects.set(key, obj);
     }
-    obj.lastUsed = Date.now();
+    obj.lastUsed = ++this.clock;
     this.memUsed += part.size;
     this.evicted.delete(key);
     this.persist(obj, op === "patch" ? part : undefined);
@@ -132,11 +134,11 @@ export class ObjectStore {
       if (!existing || existing.baseVersion !== d.baseVersion) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`);
       existing.patches.push(...parts);
       existing.version = d.version;
-      existing.lastUsed = Date.now();
+      existing.lastUsed = ++this.clock;
     } else {
       if (existing) this.dropData(existing);
       const [base, ...patches] = parts;
-      this.objects.set(key, { key, version: d.version, baseVersion: d.baseVersion, base: base!, patches, pinned: false, lastUsed: Date.now(), readers: 0 });
+      this.objects.set(key, { key, version: d.version, baseVersion: d.baseVersion, base: base!, patches, pinned: false, lastUsed: ++this.clock, readers: 0 });
     }
     this.memUsed += bytes;
     this.evicted.delete(key);
@@ -150,7 +152,7 @@ export class ObjectStore {
       if (why) throw new ObjectEvictedError(`object '${userKey(key)}' was evicted: ${why}`);
       throw new ObjectNotFoundError(`no object '${userKey(key)}' in this app`);
     }
-    obj.lastUsed = Date.now();
+    obj.lastUsed = ++this.clock;
     if (have === obj.version && (haveBase === undefined || haveBase === obj.baseVersion)) {
       return { mode: "not-modified", version: obj.version, baseVersion: obj.baseVersion, object: obj };
     }

@@ -9,7 +9,7 @@ import { mkdtempSync, readdirSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { connect } from "../../sdk/runtime/app.js";
+import { connect, type App } from "../../sdk/runtime/app.js";
 import { CacheFullError, ObjectEvictedError } from "../../sdk/wire/errors.js";
 import { startCluster } from "../helpers/cluster.js";
 
@@ -20,8 +20,9 @@ test("a head restarted with the same --data-dir keeps objects, versions and patc
   const first = await startCluster({ agents: [], headArgs: ["--data-dir", dataDir] });
   const big = Buffer.alloc(6 * MiB);
   for (let i = 0; i < big.length; i += 997) big[i] = (i / 997) % 256;
+  let app: App | undefined;
   try {
-    const app = await connect({ name: "persist", head: first.endpoint });
+    app = await connect({ name: "persist", head: first.endpoint });
     await app.objects.put({ hello: "world" }, { key: "doc" });
     const log = await app.objects.put([1], { key: "log" });
     await app.objects.patch(log, [2]);
@@ -45,16 +46,17 @@ test("a head restarted with the same --data-dir keeps objects, versions and patc
     await assert.rejects(app.objects.get("tmp"), /no object 'tmp'/);
     const next = await app.objects.patch("log", [4]);
     assert.equal(next.version, 4, "versions continue after the restart");
-    await app.close();
   } finally {
+    await app?.close().catch(() => undefined);
     await second.stop();
   }
 });
 
 test("a memory limit evicts unpinned objects in LRU order and refuses what cannot fit", async () => {
   const cluster = await startCluster({ agents: [], headArgs: ["--mem-limit", "4m"] });
+  let app: App | undefined;
   try {
-    const app = await connect({ name: "evict", head: cluster.endpoint });
+    app = await connect({ name: "evict", head: cluster.endpoint });
     const pinned = await app.objects.put(Buffer.alloc(1 * MiB, 1), { key: "pinned", pin: true });
     const a = await app.objects.put(Buffer.alloc(1 * MiB, 2), { key: "a" });
     const b = await app.objects.put(Buffer.alloc(1 * MiB, 3), { key: "b" });
@@ -68,8 +70,8 @@ test("a memory limit evicts unpinned objects in LRU order and refuses what canno
     const st = await cluster.status();
     assert.ok(st.objects.memUsed <= 4 * MiB);
     assert.ok(st.objects.evictions >= 2);
-    await app.close();
   } finally {
+    await app?.close().catch(() => undefined);
     await cluster.stop();
   }
 });
@@ -77,15 +79,16 @@ test("a memory limit evicts unpinned objects in LRU order and refuses what canno
 test("with a data dir, evicted objects spill to disk and reload on get", async () => {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "hearth-spill-"));
   const cluster = await startCluster({ agents: [], headArgs: ["--mem-limit", "3m", "--data-dir", dataDir] });
+  let app: App | undefined;
   try {
-    const app = await connect({ name: "spill", head: cluster.endpoint });
+    app = await connect({ name: "spill", head: cluster.endpoint });
     for (let i = 0; i < 6; i++) await app.objects.put(Buffer.alloc(1 * MiB, i), { key: `o${i}` });
     for (let i = 0; i < 6; i++) assert.equal((await app.objects.get<Buffer>(`o${i}`))[0], i);
     const st = await cluster.status();
     assert.ok(st.objects.spills > 0 && st.objects.reloads > 0, JSON.stringify(st.objects));
     assert.ok(st.objects.memUsed <= 3 * MiB);
-    await app.close();
   } finally {
+    await app?.close().catch(() => undefined);
     await cluster.stop();
   }
 });
