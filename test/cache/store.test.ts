@@ -31,13 +31,15 @@ test("a head restarted with the same --data-dir keeps objects, versions and patc
     await app.objects.put(Float32Array.from([0.5, 1.5]), { key: "typed" });
     const gone = await app.objects.put("temporary", { key: "tmp" });
     await app.objects.delete(gone.key);
-    await app.disconnect();
   } finally {
+    await app?.disconnect().catch(() => undefined);
     await first.stop();
   }
   const second = await startCluster({ agents: [], headArgs: ["--data-dir", dataDir] });
+  let again: App | undefined;
   try {
-    const app = await connect({ name: "persist", head: second.endpoint });
+    again = await connect({ name: "persist", head: second.endpoint });
+    const app = again;
     assert.deepEqual(await app.objects.get("doc"), { hello: "world" });
     assert.deepEqual(await app.objects.get("log"), [1, 2, 3]);
     assert.equal(app.objects.heldVersion("log"), 3);
@@ -47,7 +49,7 @@ test("a head restarted with the same --data-dir keeps objects, versions and patc
     const next = await app.objects.patch("log", [4]);
     assert.equal(next.version, 4, "versions continue after the restart");
   } finally {
-    await app?.close().catch(() => undefined);
+    await again?.close().catch(() => undefined);
     await second.stop();
   }
 });
@@ -96,9 +98,10 @@ test("with a data dir, evicted objects spill to disk and reload on get", async (
 test("10,000 objects keep the head's file descriptors bounded", async () => {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "hearth-fds-"));
   const cluster = await startCluster({ agents: [], headArgs: ["--data-dir", dataDir] });
+  let many: App | undefined;
   try {
     const fds = (): number => readdirSync(`/proc/${cluster.head.pid}/fd`).length;
-    const app = await connect({ name: "many", head: cluster.endpoint });
+    const app = (many = await connect({ name: "many", head: cluster.endpoint }));
     const before = fds();
     for (let batch = 0; batch < 50; batch++) {
       await Promise.all(Array.from({ length: 200 }, (_, i) => app.objects.put({ i: batch * 200 + i }, { key: `k/${batch * 200 + i}` })));
@@ -109,8 +112,8 @@ test("10,000 objects keep the head's file descriptors bounded", async () => {
     assert.ok(after - before < 16, `fds grew from ${before} to ${after}`);
     assert.equal((await cluster.status()).objects.objects, 10_000);
     assert.equal(await app.objects.delete("k/"), 10_000);
-    await app.close();
   } finally {
+    await many?.close().catch(() => undefined);
     await cluster.stop();
   }
 });
