@@ -32,7 +32,7 @@ export interface BootstrapOptions {
 export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, o: BootstrapOptions): Promise<ObjectRef> {
   const batch = o.bootstrapBatch ?? 32;
   const lr = o.bootstrapLr ?? 1e-3;
-  const recipe = { v: 1, task: task.describe, vocab: task.tokenizer.size, model: task.model, mix: DEFAULT_MIX, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
+  const recipe = { v: 2, task: task.describe, vocab: task.tokenizer.size, model: task.model, mix: DEFAULT_MIX, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {

@@ -1,9 +1,8 @@
 /**
  * The self-contained task of the embedded default: fictional people, cities,
  * countries, jobs and companies, with their facts stated only in corpus
- * passages. Questions are one-hop (where was X born, what is X's job, which
- * company does X work for) or two-hop (in which country was X born: search X,
- * then search X's city). Held-out questions are about people that appear in
+ * passages. Questions are one-hop (X's birthplace, job, employer) or two-hop
+ * (X's birth country: search X, then search X's city). Held-out questions are about people that appear in
  * no training question, so memorising answers cannot help: the policy must
  * search and read.
  */
@@ -82,12 +81,16 @@ function names(r: () => number, n: number, taken: Set<string>, syllables: number
   return out;
 }
 
-/** Question templates by kind. */
+/**
+ * Question templates by kind. Every template ends with "of <name> ?" and
+ * differs in one word, so the entity sits at the same place in every prompt:
+ * a tiny model learns to copy it into a query within a short warm start.
+ */
 export const TEMPLATES: Record<QuestionKind, (name: string) => string> = {
-  born: (n) => `where was ${n} born ?`,
+  born: (n) => `what is the birthplace of ${n} ?`,
   job: (n) => `what is the job of ${n} ?`,
-  employer: (n) => `which company does ${n} work for ?`,
-  country: (n) => `in which country was ${n} born ?`,
+  employer: (n) => `what is the employer of ${n} ?`,
+  country: (n) => `what is the birth country of ${n} ?`,
 };
 
 /** The kinds, in a fixed order. */
