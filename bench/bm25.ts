@@ -17,20 +17,10 @@ import { createRequire } from "node:module";
 import MiniSearch from "minisearch";
 import { Bm25Index, tokenize, type Bm25Passage } from "../sdk/searchr1/bm25.js";
 import { table } from "./stats.js";
+import { rng } from "../sdk/searchr1/synthetic.js";
 
 const K = 10;
 
-/** mulberry32: a small seeded PRNG, uniform in [0, 1). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Seeded corpus: a 50,000-word vocabulary drawn with Zipf(s = 1) frequencies. */
 function corpus(docs: number, queries: number, seed: number): { passages: Bm25Passage[]; content: string[]; any: string[] } {

@@ -44,7 +44,8 @@ function stateFile(home: string): string {
   return path.join(home, "local.json");
 }
 
-function alive(pid: number): boolean {
+/** True while a process id exists. */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -148,7 +149,7 @@ async function poll<T>(timeoutMs: number, probe: () => T | undefined | Promise<T
 }
 
 /** A cross-process lock file; a lock older than 60 s is considered stale. */
-async function lock(file: string): Promise<() => void> {
+export async function lock(file: string): Promise<() => void> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     try {

@@ -18,6 +18,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { HearthError } from "../wire/errors.js";
+import { rng } from "./synthetic.js";
 
 /** A file that cannot be read, is not JSON, is not an array, or holds a malformed entry; names the file. */
 export class HotpotQaError extends HearthError {
@@ -132,7 +133,7 @@ function take(entries: Entry[], n: number, file: string, what: string, after = "
 /** The entries in a seeded Fisher–Yates order. */
 function shuffle(entries: Entry[], seed: number): Entry[] {
   const out = [...entries];
-  const rand = mulberry32(seed + 0x9e3779b9);
+  const rand = rng(seed + 0x9e3779b9);
   for (let i = out.length - 1; i > 0; i--) {
     const j = Math.floor(rand() * (i + 1));
     [out[i], out[j]] = [out[j], out[i]];
@@ -140,16 +141,6 @@ function shuffle(entries: Entry[], seed: number): Entry[] {
   return out;
 }
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 async function readEntries(file: string, chunkedAbove = 256 * 1024 * 1024): Promise<Entry[]> {
   let buf: Buffer;

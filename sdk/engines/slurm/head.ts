@@ -6,12 +6,13 @@
  * an address the compute nodes can reach.
  */
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { HeadClient } from "../../runtime/head-client.js";
 import { ConnectError } from "../../wire/errors.js";
 import { ensureCurveKeys, loadCurveKeys } from "../../wire/curve.js";
+import { alive, lock } from "../local.js";
 
 /** The hearth CLI (compiled), which every job runs as `node <CLI> agent ...`. */
 export const HEARTH_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../cluster-agent/cli.js");
@@ -48,14 +49,6 @@ function stateFile(home: string): string {
   return path.join(home, "slurm-head.json");
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** The recorded Slurm head, if its process is alive. */
 export function findSlurmHead(home: string): SlurmHead | undefined {
@@ -125,21 +118,3 @@ export async function stopSlurmHead(home: string, timeoutMs = 15_000): Promise<b
   return true;
 }
 
-/** A cross-process lock file; one older than 60 s is stale. */
-async function lock(file: string): Promise<() => void> {
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try {
-      closeSync(openSync(file, "wx"));
-      return () => rmSync(file, { force: true });
-    } catch {
-      try {
-        if (Date.now() - statSync(file).mtimeMs > 60_000) rmSync(file, { force: true });
-      } catch {
-        // Gone meanwhile.
-      }
-      if (Date.now() > deadline) throw new ConnectError(`could not take the lock ${file}; remove it if no hearth process is starting`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-}
