@@ -4,18 +4,25 @@
  *
  * @example
  * ```ts
- * import { SearchR1Run, f1Reward } from "hearth/searchr1";
+ * import { SearchR1Run, f1Reward, plot } from "hearth/searchr1";
  *
  * const run = await SearchR1Run.create({ model: "tiny", data: "synthetic", rollouts: 2, trainers: 2 });
  * const r = await run.step();                 // one GRPO step: rollouts, rewards, update, weight sync
  * console.log(r.metrics.reward_mean, r.metrics.searches_per_sample);
+ * run.trajectories();                         // in a notebook: the step's trajectories as a table
+ * run.trajectory(0);                          // prompt, generated and retrieved spans told apart
+ * run.rescore(r.metrics.step, f1Reward);      // rewards and advantages recomputed on the stored samples
  * run.setReward(f1Reward);                    // the next step scores with F1; executors stay warm
- * await run.train(20);
+ * await run.train(20);                        // progress bar; stops between steps on interrupt
+ * plot.curve(run.history, "reward");
  * console.log((await run.evaluate()).em);     // greedy exact match on held-out questions
  * await run.disconnect();
  * ```
  */
 export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type StepResult, type EvalResult } from "./run.js";
+export { StepStore, KEPT_STEPS, trainLoop, rescoreSamples, regroup, warmupProgress, type TrainOptions } from "./interactive.js";
+export { TrajectoryView, RescoreView, SummaryView, trajectoryRows, trajectoryTable, trajectorySpans, stepSummary, withStepDisplay, type TrajectoryRow, type Span, type SpanKind, type SpanDecoder } from "./views.js";
+export { plot, type CurveMetric, type StepSamples } from "./plots.js";
 export { runTrainCommand, parseTrainFlags, TRAIN_USAGE } from "./cli.js";
 export { emReward, f1Reward, substringReward, normalizeAnswer, extractAnswer, exactMatch, f1, substringMatch, type RewardFn } from "./reward.js";
 export { groupAdvantages, flattenGroups, type GroupAdvantages } from "./advantages.js";

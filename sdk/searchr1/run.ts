@@ -22,6 +22,9 @@ import { prepareTask, type PreparedTask } from "./task.js";
 import type { SearchR1Trainer, ShippedFiles, TrainResult, TrainerSetup } from "./trainer-service.js";
 import { packFiles } from "./trainer-service.js";
 import { rng } from "./synthetic.js";
+import type { DataTable } from "../notebook/index.js";
+import { StepStore, rescoreSamples, trainLoop, type TrainOptions } from "./interactive.js";
+import { TrajectoryView, trajectoryTable, withStepDisplay, type RescoreView } from "./views.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
@@ -122,6 +125,8 @@ export class SearchR1Run {
   private stepNo = 0;
   private busy = false;
   readonly history: StepMetrics[] = [];
+  /** The last 50 step results (trajectories included), for inspection and rescoring. */
+  readonly results = new StepStore();
   private readonly weightsKey: string;
 
   private constructor(
@@ -234,7 +239,9 @@ export class SearchR1Run {
     if (this.busy) throw new HearthError("a step is already running on this run; await it before starting another");
     this.busy = true;
     try {
-      return await this.doStep();
+      const result = withStepDisplay(await this.doStep());
+      this.results.add(result);
+      return result;
     } finally {
       this.busy = false;
     }
@@ -286,15 +293,35 @@ export class SearchR1Run {
     return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples };
   }
 
-  /** Runs `n` steps; stops between steps when `signal` aborts, leaving the run consistent. */
-  async train(n: number, opts: { signal?: AbortSignal; onStep?: (r: StepResult) => void } = {}): Promise<StepMetrics[]> {
-    const out: StepMetrics[] = [];
-    for (let i = 0; i < n && !opts.signal?.aborted; i++) {
-      const r = await this.step();
-      out.push(r.metrics);
-      opts.onStep?.(r);
-    }
-    return out;
+  /** Runs `n` steps with a progress bar; stops between steps when `signal` aborts or the kernel interrupts, leaving the run consistent. */
+  async train(n: number, opts: TrainOptions = {}): Promise<StepMetrics[]> {
+    return trainLoop(n, () => this.step(), opts);
+  }
+
+  /** A held step's result (default the latest; the last 50 are held). */
+  result(step?: number): StepResult {
+    return this.results.get(step);
+  }
+
+  /** A step's trajectories as a table (question, golds, response, searches, answer, reward, advantage, kept, tokens, masked). */
+  trajectories(step?: number): DataTable {
+    const r = this.results.get(step);
+    return trajectoryTable(r.samples, { step: r.metrics.step });
+  }
+
+  /** Trajectory `i` of a step, its prompt, generated and retrieved spans told apart. */
+  trajectory(i: number, step?: number): TrajectoryView {
+    const r = this.results.get(step);
+    const s = r.samples[i];
+    if (!Number.isInteger(i) || !s) throw new HearthError(`trajectory ${String(i)}: step ${r.metrics.step} has trajectories 0–${r.samples.length - 1}`);
+    return new TrajectoryView(s, this.task.tokenizer, i, r.metrics.step);
+  }
+
+  /** Recomputes a held step's rewards and advantages with `fn` (the stored samples are replaced; the step's update is not redone). */
+  rescore(step: number, fn: RewardFn): RescoreView {
+    const view = rescoreSamples(step, this.results.get(step).samples, fn, this.opts.groupSize);
+    this.results.replaceSamples(step, [...view.after]);
+    return view;
   }
 
   /** Greedy answers on the held-out questions; exact match. */

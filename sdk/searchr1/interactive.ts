@@ -1,0 +1,157 @@
+/**
+ * The interactive side of a Search-R1 run, as used from notebooks: a bounded
+ * store of recent step results, rescoring stored trajectories with another
+ * reward, a training loop with a progress bar that stops between steps, and
+ * a warm-up with a progress bar over the phases of `SearchR1Run.create`.
+ *
+ * `SearchR1Run` delegates to these; they hold no executors themselves.
+ */
+import { HearthError } from "../wire/errors.js";
+import { inNotebook, progress, type ProgressBar } from "../notebook/index.js";
+import { scoreSamples, type ScoredSample } from "./batch.js";
+import type { RewardFn } from "./reward.js";
+import type { StepMetrics, StepResult } from "./run.js";
+import { RescoreView } from "./views.js";
+
+/** Step results kept for inspection by default (trajectories hold every token, so the store is bounded). */
+export const KEPT_STEPS = 50;
+
+/** The last `limit` step results, by step number. */
+export class StepStore {
+  private readonly byStep = new Map<number, StepResult>();
+
+  constructor(readonly limit = KEPT_STEPS) {
+    if (!Number.isInteger(limit) || limit < 1) throw new HearthError(`StepStore needs a limit ≥ 1; got ${String(limit)}`);
+  }
+
+  /** Stores a result, dropping the oldest past the limit. */
+  add(result: StepResult): void {
+    this.byStep.set(result.metrics.step, result);
+    while (this.byStep.size > this.limit) this.byStep.delete(this.byStep.keys().next().value!);
+  }
+
+  /** Step numbers held, oldest first. */
+  steps(): number[] {
+    return [...this.byStep.keys()];
+  }
+
+  /** The result of `step` (default: the latest); a clear error when it is not held. */
+  get(step?: number): StepResult {
+    const held = this.steps();
+    if (held.length === 0) throw new HearthError("no step has run yet on this run; call run.step() or run.train(n) first");
+    const want = step ?? held[held.length - 1]!;
+    const r = this.byStep.get(want);
+    if (!r) throw new HearthError(`step ${String(want)} is not held: this run keeps the last ${this.limit} step results (steps ${held[0]}–${held[held.length - 1]})`);
+    return r;
+  }
+
+  /** Replaces a held result's samples (after a rescore). */
+  replaceSamples(step: number, samples: ScoredSample[]): void {
+    this.get(step).samples = samples;
+  }
+}
+
+/**
+ * Splits a step's samples back into their prompt groups: consecutive samples
+ * of one prompt (same item id and group index), at most `groupSize` each.
+ */
+export function regroup(samples: readonly ScoredSample[], groupSize?: number): ScoredSample[][] {
+  const groups: ScoredSample[][] = [];
+  for (const s of samples) {
+    const last = groups[groups.length - 1];
+    const head = last?.[0];
+    if (last && head && head.itemId === s.itemId && head.group === s.group && head.question === s.question && (groupSize === undefined || last.length < groupSize)) last.push(s);
+    else groups.push([s]);
+  }
+  return groups;
+}
+
+/**
+ * Recomputes rewards and group advantages of stored samples with `reward`.
+ * A reward that throws or returns a non-finite number throws (scoreSamples'
+ * RangeError naming the sample) before anything changes.
+ */
+export function rescoreSamples(step: number, samples: readonly ScoredSample[], reward: RewardFn, groupSize?: number): RescoreView {
+  if (typeof reward !== "function") throw new HearthError("rescore needs a reward function (response, golds) => number");
+  const groups = regroup(samples, groupSize).map((g) => ({ question: g[0]!.question, golds: g[0]!.golds, samples: g }));
+  const scored = scoreSamples(groups, reward);
+  return new RescoreView(step, samples, scored.samples, { kept: scored.groupsKept, dropped: scored.groupsDropped });
+}
+
+/** Options of `run.train(n)`. */
+export interface TrainOptions {
+  /** Stops between steps when aborted; the run stays consistent. */
+  signal?: AbortSignal;
+  /** Called after every step. */
+  onStep?: (r: StepResult) => void;
+  /** Show a progress bar (in place in notebooks, a terminal line elsewhere). Default true. */
+  progress?: boolean;
+  /** The bar's label. Default "train". */
+  label?: string;
+}
+
+/**
+ * Runs `n` steps one after another. Stops between steps when `signal` aborts
+ * or, in a notebook, when the kernel is interrupted (the step in flight
+ * finishes, so the run stays consistent; the interrupted cell ends at once).
+ * A failing step ends the loop with its error; the run is usable afterwards.
+ */
+export async function trainLoop(n: number, step: () => Promise<StepResult>, opts: TrainOptions = {}): Promise<StepMetrics[]> {
+  if (!Number.isInteger(n) || n < 0) throw new HearthError(`train(n) needs a whole number of steps ≥ 0; got ${String(n)}`);
+  const bar: ProgressBar | null = opts.progress === false ? null : progress(n, { label: opts.label ?? "train" });
+  let interrupted = false;
+  const onSigint = (): void => {
+    interrupted = true;
+  };
+  const watch = inNotebook();
+  if (watch) process.on("SIGINT", onSigint);
+  const out: StepMetrics[] = [];
+  let failure: unknown;
+  try {
+    for (let i = 0; i < n && !opts.signal?.aborted && !interrupted; i++) {
+      const r = await step();
+      out.push(r.metrics);
+      opts.onStep?.(r);
+      const m = r.metrics;
+      bar?.tick(1, `step ${m.step}: reward ${m.reward_mean.toFixed(2)}, em ${m.em.toFixed(2)}, searches ${m.searches_per_sample.toFixed(2)}`);
+    }
+  } catch (err) {
+    failure = err;
+    throw err;
+  } finally {
+    if (watch) process.off("SIGINT", onSigint);
+    if (bar && out.length < n) {
+      const why = failure ? `failed: ${(failure as Error).message ?? String(failure)}` : interrupted ? "interrupted" : "aborted";
+      bar.finish(`stopped after ${out.length} step(s) (${why})`);
+    }
+  }
+  return out;
+}
+
+/** The phases `SearchR1Run.create` logs, in order, and how to recognise them. */
+const WARMUP_PHASES: Array<[RegExp, string]> = [
+  [/^task: /, "task prepared"],
+  [/^services ready/, "executors warm"],
+  [/^bootstrap: (done|using the cached)/, "bootstrap done"],
+  [/^trainers ready/, "weights published"],
+];
+
+/**
+ * A `log` for `SearchR1Run.create` that drives a progress bar over the
+ * warm-up phases (task, executors, bootstrap, weights); other lines are
+ * passed on to `next` (default: dropped in notebooks, printed elsewhere).
+ */
+export function warmupProgress(opts: { label?: string; next?: (line: string) => void } = {}): { log: (line: string) => void; bar: ProgressBar } {
+  const bar = progress(WARMUP_PHASES.length, { label: opts.label ?? "warm-up", intervalMs: 0 });
+  const next = opts.next ?? (inNotebook() ? () => undefined : (line: string) => console.log(line));
+  let at = 0;
+  const log = (line: string): void => {
+    const phase = WARMUP_PHASES.findIndex(([re]) => re.test(line));
+    if (phase >= at) {
+      at = phase + 1;
+      bar.update(at, WARMUP_PHASES[phase]![1]);
+    } else if (/^bootstrap/.test(line)) bar.update(at, line.replace(/ \(made once.*$/, ""));
+    next(line);
+  };
+  return { log, bar };
+}

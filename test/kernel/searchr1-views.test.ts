@@ -1,0 +1,189 @@
+// The Search-R1 notebook views and interactive helpers on hand-made scored
+// samples (no executors): the trajectory table, spans of one trajectory,
+// step summaries, rescoring, the bounded step store, the training loop's
+// stop/failure behaviour, and the plots' bundles.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { JUPYTER_DISPLAY, PLOTLY_MIME, toMimeBundle } from "../../sdk/notebook/index.js";
+import type { ScoredSample } from "../../sdk/searchr1/batch.js";
+import { StepStore, regroup, rescoreSamples, trainLoop, warmupProgress } from "../../sdk/searchr1/interactive.js";
+import { plot } from "../../sdk/searchr1/plots.js";
+import { emReward, f1Reward, type RewardFn } from "../../sdk/searchr1/reward.js";
+import type { StepMetrics, StepResult } from "../../sdk/searchr1/run.js";
+import { TrajectoryView, trajectoryRows, trajectorySpans, trajectoryTable, withStepDisplay } from "../../sdk/searchr1/views.js";
+import { HearthError } from "../../sdk/wire/errors.js";
+
+const VOCAB = ["[UNK]", "where", "was", "ada", "born", "?", "<search>", "ada", "</search>", "<information>", "ada", "lives", "in", "oslo", "</information>", "<answer>", "oslo", "norway", "</answer>", "paris"];
+const decoder = { decode: (ids: ArrayLike<number>) => Array.from(ids, (i) => VOCAB[i] ?? "?").join(" ") };
+
+/** Token offsets: prompt [0, 5) · generated search [5, 8) · retrieved [8, 14) · generated answer [14, end). */
+function sample(question: string, golds: string[], answerIds: number[], extra: Partial<ScoredSample> = {}): ScoredSample {
+  const ids = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, ...answerIds, 18];
+  const mask = ids.map((_, k) => (k < 5 || (k >= 8 && k <= 13) ? 0 : 1));
+  const response = ids.slice(5).map((i) => VOCAB[i]).join(" ");
+  const answer = answerIds.map((i) => VOCAB[i]).join(" ");
+  return {
+    itemId: question,
+    group: 0,
+    promptLength: 5,
+    tokens: Int32Array.from(ids),
+    mask: Uint8Array.from(mask),
+    logprobs: new Float32Array(ids.length),
+    response: response.replace(/ <\/answer>$/, "</answer>").replace("<answer> ", "<answer>"),
+    searches: ["ada"],
+    finish: "answer",
+    question,
+    golds,
+    answer,
+    reward: 0,
+    advantage: 0,
+    kept: false,
+    ...extra,
+  };
+}
+
+/** Two groups of 4: "where was ada born" (gold "oslo norway", kept) and "capital" (gold "paris", all right: dropped). */
+function step(): ScoredSample[] {
+  const g1 = [[16], [16, 17], [19], [16, 17]].map((a) => sample("where was ada born ?", ["oslo norway"], a));
+  const g2 = [[19], [19], [19], [19]].map((a) => sample("capital ?", ["paris"], a, { group: 1 }));
+  const groups = [g1, g2].map((g) => ({ question: g[0]!.question, golds: g[0]!.golds, samples: g }));
+  return rescoreSamples(1, groups.flatMap((g) => g.samples), emReward, 4).after as ScoredSample[];
+}
+
+function metrics(n: number): StepMetrics {
+  return { step: n, reward_mean: n / 10, em: n / 20, searches_per_sample: 1, groups_kept: 1, groups_dropped: 1, samples_trained: 4, tokens: 100, rollout_s: 0.1, update_s: 0.1, publish_bytes: 10, step_s: 0.2, weights_version: n, ...(n % 2 === 0 ? { eval_em: 0.5, eval_searches: 1.5 } : {}) };
+}
+
+test("the trajectory table has the issue's columns, renders arquero HTML and aligned text", () => {
+  const samples = step();
+  const rows = trajectoryRows(samples);
+  assert.deepEqual(Object.keys(rows[0]!), ["i", "question", "golds", "response", "searches", "answer", "reward", "advantage", "kept", "tokens", "masked"]);
+  assert.equal(rows[1]!.answer, "oslo norway");
+  assert.equal(rows[1]!.reward, 1, "exact match on the second sample");
+  assert.equal(rows[0]!.tokens, 17);
+  assert.equal(rows[0]!.masked, 11, "prompt (5) and retrieved (6) tokens are masked");
+  const bundle = toMimeBundle(trajectoryTable(samples, { step: 3 }));
+  assert.match(bundle["text/html"] as string, /<table[\s\S]*<th[^>]*>question<\/th>[\s\S]*oslo norway/);
+  assert.match(bundle["text/plain"], /^step 3: 8 trajectories\ni\s+question/);
+});
+
+test("one trajectory is split into prompt, generated and retrieved spans, coloured apart in HTML", () => {
+  const s = step()[1]!;
+  const spans = trajectorySpans(s, decoder);
+  assert.deepEqual(spans.map((x) => [x.kind, x.start, x.end]), [["prompt", 0, 5], ["generated", 5, 8], ["retrieved", 8, 14], ["generated", 14, 18]]);
+  assert.equal(spans[2]!.text, "<information> ada lives in oslo </information>");
+  const view = new TrajectoryView(s, decoder, 1, 3);
+  assert.deepEqual(view.counts(), { prompt: 5, generated: 7, retrieved: 6 });
+  const b = view[JUPYTER_DISPLAY]();
+  assert.match(b["text/plain"], /^trajectory 1 of step 3: reward 1, advantage 1\.000/);
+  assert.match(b["text/plain"], /\[retrieved 8-14\] <information> ada lives in oslo <\/information>/);
+  const html = b["text/html"] as string;
+  assert.equal(html.match(/class="hearth-span hearth-generated"/g)?.length, 2);
+  assert.match(html, /hearth-retrieved"[^>]*>&lt;information&gt; ada lives in oslo &lt;\/information&gt;</, "retrieved text is escaped");
+});
+
+test("a step result displays as its summary through a non-enumerable method", () => {
+  const r = withStepDisplay({ metrics: metrics(4), trajectories: [], samples: step() });
+  assert.deepEqual(Object.keys(r), ["metrics", "trajectories", "samples"], "the result's own keys are unchanged");
+  const b = toMimeBundle(r);
+  assert.match(b["text/plain"], /^step 4: 8 samples, 4 trained on\n/);
+  assert.match(b["text/plain"], /reward_mean\s+0\.4/);
+  assert.match(b["text/html"] as string, /<caption[^>]*>step 4: 8 samples/);
+});
+
+test("rescoring with F1 changes partial matches, recomputes advantages and keeps the samples' order", () => {
+  const before = step();
+  const view = rescoreSamples(1, before, f1Reward, 4);
+  const after = view.after;
+  assert.equal(after.length, before.length);
+  assert.ok(Math.abs(after[0]!.reward - 2 / 3) < 1e-9, "'oslo' against 'oslo norway' gets F1 2/3");
+  assert.equal(after[1]!.reward, 1);
+  assert.equal(view.changed, 1);
+  for (const s of after) assert.ok(Number.isFinite(s.advantage));
+  assert.ok(after[0]!.advantage !== before[0]!.advantage, "advantages follow the new rewards");
+  assert.deepEqual(after.map((s) => s.response), before.map((s) => s.response));
+  assert.match(view[JUPYTER_DISPLAY]()["text/plain"], /^rescored step 1: 1 of 8 rewards changed/);
+});
+
+test("regroup splits by prompt and by group size, so the same question twice stays two groups", () => {
+  const a = step().slice(0, 4);
+  assert.deepEqual(regroup([...a, ...a], 4).map((g) => g.length), [4, 4]);
+  assert.deepEqual(regroup(step()).map((g) => g.length), [4, 4]);
+});
+
+test("a reward that throws or returns NaN is a RangeError naming the sample; the stored step is unchanged", () => {
+  const store = new StepStore(3);
+  const r: StepResult = { metrics: metrics(1), trajectories: [], samples: step() };
+  store.add(r);
+  const rewards = r.samples.map((s) => s.reward);
+  const nan: RewardFn = () => NaN;
+  const boom: RewardFn = () => {
+    throw new Error("boom");
+  };
+  assert.throws(() => rescoreSamples(1, store.get(1).samples, nan, 4), (e: Error) => e instanceof RangeError && /returned NaN for sample 0 of 'where was ada born \?'/.test(e.message));
+  assert.throws(() => rescoreSamples(1, store.get(1).samples, boom, 4), (e: Error) => e instanceof RangeError && /threw on sample 0 .*boom/.test(e.message));
+  assert.throws(() => rescoreSamples(1, store.get(1).samples, "f1" as unknown as RewardFn), HearthError);
+  assert.deepEqual(store.get(1).samples.map((s) => s.reward), rewards);
+});
+
+test("the step store keeps the last N results and names what it holds", () => {
+  const store = new StepStore(3);
+  assert.throws(() => store.get(), /no step has run yet/);
+  for (let n = 1; n <= 5; n++) store.add({ metrics: metrics(n), trajectories: [], samples: [] });
+  assert.deepEqual(store.steps(), [3, 4, 5]);
+  assert.equal(store.get().metrics.step, 5);
+  assert.throws(() => store.get(1), /step 1 is not held: this run keeps the last 3 step results \(steps 3–5\)/);
+  assert.throws(() => new StepStore(0), HearthError);
+});
+
+test("trainLoop stops between steps on abort and ends with a failing step's error", async () => {
+  const lines: string[] = [];
+  const ac = new AbortController();
+  let n = 0;
+  const ok = async (): Promise<StepResult> => ({ metrics: metrics(++n), trajectories: [], samples: [] });
+  const done = await trainLoop(5, async () => {
+    const r = await ok();
+    if (n === 2) ac.abort();
+    return r;
+  }, { signal: ac.signal, progress: false, onStep: (r) => lines.push(String(r.metrics.step)) });
+  assert.deepEqual(done.map((m) => m.step), [1, 2], "the step in flight finished; no step started after the abort");
+  assert.deepEqual(lines, ["1", "2"]);
+
+  let calls = 0;
+  await assert.rejects(
+    trainLoop(3, async () => {
+      if (++calls === 2) throw new HearthError("a step is already running on this run; await it before starting another");
+      return ok();
+    }, { progress: false }),
+    /already running/,
+  );
+  assert.equal(calls, 2, "no step after the failing one");
+  await assert.rejects(trainLoop(-1, ok), /whole number of steps/);
+});
+
+test("warmupProgress advances over create's phases and passes lines on", () => {
+  const seen: string[] = [];
+  const w = warmupProgress({ next: (l) => seen.push(l) });
+  for (const l of ["task: synthetic", "services ready: 2", "bootstrap: 30 supervised steps (made once, cached in /x)", "bootstrap: done in 20 s", "trainers ready (1 parameters)"]) w.log(l);
+  assert.equal(w.bar.value, 4);
+  assert.equal(seen.length, 5);
+  const skip = warmupProgress({ next: () => undefined });
+  skip.log("task: x");
+  skip.log("trainers ready");
+  assert.equal(skip.bar.value, 4, "a cached or skipped bootstrap jumps ahead");
+});
+
+test("plots: curves from history (held-out points where evaluated), advantage and length histograms", () => {
+  const history = [1, 2, 3, 4].map(metrics);
+  const em = plot.curve(history, "em")[JUPYTER_DISPLAY]();
+  const doc = em[PLOTLY_MIME] as { data: Array<{ name: string; x: number[]; y: number[] }> };
+  assert.deepEqual(doc.data.map((t) => [t.name, t.x]), [["train em", [1, 2, 3, 4]], ["held-out em", [2, 4]]]);
+  assert.ok((em["text/html"] as string).includes("Plotly.newPlot"));
+  assert.deepEqual(plot.curve(history, "reward").data.map((t) => t.y), [[0.1, 0.2, 0.3, 0.4]]);
+  assert.throws(() => plot.curve(history, "loss" as "em"), /unknown metric "loss"/);
+  const samples = step();
+  const adv = plot.advantages({ metrics: metrics(7), samples });
+  assert.match(adv.summary(), /^Figure "step 7: advantages": kept groups \(histogram, 4 points\), dropped groups .*\(histogram, 4 points\)/);
+  const len = plot.lengths(samples);
+  assert.deepEqual(len.data.map((t) => t.x), [[6, 7, 6, 7, 6, 6, 6, 6], samples.map(() => 11)]);
+});
