@@ -46,10 +46,16 @@ export function trajectoryRows(samples: readonly ScoredSample[]): TrajectoryRow[
   }));
 }
 
-/** The trajectory table of a step: arquero HTML in notebooks, aligned text elsewhere. */
-export function trajectoryTable(samples: readonly ScoredSample[], opts: { step?: number; limit?: number } = {}): DataTable {
+/**
+ * The trajectory table of a step: arquero HTML in notebooks, aligned text
+ * elsewhere. Responses are cut to `responseChars` (default 100) so the table
+ * stays readable; `TrajectoryView` shows one trajectory whole.
+ */
+export function trajectoryTable(samples: readonly ScoredSample[], opts: { step?: number; limit?: number; responseChars?: number } = {}): DataTable {
   const title = `${opts.step !== undefined ? `step ${opts.step}: ` : ""}${samples.length} trajectories`;
-  return table(trajectoryRows(samples), { title, limit: opts.limit ?? 64 });
+  const cut = opts.responseChars ?? 100;
+  const rows = trajectoryRows(samples).map((r) => ({ ...r, response: r.response.length > cut ? `${r.response.slice(0, cut - 1)}…` : r.response }));
+  return table(rows, { title, limit: opts.limit ?? 64 });
 }
 
 /** Which part of a trajectory a token belongs to. */

@@ -3,44 +3,14 @@
 // outputs, the expected MIME types, and (through the notebook's own asserts)
 // what the notebook shows.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
-import { PYTHON, REPO_ROOT, TempKernelspec } from "./bridge.js";
+import { REPO_ROOT, TempKernelspec } from "./bridge.js";
+import { errorOutputs, runNotebook } from "./nbclient.js";
 import { CHROMIUM, exportHtml, pngStats, renderedDom, screenshot } from "./render.js";
-
-interface CellSummary {
-  index: number;
-  execution_count: number | null;
-  source: string;
-  outputs: Array<{ output_type: string; mime?: string[]; text?: string; name?: string; ename?: string; evalue?: string; traceback?: string[] }>;
-}
-
-/** Runs run_notebook.py; rejects past `limitMs` (the child is killed). */
-function runNotebook(notebook: string, spec: TempKernelspec, env: Record<string, string>, outFile: string, limitMs: number): Promise<{ elapsed_s: number; cells: CellSummary[] }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(PYTHON, [path.join(REPO_ROOT, "test/kernel/run_notebook.py"), notebook, spec.name, outFile, "120"], {
-      env: { ...process.env, ...env, JUPYTER_PATH: spec.jupyterPath },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`nbclient did not finish within ${limitMs} ms; stderr:\n${err}`));
-    }, limitMs);
-    child.on("exit", (code) => {
-      clearTimeout(timer);
-      if (code !== 0) reject(new Error(`run_notebook.py exited ${code}; stderr:\n${err}`));
-      else resolve(JSON.parse(out) as { elapsed_s: number; cells: CellSummary[] });
-    });
-  });
-}
 
 let cluster: TestCluster;
 let spec: TempKernelspec;
@@ -65,8 +35,7 @@ test("02-runtime-tour.ipynb runs under nbclient with no errors and renders table
   const result = await runNotebook(path.join(REPO_ROOT, "notebooks/02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
   console.log(`# 02-runtime-tour.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
 
-  const errors = result.cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "error").map((o) => `cell ${c.index} (${c.source}…): ${o.ename}: ${o.evalue}\n${(o.traceback ?? []).join("\n")}`));
-  assert.deepEqual(errors, [], "no cell fails (the notebook's own asserts included)");
+  assert.deepEqual(errorOutputs(result.cells), [], "no cell fails (the notebook's own asserts included)");
   const stderr = result.cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "stream" && o.name === "stderr").map((o) => o.text));
   assert.deepEqual(stderr, [], "no cell writes to stderr");
   for (const c of result.cells) assert.ok(c.execution_count !== null, `cell ${c.index} ran`);

@@ -65,6 +65,9 @@ test("the trajectory table has the issue's columns, renders arquero HTML and ali
   const bundle = toMimeBundle(trajectoryTable(samples, { step: 3 }));
   assert.match(bundle["text/html"] as string, /<table[\s\S]*<th[^>]*>question<\/th>[\s\S]*oslo norway/);
   assert.match(bundle["text/plain"], /^step 3: 8 trajectories\ni\s+question/);
+  const cut = trajectoryTable(samples, { responseChars: 20 }).rows()[0]!.response as string;
+  assert.equal(cut.length, 20);
+  assert.ok(cut.endsWith("…") && samples[0]!.response.startsWith(cut.slice(0, 19)));
 });
 
 test("one trajectory is split into prompt, generated and retrieved spans, coloured apart in HTML", () => {
