@@ -94,7 +94,7 @@ export async function runTrainCommand(args: string[]): Promise<number> {
     const first = await run.evaluate();
     opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy), searches/sample ${first.searchesPerSample.toFixed(2)}`);
     const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample };
-    await run.train(opts.steps, { onStep: (r) => opts.log(row(r.metrics)) });
+    await run.train(opts.steps, { progress: false, onStep: (r) => opts.log(row(r.metrics)) });
     const last = run.history.at(-1);
     let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, searches: last.eval_searches ?? 0 } : undefined;
     if (!final) {
