@@ -12,7 +12,7 @@ import type { App } from "../runtime/app.js";
 import type { GangHandle } from "../runtime/handles.js";
 import { buildSlices } from "./batch.js";
 import { Bm25Index } from "./bm25.js";
-import { DEFAULT_MIX, demonstrations } from "./bootstrap.js";
+import { DEFAULT_MIX, SEARCH_ALWAYS, demonstrations } from "./bootstrap.js";
 import type { PreparedTask } from "./task.js";
 import { packFiles, type SearchR1Trainer, type ShippedFiles, type TrainerSetup } from "./trainer-service.js";
 
@@ -24,15 +24,18 @@ export interface BootstrapOptions {
   log: (line: string) => void;
   /** Demonstrations per step. Default 32. */
   bootstrapBatch?: number;
-  /** Learning rate. Default 1e-3. */
+  /** Learning rate. Default 3e-3. */
   bootstrapLr?: number;
+  /** Share of the steps spent on the mixed demonstrations at the end (the rest always search). Default 0.1. */
+  mixedShare?: number;
 }
 
 /** Returns the bootstrapped weights (HF files, shipped through the cache), making them if not cached. */
 export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, o: BootstrapOptions): Promise<ObjectRef> {
   const batch = o.bootstrapBatch ?? 32;
-  const lr = o.bootstrapLr ?? 1e-3;
-  const recipe = { v: 2, task: task.describe, vocab: task.tokenizer.size, model: task.model, mix: DEFAULT_MIX, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
+  const lr = o.bootstrapLr ?? 3e-3;
+  const mixedSteps = Math.round(o.bootstrapSteps * (o.mixedShare ?? 0.1));
+  const recipe = { v: 3, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {
@@ -43,14 +46,20 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   const t0 = performance.now();
   const setup: TrainerSetup = {
     model: { ...task.model, seed: o.seed },
-    trainer: { lr, klCoef: 0, microBatchSize: 16, gradClip: 1.0 },
+    trainer: { lr, klCoef: 0, microBatchSize: 16, gradClip: 1.0, ...task.trainer },
     weights: `searchr1/bootstrap-${hash}/weights`,
     threads: 1,
   };
   const setupRef = await app.objects.put(setup);
   await trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [setupRef, "sft"] as [ObjectRef, "sft"]));
   const index = Bm25Index.build(task.corpus);
-  const demos = demonstrations(task.synthetic!, task.tokenizer, (q, k) => index.search(q, k), o.bootstrapSteps * batch, o.seed);
+  // Phase 1 always searches (copying is learned); phase 2 mixes in poor behaviour, so RL starts
+  // from a policy that knows the protocol but searches only some question kinds.
+  const retrieve = (q: string, k: number) => index.search(q, k);
+  const demos = [
+    ...demonstrations(task.synthetic!, task.tokenizer, retrieve, (o.bootstrapSteps - mixedSteps) * batch, o.seed, SEARCH_ALWAYS),
+    ...demonstrations(task.synthetic!, task.tokenizer, retrieve, mixedSteps * batch, o.seed + 1, DEFAULT_MIX),
+  ];
   for (let step = 0; step < o.bootstrapSteps; step++) {
     const rows = demos.slice(step * batch, (step + 1) * batch).map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
     const refs = await Promise.all(buildSlices(rows, o.trainers).map((s) => app.objects.put(s)));

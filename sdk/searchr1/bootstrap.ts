@@ -24,6 +24,9 @@ export interface DemoMix {
  */
 export const DEFAULT_MIX: DemoMix = { search: { born: 0.9, job: 0.2, employer: 0.2, country: 0.15 }, oneHopOnTwoHop: 0.35 };
 
+/** Every demonstration searches: the first phase of the warm start, where copying names and answers is learned. */
+export const SEARCH_ALWAYS: DemoMix = { search: { born: 1, job: 1, employer: 1, country: 1 }, oneHopOnTwoHop: 0 };
+
 /** A demonstration: tokens with the loss mask (1 on what the policy should produce). */
 export interface Demo {
   tokens: number[];

@@ -65,7 +65,7 @@ export interface SearchR1Options {
 export const DEFAULTS: SearchR1Options = {
   model: "tiny",
   data: "synthetic",
-  steps: 60,
+  steps: 200,
   promptsPerStep: 16,
   promptsPerTask: 4,
   groupSize: 8,
@@ -74,12 +74,12 @@ export const DEFAULTS: SearchR1Options = {
   out: "out",
   evalEvery: 10,
   evalSize: 200,
-  lr: 3e-4,
+  lr: 1e-3,
   klCoef: 0.001,
   maxSearches: 4,
   seed: 1,
   temperature: 1,
-  bootstrapSteps: 300,
+  bootstrapSteps: 2000,
   name: "search-r1",
   log: (line) => console.log(line),
 };
@@ -186,7 +186,7 @@ export class SearchR1Run {
       model: { ...this.task.model, seed: o.seed },
       checkpoint,
       state,
-      trainer: { lr: o.lr, klCoef: o.klCoef, microBatchSize: 16, gradClip: 1.0 },
+      trainer: { lr: o.lr, klCoef: o.klCoef, microBatchSize: 16, gradClip: 1.0, ...this.task.trainer },
       weights: this.weightsKey,
       threads: 1,
     };

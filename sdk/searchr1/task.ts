@@ -21,6 +21,8 @@ export interface PreparedTask {
   model: { config: string | Record<string, unknown>; overrides?: Record<string, unknown> };
   /** HF folder to start from (real models), if any. */
   modelDir?: string;
+  /** Trainer settings the task needs (the tiny model keeps its random embeddings frozen). */
+  trainer?: { freezeEmbeddings?: boolean; embeddingRms?: number };
   synthetic?: SyntheticTask;
   /** A short description for logs and reports. */
   describe: string;
@@ -46,15 +48,18 @@ export async function prepareTask(o: TaskOptions): Promise<PreparedTask> {
     if (!existsSync(path.join(modelDir, "config.json"))) throw new HearthError(`--model ${o.model}: no config.json in ${modelDir}`);
   }
   if (o.data === "synthetic") {
-    const task = syntheticTask({ seed: o.seed, heldOut: Math.max(o.evalSize, 1), people: 400 + Math.max(o.evalSize, 1) });
+    const task = syntheticTask({ seed: o.seed, heldOut: Math.max(o.evalSize, 1), people: 1000 + Math.max(o.evalSize, 1) });
     const tokenizer = modelDir ? loadTokenizer(modelDir) : tokenizerFromJson(wordTokenizerJson([...task.words, ...PROTOCOL_WORDS]));
     return {
       train: task.train,
       heldOut: task.heldOut.slice(0, o.evalSize),
       corpus: task.corpus,
       tokenizer,
-      model: modelDir ? { config: readConfig(modelDir) } : { config: "tiny", overrides: { vocab_size: tokenizer.size, max_position_embeddings: 1024 } },
+      model: modelDir ? { config: readConfig(modelDir) } : { config: "tiny", overrides: tinySyntheticShape(tokenizer.size) },
       modelDir,
+      // Frozen random (tied) embeddings make every entity name look alike to the network, so
+      // copying learned on training names also works for held-out names it never saw.
+      trainer: modelDir ? undefined : { freezeEmbeddings: true, embeddingRms: 0.5 },
       synthetic: task,
       describe: `synthetic task (seed ${o.seed}): ${task.train.length} training questions, ${Math.min(o.evalSize, task.heldOut.length)} held-out, ${task.corpus.length} passages`,
     };
@@ -70,6 +75,11 @@ export async function prepareTask(o: TaskOptions): Promise<PreparedTask> {
     modelDir,
     describe: `HotpotQA ${path.basename(o.data)}: ${data.train.length} training questions, ${data.validation.length} validation, ${data.corpus.length} passages`,
   };
+}
+
+/** The tiny model's shape for the synthetic task: small and fast on one CPU thread. */
+function tinySyntheticShape(vocab: number): Record<string, unknown> {
+  return { vocab_size: vocab, max_position_embeddings: 1024, hidden_size: 64, intermediate_size: 192, num_hidden_layers: 2 };
 }
 
 function readConfig(dir: string): Record<string, unknown> {

@@ -76,6 +76,10 @@ export interface TrainerOptions {
   microBatchSize?: number;
   autocast?: boolean;
   checkpointing?: boolean;
+  /** Keep the (tied) token embeddings fixed at their initial values. */
+  freezeEmbeddings?: boolean;
+  /** With frozen embeddings: rescale them once to this per-element RMS (0 keeps them). */
+  embeddingRms?: number;
 }
 
 /** Data-parallel membership: all ranks meet at `initMethod` (`tcp://host:port` or `file:///path`). */

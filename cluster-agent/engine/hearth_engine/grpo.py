@@ -41,6 +41,12 @@ class GRPOConfig:
     micro_batch_size: int = 8
     autocast: bool = True
     checkpointing: bool = False
+    # Keep the (tied) token embeddings at their initial values: every token then looks
+    # alike to the network, so what it learns about copying one name holds for all names.
+    freeze_embeddings: bool = False
+    # With frozen tied embeddings the output logits are h . E: rescale E to this per-element RMS
+    # (idempotent; 0 keeps it) so a small model can reach a peaked distribution quickly.
+    embedding_rms: float = 0.0
 
 
 @dataclass
@@ -151,6 +157,12 @@ class Trainer:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
             if self.device.type == "cuda":
                 self.ref.to(torch.bfloat16)
+        if cfg.freeze_embeddings:
+            emb = model.model.embed_tokens.weight
+            emb.requires_grad_(False)
+            if cfg.embedding_rms > 0:
+                with torch.no_grad():
+                    emb.mul_(cfg.embedding_rms / emb.float().pow(2).mean().sqrt().clamp_min(1e-12))
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                      weight_decay=cfg.weight_decay)
