@@ -402,8 +402,12 @@ export class Head {
       }
     }
     for (const app of [...sched.apps.values()]) {
-      for (const [key, last] of app.drivers) if (now - last > this.driverTimeoutMs) app.drivers.delete(key);
-      if (app.drivers.size > 0) continue;
+      // A silent driver (busy, or gone) stays a member of its app: it can carry on when it speaks
+      // again. Only the keep-alive clock cares whether any driver was heard from recently.
+      if (this.liveDrivers(app, now) > 0) {
+        app.goneSince = undefined;
+        continue;
+      }
       app.goneSince ??= now;
       if (now - app.goneSince >= app.keepAliveMs) {
         this.releaseApp(app, `no driver for ${Math.round((now - app.goneSince) / 1000)} s (keep-alive ${app.keepAliveMs / 1000} s)`);
@@ -412,6 +416,13 @@ export class Head {
     sched.shrinkIdle(now);
     this.objects.expire(now);
     sched.schedule();
+  }
+
+  /** Drivers of an app heard from within the driver timeout. */
+  liveDrivers(app: AppRecord, now = Date.now()): number {
+    let n = 0;
+    for (const last of app.drivers.values()) if (now - last <= this.driverTimeoutMs) n++;
+    return n;
   }
 
   /** Keep-alive deadline of an app, or undefined while a driver is attached. */

@@ -24,7 +24,7 @@ export function buildStatus(head: Head, appName: string | undefined): Record<str
     })),
     apps: apps.map((app) => ({
       name: app.name,
-      drivers: app.drivers.size,
+      drivers: head.liveDrivers(app, now),
       keepAliveMs: app.keepAliveMs,
       releaseAt: head.releaseAt(app) ?? null,
       services: [...app.services.values()].map((s) => ({

@@ -35,7 +35,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   const batch = o.bootstrapBatch ?? 32;
   const lr = o.bootstrapLr ?? 3e-3;
   const mixedSteps = Math.round(o.bootstrapSteps * (o.mixedShare ?? 0.1));
-  const recipe = { v: 3, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
+  const recipe = { v: 4, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {
@@ -56,12 +56,11 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   // Phase 1 always searches (copying is learned); phase 2 mixes in poor behaviour, so RL starts
   // from a policy that knows the protocol but searches only some question kinds.
   const retrieve = (q: string, k: number) => index.search(q, k);
-  const demos = [
-    ...demonstrations(task.synthetic!, task.tokenizer, retrieve, (o.bootstrapSteps - mixedSteps) * batch, o.seed, SEARCH_ALWAYS),
-    ...demonstrations(task.synthetic!, task.tokenizer, retrieve, mixedSteps * batch, o.seed + 1, DEFAULT_MIX),
-  ];
   for (let step = 0; step < o.bootstrapSteps; step++) {
-    const rows = demos.slice(step * batch, (step + 1) * batch).map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
+    // Made per step (cheap), so the driver never blocks long enough to miss its heartbeats.
+    const mix = step < o.bootstrapSteps - mixedSteps ? SEARCH_ALWAYS : DEFAULT_MIX;
+    const demos = demonstrations(task.synthetic!, task.tokenizer, retrieve, batch, o.seed * 1_000_003 + step, mix);
+    const rows = demos.map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
     const refs = await Promise.all(buildSlices(rows, o.trainers).map((s) => app.objects.put(s)));
     const res = await trainer.broadcast("sft", refs.map((r) => [r] as [ObjectRef]));
     await Promise.all(refs.map((r) => app.objects.delete(r.key)));
