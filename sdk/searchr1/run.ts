@@ -65,7 +65,7 @@ export interface SearchR1Options {
 export const DEFAULTS: SearchR1Options = {
   model: "tiny",
   data: "synthetic",
-  steps: 200,
+  steps: 150,
   promptsPerStep: 16,
   promptsPerTask: 4,
   groupSize: 8,
