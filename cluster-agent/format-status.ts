@@ -26,6 +26,9 @@ export function formatStatus(status: any): string {
         const gpus = e.gpus.length ? ` gpus [${e.gpus.join(",")}]` : "";
         lines.push(`      ${e.id} ${e.state.padEnd(8)} on ${e.agent}${rank}${gpus}, pid ${e.pid ?? "-"}, ${e.callsDone} call(s) done`);
       }
+      for (const d of s.dead ?? []) {
+        lines.push(`      ${d.id} ${"dead".padEnd(8)} on ${d.agent}${d.rank !== null ? ` rank ${d.rank}` : ""}, ${d.signal ?? `exit ${d.code}`} ${Math.round(d.agoMs / 1000)} s ago`);
+      }
     }
   }
   return lines.join("\n");

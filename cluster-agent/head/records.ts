@@ -65,6 +65,8 @@ export interface ServiceRecord {
   waiters: ReadyWaiter[];
   /** Executors that died before becoming ready, in a row. */
   startFailures: number;
+  /** Executors that died unexpectedly, most recent last (kept for status, at most 10). */
+  dead: Array<{ id: string; agentId: string; rank?: number; code: number | null; signal: string | null; diedAt: number; detail: string }>;
   /** True when the last scheduling pass could not place an executor this service wanted. */
   blocked: boolean;
   /** Declaration order across the head, for FIFO fairness between gangs. */

@@ -81,6 +81,7 @@ export class Scheduler {
       queue: [],
       waiters: [],
       startFailures: 0,
+      dead: [],
       blocked: false,
       seq: this.nextService,
       createdAt: Date.now(),
@@ -334,6 +335,8 @@ export class Scheduler {
     const how = signal ? `signal ${signal}` : `exit code ${code}`;
     if (!expected && s.state !== "stopped" && s.state !== "failed") {
       this.transport.log(`executor ${id} of '${s.spec.name}' died (${how})${detail ? `: ${detail}` : ""}`);
+      s.dead.push({ id, agentId: e.agentId, rank: e.rank, code, signal, diedAt: Date.now(), detail });
+      if (s.dead.length > 10) s.dead.shift();
       if (s.kind === "gang") {
         this.failService(s, {
           name: "GangFailedError",
@@ -422,13 +425,7 @@ export class Scheduler {
       .sort((a, b) => a.rank! - b.rank!)
       .map((e) => ({ rank: e.rank, executorId: e.id, agentId: e.agentId, host: this.agents.get(e.agentId)?.host, gpus: e.gpus }));
     return {
-      id: s.id,
-      name: s.spec.name,
-      kind: s.kind,
-      state: s.state,
-      resreq: formatResources(s.spec.resources),
-      warmup: s.spec.warmup,
-      max: Number.isFinite(s.spec.max) ? s.spec.max : null,
+      ...serviceSummary(s),
       concurrency: s.spec.concurrency,
       module: s.spec.module,
       export: s.spec.exportName,
@@ -437,6 +434,19 @@ export class Scheduler {
       error: s.error,
     };
   }
+}
+
+/** The fields of a service that both service info and the status document show. */
+export function serviceSummary(s: ServiceRecord): { id: string; name: string; kind: "pool" | "gang"; state: string; resreq: string; warmup: number; max: number | null } {
+  return {
+    id: s.id,
+    name: s.spec.name,
+    kind: s.kind,
+    state: s.state,
+    resreq: formatResources(s.spec.resources),
+    warmup: s.spec.warmup,
+    max: Number.isFinite(s.spec.max) ? s.spec.max : null,
+  };
 }
 
 /** Executors that exist or are on their way (not stopping, not dead). */

@@ -1,8 +1,8 @@
 /**
  * The head's status document: what `app.status()` and `hearth status` show.
  */
-import { formatResources } from "../../sdk/runtime/resreq.js";
 import type { Head } from "./head.js";
+import { serviceSummary } from "./scheduler.js";
 
 /** Builds the status of one app (or of every app when `appName` is undefined). */
 export function buildStatus(head: Head, appName: string | undefined): Record<string, unknown> {
@@ -28,13 +28,7 @@ export function buildStatus(head: Head, appName: string | undefined): Record<str
       keepAliveMs: app.keepAliveMs,
       releaseAt: head.releaseAt(app) ?? null,
       services: [...app.services.values()].map((s) => ({
-        id: s.id,
-        name: s.spec.name,
-        kind: s.kind,
-        state: s.state,
-        resreq: formatResources(s.spec.resources),
-        warmup: s.spec.warmup,
-        max: Number.isFinite(s.spec.max) ? s.spec.max : null,
+        ...serviceSummary(s),
         queued: s.queue.length,
         blocked: s.blocked,
         elastic: s.spec.elastic,
@@ -52,6 +46,7 @@ export function buildStatus(head: Head, appName: string | undefined): Record<str
           callsDone: e.callsDone,
           idleMs: e.state === "idle" ? now - e.idleSince : 0,
         })),
+        dead: s.dead.map((d) => ({ id: d.id, state: "dead", agent: d.agentId, rank: d.rank ?? null, code: d.code, signal: d.signal, agoMs: now - d.diedAt, detail: d.detail })),
       })),
     })),
   };

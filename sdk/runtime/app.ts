@@ -255,7 +255,11 @@ export interface AppStatus {
       blocked: boolean;
       inflight: number;
       error: string | null;
+      elastic?: boolean;
+      concurrency?: number;
       executors: Array<{ id: string; state: string; agent: string; pid: number | null; rank: number | null; gpus: string[]; inflight: number; callsDone: number; idleMs: number }>;
+      /** Executors that died unexpectedly (most recent 10), with how they ended. */
+      dead: Array<{ id: string; state: "dead"; agent: string; rank: number | null; code: number | null; signal: string | null; agoMs: number; detail: string }>;
     }>;
   }>;
 }

@@ -37,6 +37,8 @@ test("kill -9 of an executor mid-call: the call completes once, on another execu
     assert.equal(raw.answersTo(1).length, 1, "answered exactly once");
     const st = await cluster.status();
     assert.equal(st.head.calls.retried, 1);
+    const dead = st.apps.find((a: any) => a.name === "failures").services[0].dead;
+    assert.deepEqual(dead.map((d: any) => [d.id, d.state, d.signal]), [[busy.id, "dead", "SIGKILL"]], "status lists the dead executor and how it ended");
     // The pool is back to its warmup of 2 live executors, without the dead one.
     await waitFor("a replacement executor", async () => {
       const ex = executorsOf(await cluster.status(), "failures", "pool");
