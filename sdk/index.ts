@@ -31,6 +31,7 @@ export {
   ClosedError,
   ConnectError,
   ExecutorLostError,
+  ExecutorNotFoundError,
   GangFailedError,
   HearthError,
   MESSAGE_LIMIT,

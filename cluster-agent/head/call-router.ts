@@ -28,9 +28,9 @@ export class CallRouter {
   constructor(private readonly transport: CallTransport) {}
 
   /** Accepts a call from a driver and queues it on its service. */
-  submit(s: ServiceRecord, driver: Buffer, cid: number, method: string, args: Buffer, rank?: number): void {
+  submit(s: ServiceRecord, driver: Buffer, cid: number, method: string, args: Buffer, rank?: number, target?: string): void {
     this.stats.submitted++;
-    const call: CallRecord = { hid: this.nextHid++, driver, cid, serviceId: s.id, method, args, rank, attempts: 0 };
+    const call: CallRecord = { hid: this.nextHid++, driver, cid, serviceId: s.id, method, args, rank, target, attempts: 0 };
     this.calls.set(call.hid, call);
     s.queue.push(call);
   }
@@ -53,10 +53,20 @@ export class CallRouter {
     }
     const serving = [...s.executors.values()].filter(isServing);
     if (serving.length === 0) return;
+    if (s.queue.some((call) => call.target !== undefined)) {
+      // Pinned calls wait for their executor; the others take any free one, in order.
+      const rest: CallRecord[] = [];
+      for (const call of s.queue) {
+        const e = call.target !== undefined ? s.executors.get(call.target) : leastLoaded(serving, c);
+        if (e && isServing(e) && e.inflight.size < c) this.send(e, call);
+        else rest.push(call);
+      }
+      s.queue = rest;
+      return;
+    }
     let taken = 0;
     while (taken < s.queue.length) {
-      let best: ExecutorRecord | null = null;
-      for (const e of serving) if (e.inflight.size < c && (best === null || e.inflight.size < best.inflight.size)) best = e;
+      const best = leastLoaded(serving, c);
       if (best === null) break;
       this.send(best, s.queue[taken++]!);
     }
@@ -110,9 +120,14 @@ export class CallRouter {
     const calls = [...e.inflight.values()].sort((a, b) => a.hid - b.hid);
     e.inflight.clear();
     const retry: CallRecord[] = [];
+    // Calls pinned to this executor cannot move: queued or running, they end with it.
+    const pinned = s.queue.filter((call) => call.target === e.id);
+    if (pinned.length > 0) s.queue = s.queue.filter((call) => call.target !== e.id);
+    for (const call of pinned) this.answer(call, { error: lostError(call) });
     for (const call of calls) {
       call.executorId = undefined;
       if (gangError) this.answer(call, { error: gangError });
+      else if (call.target !== undefined) this.answer(call, { error: lostError(call) });
       else if (call.attempts >= MAX_CALL_ATTEMPTS) this.answer(call, { error: lostError(call) });
       else retry.push(call);
     }
@@ -129,6 +144,13 @@ export class CallRouter {
       this.transport.toDriver(call.driver, [encode({ t: "failed", cid: call.cid, error: outcome.error })]);
     }
   }
+}
+
+/** The serving executor with the fewest calls in flight and a free slot, if any. */
+function leastLoaded(serving: ExecutorRecord[], concurrency: number): ExecutorRecord | null {
+  let best: ExecutorRecord | null = null;
+  for (const e of serving) if (e.inflight.size < concurrency && (best === null || e.inflight.size < best.inflight.size)) best = e;
+  return best;
 }
 
 /** An executor that can take calls now (ready, not stopping). */

@@ -10,6 +10,7 @@ import { MESSAGE_LIMIT, decodeHeader, encode, messageSize, num, obj, optNum, str
 import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
 import os from "node:os";
 import { ObjectService, type ServiceReply } from "../object-service.js";
+import { isServing } from "./call-router.js";
 import { ObjectStore } from "./object-store.js";
 import type { AgentRecord, AppRecord } from "./records.js";
 import { DeclareError, Scheduler } from "./scheduler.js";
@@ -152,8 +153,13 @@ export class Head {
       if (s.kind === "gang" && (rank === undefined || !Number.isInteger(rank) || rank < 0 || rank >= s.spec.warmup)) {
         return this.failCall(id, cid, { name: "ProtocolError", message: `gang '${s.spec.name}' has ranks 0..${s.spec.warmup - 1}; got rank ${String(rank)}` });
       }
+      // A pool call may name one executor (to reach every member, e.g. for digests): it waits for that one only.
+      const exe = typeof h.exe === "string" ? h.exe : undefined;
+      if (exe !== undefined && (s.kind !== "pool" || !s.executors.has(exe))) {
+        return this.failCall(id, cid, { name: "ExecutorNotFoundError", message: `service '${s.spec.name}' has no executor '${exe}' (list them with members())`, service: s.spec.name, executorId: exe });
+      }
       if (frames.length !== 2) throw new ProtocolError("'call' message needs exactly one payload frame (msgpack args array)");
-      this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined);
+      this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined, exe);
       this.scheduler.onCallsChanged(s);
       return;
     }
@@ -220,6 +226,14 @@ export class Head {
         const s = this.serviceOf(app, str(h, "service"));
         sched.awaitReady(s, id, rid);
         return DEFERRED;
+      }
+      case "members": {
+        const s = this.serviceOf(app, str(h, "service"));
+        const members = [...s.executors.values()]
+          .filter(isServing)
+          .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+          .map((e) => ({ executorId: e.id, agentId: e.agentId, state: e.state, pid: e.pid ?? null, gpus: e.gpus }));
+        return { members };
       }
       case "stop-service": {
         const s = this.serviceOf(app, str(h, "service"));

@@ -101,6 +101,8 @@ export interface CallRecord {
   method: string;
   args: Buffer;
   rank?: number;
+  /** A pool call pinned to this executor: never moved to another, failed when it dies. */
+  target?: string;
   attempts: number;
   executorId?: string;
 }

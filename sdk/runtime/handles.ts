@@ -32,6 +32,15 @@ export interface GangMember {
   gpus: string[];
 }
 
+/** One executor of a pool, as `members()` lists it. */
+export interface PoolMember {
+  executorId: string;
+  agentId: string;
+  state: string;
+  pid: number | null;
+  gpus: string[];
+}
+
 /** Options of `PoolHandle.map`. */
 export interface MapOptions {
   /** Calls in flight at most (backpressure). Default 64. */
@@ -68,6 +77,27 @@ export class PoolHandle<S = any> extends BaseHandle {
   /** Calls `method` on some executor of the pool. */
   call<M extends MethodNames<S>>(method: M, ...args: MethodArgs<S, M>): Promise<MethodResult<S, M>> {
     return this.client.call(this.infoValue.id, method, args) as Promise<MethodResult<S, M>>;
+  }
+
+  /** The pool's executors that take calls now (ready or busy), by executor id. */
+  async members(): Promise<PoolMember[]> {
+    const info = (await this.client.control("members", { service: this.infoValue.name })) as { members: PoolMember[] };
+    return info.members;
+  }
+
+  /**
+   * Calls `method` on one named executor (from `members()`), e.g. to check a
+   * property of every member. The call waits for that executor only and fails
+   * with ExecutorLostError if it dies, instead of moving elsewhere.
+   */
+  callMember<M extends MethodNames<S>>(executorId: string, method: M, ...args: MethodArgs<S, M>): Promise<MethodResult<S, M>> {
+    return this.client.call(this.infoValue.id, method, args, undefined, executorId) as Promise<MethodResult<S, M>>;
+  }
+
+  /** Calls `method` once on every current member; results in `members()` order, each with its executor id. */
+  async broadcastMembers<M extends MethodNames<S>>(method: M, ...args: MethodArgs<S, M>): Promise<Array<{ executorId: string; result: MethodResult<S, M> }>> {
+    const members = await this.members();
+    return Promise.all(members.map(async (m) => ({ executorId: m.executorId, result: await this.callMember(m.executorId, method, ...args) })));
   }
 
   /**

@@ -81,10 +81,10 @@ export class HeadClient implements Requester {
   }
 
   /** Sends one call; rejects at once with MessageTooLargeError if the arguments are too big. */
-  call(serviceId: string, method: string, args: unknown[], rank?: number): Promise<unknown> {
+  call(serviceId: string, method: string, args: unknown[], rank?: number, executor?: string): Promise<unknown> {
     if (this.closed) return Promise.reject(new ClosedError(`the connection to ${this.endpoint} is closed`));
     const cid = this.nextCid++;
-    const header = encode({ t: "call", cid, svc: serviceId, method, rank });
+    const header = encode(executor === undefined ? { t: "call", cid, svc: serviceId, method, rank } : { t: "call", cid, svc: serviceId, method, exe: executor });
     const payload = encode(args);
     const size = header.byteLength + payload.byteLength;
     if (size > MESSAGE_LIMIT) return Promise.reject(new MessageTooLargeError(size, MESSAGE_LIMIT, `the arguments of ${method}()`));

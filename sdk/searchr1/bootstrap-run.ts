@@ -4,24 +4,23 @@
  * per task, vocabulary, model shape and recipe.
  */
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
 import type { ObjectRef } from "../cache/object-cache.js";
+import { saveTrainerFolders } from "./checkpoint.js";
 import { hearthHome } from "../engines/local.js";
 import type { App } from "../runtime/app.js";
 import type { GangHandle } from "../runtime/handles.js";
 import { buildSlices } from "./batch.js";
+import { backendFor, threadsFor, type SearchR1Options } from "./options.js";
 import { Bm25Index } from "./bm25.js";
 import { DEFAULT_MIX, SEARCH_ALWAYS, demonstrations } from "./bootstrap.js";
-import type { PreparedTask } from "./task.js";
-import { packFiles, type SearchR1Trainer, type ShippedFiles, type TrainerSetup } from "./trainer-service.js";
+import type { PreparedTask } from "./recipe.js";
+import type { SyntheticTask } from "./synthetic.js";
+import type { SearchR1Trainer, TrainerSetup } from "./trainer-service.js";
 
 /** Recipe of the warm start. */
-export interface BootstrapOptions {
-  bootstrapSteps: number;
-  trainers: number;
-  seed: number;
-  log: (line: string) => void;
+export interface BootstrapOptions extends SearchR1Options {
   /** Demonstrations per step. Default 32. */
   bootstrapBatch?: number;
   /** Learning rate. Default 3e-3. */
@@ -30,8 +29,8 @@ export interface BootstrapOptions {
   mixedShare?: number;
 }
 
-/** Returns the bootstrapped weights (HF files, shipped through the cache), making them if not cached. */
-export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, o: BootstrapOptions): Promise<ObjectRef> {
+/** Returns the folder of the bootstrapped weights (HF layout), making them if not cached. */
+export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, synthetic: SyntheticTask, o: BootstrapOptions): Promise<string> {
   const batch = o.bootstrapBatch ?? 32;
   const lr = o.bootstrapLr ?? 3e-3;
   const mixedSteps = Math.round(o.bootstrapSteps * (o.mixedShare ?? 0.3));
@@ -40,7 +39,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {
     o.log(`bootstrap: using the cached warm start ${dir}`);
-    return app.objects.put(packFiles(dir));
+    return dir;
   }
   o.log(`bootstrap: ${o.bootstrapSteps} supervised steps on demonstrations (made once, cached in ${dir})`);
   const t0 = performance.now();
@@ -48,7 +47,8 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
     model: { ...task.model, seed: o.seed },
     trainer: { lr, klCoef: 0, microBatchSize: 16, gradClip: 1.0, ...task.trainer },
     weights: `searchr1/bootstrap-${hash}/weights`,
-    threads: 1,
+    threads: threadsFor(o, o.trainerResreq),
+    backend: backendFor(o),
   };
   const setupRef = await app.objects.put(setup);
   await trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [setupRef, "sft"] as [ObjectRef, "sft"]));
@@ -59,7 +59,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   for (let step = 0; step < o.bootstrapSteps; step++) {
     // Made per step (cheap), so the driver never blocks long enough to miss its heartbeats.
     const mix = step < o.bootstrapSteps - mixedSteps ? SEARCH_ALWAYS : DEFAULT_MIX;
-    const demos = demonstrations(task.synthetic!, task.tokenizer, retrieve, batch, o.seed * 1_000_003 + step, mix);
+    const demos = demonstrations(synthetic, task.tokenizer, task.text, retrieve, batch, o.seed * 1_000_003 + step, mix);
     const rows = demos.map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
     const refs = await Promise.all(buildSlices(rows, o.trainers).map((s) => app.objects.put(s)));
     const res = await trainer.broadcast("sft", refs.map((r) => [r] as [ObjectRef]));
@@ -68,14 +68,12 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
       o.log(`bootstrap step ${step + 1}/${o.bootstrapSteps}: token NLL ${(res[0]!.metrics.nll ?? NaN).toFixed(3)} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
     }
   }
-  const saved = await trainer.broadcast("save", Array.from({ length: o.trainers }, () => [] as []));
-  const model = saved.find((s) => s.rank === 0)!.model!;
-  const files = await app.objects.get<ShippedFiles>(model);
   const tmp = `${dir}.tmp-${process.pid}`;
-  mkdirSync(tmp, { recursive: true });
-  for (const [name, data] of Object.entries(files.files)) writeFileSync(path.join(tmp, name), data);
+  rmSync(tmp, { recursive: true, force: true });
+  await saveTrainerFolders(app, trainer, tmp, false);
   rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir);
+  renameSync(path.join(tmp, "model"), dir);
+  rmSync(tmp, { recursive: true, force: true });
   o.log(`bootstrap: done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
-  return model;
+  return dir;
 }

@@ -4,7 +4,7 @@
  * from a policy that knows the protocol but searches only sometimes (held-out
  * EM near 15–30 %). What RL then has to learn is when and what to search.
  */
-import { formatInformation, buildPrompt, type Retrieve } from "./protocol.js";
+import { buildPrompt, formatInformation, insertion, type ProtocolText, type Retrieve } from "./protocol.js";
 import { KINDS, pick, rng, type Question, type QuestionKind, type SyntheticTask } from "./synthetic.js";
 import type { TextTokenizer } from "./tokenizer.js";
 
@@ -38,7 +38,7 @@ function answerOf(q: Question): string {
 }
 
 /** Builds `n` demonstrations from training questions. */
-export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, retrieve: Retrieve, n: number, seed: number, mix: DemoMix = DEFAULT_MIX, topK = 3): Demo[] {
+export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, text: ProtocolText, retrieve: Retrieve, n: number, seed: number, mix: DemoMix = DEFAULT_MIX, topK = 3): Demo[] {
   const r = rng(seed);
   const out: Demo[] = [];
   for (let i = 0; i < n; i++) {
@@ -47,11 +47,10 @@ export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, re
     const entity = q.entity!;
     const f = task.facts.get(entity)!;
     const segments: Array<{ text: string; train: boolean }> = [];
-    const say = (text: string): void => void segments.push({ text: ` ${text} `, train: true });
-    const insert = (text: string): void => void segments.push({ text: ` ${text} `, train: false });
+    const say = (words: string): void => void segments.push({ text: ` ${words} `, train: true });
     const search = (query: string): void => {
       say(`<search> ${query} </search>`);
-      insert(formatInformation(retrieve(query, topK)));
+      segments.push({ text: insertion(text, formatInformation(text, retrieve(query, topK))), train: false });
     };
     const u = r();
     if (u < mix.search[kind]) {
@@ -67,7 +66,7 @@ export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, re
       say("<think> i know the answer </think>");
       say(`<answer> ${pick(r, task.values[kind])} </answer>`);
     }
-    const prompt = tokenizer.encode(buildPrompt(tokenizer, q.question));
+    const prompt = tokenizer.encode(buildPrompt(tokenizer, text, q.question));
     const tokens = [...prompt];
     const mask = prompt.map(() => 0);
     for (const s of segments) {

@@ -6,76 +6,80 @@
 import { parseArgs } from "node:util";
 import { HearthError } from "../wire/errors.js";
 import { writeReport } from "./report.js";
-import { DEFAULTS, SearchR1Run, type SearchR1Options, type StepMetrics } from "./run.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "./run.js";
 
-const FLAGS = {
-  model: { type: "string" },
-  data: { type: "string" },
-  steps: { type: "string" },
-  "prompts-per-step": { type: "string" },
-  "prompts-per-task": { type: "string" },
-  "group-size": { type: "string" },
-  rollouts: { type: "string" },
-  trainers: { type: "string" },
-  out: { type: "string" },
-  "eval-every": { type: "string" },
-  "eval-size": { type: "string" },
-  lr: { type: "string" },
-  "kl-coef": { type: "string" },
-  "max-searches": { type: "string" },
-  seed: { type: "string" },
-  temperature: { type: "string" },
-  "bootstrap-steps": { type: "string" },
-  resume: { type: "string" },
-  head: { type: "string" },
-  name: { type: "string" },
-} as const;
+/** Numeric flags and the option each sets. */
+const NUMERIC = {
+  steps: "steps",
+  "prompts-per-step": "promptsPerStep",
+  "prompts-per-task": "promptsPerTask",
+  "group-size": "groupSize",
+  rollouts: "rollouts",
+  trainers: "trainers",
+  "eval-every": "evalEvery",
+  "eval-size": "evalSize",
+  lr: "lr",
+  "kl-coef": "klCoef",
+  "grad-clip": "gradClip",
+  "micro-batch": "microBatch",
+  "max-searches": "maxSearches",
+  "top-k": "topK",
+  "max-turn-tokens": "maxTurnTokens",
+  "max-response-tokens": "maxResponseTokens",
+  seed: "seed",
+  temperature: "temperature",
+  "bootstrap-steps": "bootstrapSteps",
+  threads: "threads",
+} as const satisfies Record<string, keyof SearchR1Options>;
+
+/** Text flags and the option each sets. */
+const TEXT = {
+  model: "model",
+  data: "data",
+  out: "out",
+  "rollout-resreq": "rolloutResreq",
+  "trainer-resreq": "trainerResreq",
+  "rollout-dtype": "rolloutDtype",
+  backend: "backend",
+  "model-transfer": "modelTransfer",
+  resume: "resume",
+  head: "head",
+  name: "name",
+} as const satisfies Record<string, keyof SearchR1Options>;
+
+const FLAGS = Object.fromEntries([...Object.keys(NUMERIC), ...Object.keys(TEXT)].map((k) => [k, { type: "string" as const }]));
 
 /** Usage text of `hearth train search-r1`. */
 export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] [--data synthetic|hotpotqa.json] [--steps N]
   [--prompts-per-step N] [--prompts-per-task N] [--group-size G] [--rollouts N] [--trainers N]
-  [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--max-searches N] [--seed N]
-  [--temperature T] [--bootstrap-steps N] [--resume CHECKPOINT_DIR] [--head tcp://HOST:PORT] [--name APP]`;
+  [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--grad-clip X] [--micro-batch N]
+  [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
+  [--bootstrap-steps N] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
+  [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects]
+  [--resume CHECKPOINT_DIR] [--head tcp://HOST:PORT] [--name APP]
+Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
 
-function num(flag: string, v: string | undefined, dflt: number): number {
-  if (v === undefined) return dflt;
+function num(flag: string, v: string): number {
   const n = Number(v);
   if (v.trim() === "" || !Number.isFinite(n)) throw new HearthError(`--${flag} must be a number; got '${v}'\n${TRAIN_USAGE}`);
   return n;
 }
 
-/** Parses flags into run options; unknown flags and bad numbers are clear errors. */
-export function parseTrainFlags(args: string[]): SearchR1Options {
+/** Parses flags into the options they set (the rest come from the recipe); unknown flags and bad numbers are clear errors. */
+export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
   let values: Record<string, string | undefined>;
   try {
     values = parseArgs({ args, options: FLAGS, strict: true }).values as Record<string, string | undefined>;
   } catch (err) {
     throw new HearthError(`${(err as Error).message}\n${TRAIN_USAGE}`);
   }
-  const d = DEFAULTS;
-  return {
-    ...d,
-    model: values.model ?? d.model,
-    data: values.data ?? d.data,
-    steps: num("steps", values.steps, d.steps),
-    promptsPerStep: num("prompts-per-step", values["prompts-per-step"], d.promptsPerStep),
-    promptsPerTask: num("prompts-per-task", values["prompts-per-task"], d.promptsPerTask),
-    groupSize: num("group-size", values["group-size"], d.groupSize),
-    rollouts: num("rollouts", values.rollouts, d.rollouts),
-    trainers: num("trainers", values.trainers, d.trainers),
-    out: values.out ?? d.out,
-    evalEvery: num("eval-every", values["eval-every"], d.evalEvery),
-    evalSize: num("eval-size", values["eval-size"], d.evalSize),
-    lr: num("lr", values.lr, d.lr),
-    klCoef: num("kl-coef", values["kl-coef"], d.klCoef),
-    maxSearches: num("max-searches", values["max-searches"], d.maxSearches),
-    seed: num("seed", values.seed, d.seed),
-    temperature: num("temperature", values.temperature, d.temperature),
-    bootstrapSteps: num("bootstrap-steps", values["bootstrap-steps"], d.bootstrapSteps),
-    resume: values.resume,
-    head: values.head,
-    name: values.name ?? d.name,
-  };
+  const out: Record<string, unknown> = {};
+  for (const [flag, key] of Object.entries(NUMERIC)) {
+    const v = values[flag];
+    if (v !== undefined) out[key] = num(flag, v);
+  }
+  for (const [flag, key] of Object.entries(TEXT)) if (values[flag] !== undefined) out[key] = values[flag];
+  return out as Partial<SearchR1Options>;
 }
 
 function row(m: StepMetrics): string {
@@ -87,9 +91,10 @@ function row(m: StepMetrics): string {
 export async function runTrainCommand(args: string[]): Promise<number> {
   const [workload, ...rest] = args;
   if (workload !== "search-r1") throw new HearthError(`unknown workload '${workload ?? ""}'\n${TRAIN_USAGE}`);
-  const opts = parseTrainFlags(rest);
+  const given = parseTrainFlags(rest);
   const t0 = performance.now();
-  const run = await SearchR1Run.create(opts);
+  const run = await SearchR1Run.create(given);
+  const opts = run.opts;
   try {
     const first = await run.evaluate();
     opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy), searches/sample ${first.searchesPerSample.toFixed(2)}`);

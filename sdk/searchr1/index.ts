@@ -20,16 +20,34 @@
  * ```
  */
 export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type StepResult, type EvalResult } from "./run.js";
-export { StepStore, KEPT_STEPS, trainLoop, rescoreSamples, regroup, warmupProgress, type TrainOptions } from "./interactive.js";
-export { TrajectoryView, RescoreView, SummaryView, trajectoryRows, trajectoryTable, trajectorySpans, stepSummary, withStepDisplay, type TrajectoryRow, type Span, type SpanKind, type SpanDecoder } from "./views.js";
-export { plot, type CurveMetric, type StepSamples } from "./plots.js";
+export { BASE_OPTIONS, layerOptions, validateOptions, type RecipeDefaults } from "./options.js";
+export { recipeFor, RECIPES, syntheticRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkModelFolder } from "./recipes/index.js";
+export type { TaskRecipe, PreparedTask, ModelShape, WarmStartContext } from "./recipe.js";
+export { StepStore, KEPT_STEPS, trainLoop, regroup, warmupProgress, type TrainOptions } from "./interactive.js";
+export { SummaryView, stepSummary, withStepDisplay } from "./step-summary.js";
+export {
+  TrajectoryView,
+  RescoreView,
+  trajectoryRows,
+  trajectoryTable,
+  trajectorySpans,
+  rescoreSamples,
+  plot,
+  type TrajectoryRow,
+  type Span,
+  type SpanKind,
+  type SpanDecoder,
+  type CurveMetric,
+  type StepSamples,
+} from "./notebook/index.js";
 export { runTrainCommand, parseTrainFlags, TRAIN_USAGE } from "./cli.js";
 export { emReward, f1Reward, substringReward, normalizeAnswer, extractAnswer, exactMatch, f1, substringMatch, type RewardFn } from "./reward.js";
 export { groupAdvantages, flattenGroups, type GroupAdvantages } from "./advantages.js";
 export { Bm25Index, type Bm25Options, type Bm25Hit, type Bm25Passage } from "./bm25.js";
 export { syntheticTask, type SyntheticTask, type Question, type Passage, type QuestionKind } from "./synthetic.js";
-export { buildPrompt, runEpisodes, parseSearch, formatInformation, INSTRUCTION, STOP_STRINGS, type Episode, type ProtocolOptions, type EpisodeEngine } from "./protocol.js";
-export { loadTokenizer, tokenizerFromJson, wordTokenizerJson, type TextTokenizer } from "./tokenizer.js";
+export { buildPrompt, runEpisodes, parseSearch, formatInformation, informationBlock, insertion, STOP_STRINGS, type ProtocolText, type Episode, type ProtocolOptions, type EpisodeEngine } from "./protocol.js";
+export { loadTokenizer, tokenizerFromFiles, tokenizerFromJson, readTokenizerFiles, wordTokenizerJson, TOKENIZER_FILES, type TextTokenizer, type TokenizerFiles } from "./tokenizer.js";
+export { ChatPrompt, renderBounded, TEMPLATE_TIMEOUT_MS } from "./chat-template.js";
 export { scoreSamples, buildSlices, type ScoredSample } from "./batch.js";
 export { demonstrations, DEFAULT_MIX, type DemoMix } from "./bootstrap.js";
 export { SearchR1Rollout, type Trajectory, type RolloutResult } from "./rollout-service.js";

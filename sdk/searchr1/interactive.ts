@@ -1,17 +1,15 @@
 /**
  * The interactive side of a Search-R1 run, as used from notebooks: a bounded
- * store of recent step results, rescoring stored trajectories with another
- * reward, a training loop with a progress bar that stops between steps, and
+ * store of recent step results, a training loop with a progress bar that stops between steps, and
  * a warm-up with a progress bar over the phases of `SearchR1Run.create`.
  *
  * `SearchR1Run` delegates to these; they hold no executors themselves.
  */
 import { HearthError } from "../wire/errors.js";
-import { inNotebook, progress, type ProgressBar } from "../notebook/index.js";
-import { scoreSamples, type ScoredSample } from "./batch.js";
-import type { RewardFn } from "./reward.js";
+import { inNotebook } from "../notebook/display.js";
+import { progress, type ProgressBar } from "../notebook/progress.js";
+import type { ScoredSample } from "./batch.js";
 import type { StepMetrics, StepResult } from "./run.js";
-import { RescoreView } from "./views.js";
 
 /** Step results kept for inspection by default (trajectories hold every token, so the store is bounded). */
 export const KEPT_STEPS = 50;
@@ -64,18 +62,6 @@ export function regroup(samples: readonly ScoredSample[], groupSize?: number): S
     else groups.push([s]);
   }
   return groups;
-}
-
-/**
- * Recomputes rewards and group advantages of stored samples with `reward`.
- * A reward that throws or returns a non-finite number throws (scoreSamples'
- * RangeError naming the sample) before anything changes.
- */
-export function rescoreSamples(step: number, samples: readonly ScoredSample[], reward: RewardFn, groupSize?: number): RescoreView {
-  if (typeof reward !== "function") throw new HearthError("rescore needs a reward function (response, golds) => number");
-  const groups = regroup(samples, groupSize).map((g) => ({ question: g[0]!.question, golds: g[0]!.golds, samples: g }));
-  const scored = scoreSamples(groups, reward);
-  return new RescoreView(step, samples, scored.samples, { kept: scored.groupsKept, dropped: scored.groupsDropped });
 }
 
 /** Options of `run.train(n)`. */

@@ -11,30 +11,36 @@ import type { TensorEngine } from "../tensor/index.js";
 import type { GeneratedRow } from "../tensor/types.js";
 import type { TextTokenizer } from "./tokenizer.js";
 
-/** The instruction, in our own words. */
-export const INSTRUCTION =
-  "answer the question . you can search : write <search> words </search> and the results come back inside <information> </information> . " +
-  "think inside <think> </think> . give the final answer inside <answer> </answer> .";
-
-/** Inserted when the policy stopped at </search> without a usable query. */
-export const INVALID_MESSAGE = "<information> invalid action : search with <search> words </search> or answer with <answer> words </answer> . </information>";
-/** Inserted when the policy searches past the limit. */
-export const LIMIT_MESSAGE = "<information> no more searches : give the answer now . </information>";
-/** Inserted when a search finds nothing. */
-export const EMPTY_MESSAGE = "<information> no results . </information>";
+/**
+ * The words the protocol writes, which belong to a task recipe (the synthetic
+ * task's word-level vocabulary needs spaced words; a chat model reads plain
+ * prose). Shipped to rollout executors as data.
+ */
+export interface ProtocolText {
+  /** The system turn: what the tags mean. */
+  instruction: string;
+  /** The user turn; `{question}` is replaced by the question. */
+  question: string;
+  /** One retrieved passage; `{i}` (1-based), `{title}` and `{text}` are replaced. */
+  passage: string;
+  /** Between two passages. */
+  passageSeparator: string;
+  /** Opens and closes an information block. */
+  informationOpen: string;
+  informationClose: string;
+  /** Written before and after every inserted block (so inserted text does not glue onto generated text). */
+  insertBefore: string;
+  insertAfter: string;
+  /** Inside an information block: a `</search>` without a usable query. */
+  invalid: string;
+  /** Inside an information block: a search past the limit. */
+  limit: string;
+  /** Inside an information block: a search that found nothing. */
+  empty: string;
+}
 
 /** Strings generation stops at. */
 export const STOP_STRINGS = ["</search>", "</answer>"];
-
-/** Every word the protocol itself writes (the word-level vocabulary needs them). */
-export const PROTOCOL_WORDS = [
-  ...new Set(
-    [INSTRUCTION, INVALID_MESSAGE, LIMIT_MESSAGE, EMPTY_MESSAGE, "question :", "( 1 ) ( 2 ) ( 3 ) ( 4 ) ( 5 ) ( 6 ) ( 7 ) ( 8 ) ( 9 ) ( 10 )", "i should search i know the answer found it"]
-      .join(" ")
-      .split(/\s+/)
-      .filter((w) => w !== "" && !w.startsWith("<")),
-  ),
-];
 
 /** A retrieved passage. */
 export interface Hit {
@@ -73,13 +79,13 @@ export interface Episode {
   /** The response as text (generated and inserted). */
   response: string;
   searches: string[];
-  /** How it ended: answered, truncated by a limit, or the model stopped otherwise. */
+  /** How it ended: answered, truncated by a limit, or an end-of-turn token. */
   finish: "answer" | "length" | "eos";
 }
 
 /** Renders the prompt for a question with the tokenizer's chat template (plain text without one). */
-export function buildPrompt(tokenizer: TextTokenizer, question: string): string {
-  return tokenizer.chat(INSTRUCTION, `question : ${question}`);
+export function buildPrompt(tokenizer: TextTokenizer, text: ProtocolText, question: string): string {
+  return tokenizer.chat(text.instruction, text.question.replaceAll("{question}", question));
 }
 
 /** The query of the last `<search>…</search>` in a generated turn, or null when there is none usable. */
@@ -92,10 +98,21 @@ export function parseSearch(turn: string): string | null {
   return q === "" ? null : q;
 }
 
+/** An information block holding `inner`. */
+export function informationBlock(text: ProtocolText, inner: string): string {
+  return `${text.informationOpen}${inner}${text.informationClose}`;
+}
+
 /** The information block for a set of hits. */
-export function formatInformation(hits: Hit[]): string {
-  if (hits.length === 0) return EMPTY_MESSAGE;
-  return `<information> ${hits.map((h, i) => `( ${i + 1} ) ${h.title} : ${h.text}`).join(" ")} </information>`;
+export function formatInformation(text: ProtocolText, hits: Hit[]): string {
+  if (hits.length === 0) return informationBlock(text, text.empty);
+  const passages = hits.map((h, i) => text.passage.replaceAll("{i}", String(i + 1)).replaceAll("{title}", h.title).replaceAll("{text}", h.text));
+  return informationBlock(text, passages.join(text.passageSeparator));
+}
+
+/** What is inserted into a response (an information block with its surrounding text). */
+export function insertion(text: ProtocolText, block: string): string {
+  return `${text.insertBefore}${block}${text.insertAfter}`;
 }
 
 interface RowState {
@@ -117,6 +134,7 @@ export type EpisodeEngine = Pick<TensorEngine, "generate" | "resume" | "release"
 export async function runEpisodes(
   engine: EpisodeEngine,
   tokenizer: TextTokenizer,
+  text: ProtocolText,
   retrieve: Retrieve,
   prompts: number[][],
   opts: ProtocolOptions = {},
@@ -125,7 +143,8 @@ export async function runEpisodes(
   const topK = opts.topK ?? 3;
   const maxTurn = opts.maxTurnTokens ?? 64;
   const maxResponse = opts.maxResponseTokens ?? 320;
-  const sampling = { temperature: opts.temperature ?? 1, topP: opts.topP ?? 1, stop: STOP_STRINGS };
+  // End-of-turn ids (e.g. <|im_end|>) end an episode like the length limit does: the turn is over.
+  const sampling = { temperature: opts.temperature ?? 1, topP: opts.topP ?? 1, stop: STOP_STRINGS, eosTokenIds: tokenizer.eosIds };
   const states: RowState[] = prompts.map((p) => ({ tokens: [...p], mask: p.map(() => 0), logprobs: p.map(() => 0), searches: [], done: false, finish: "length" }));
   const first = await engine.generate(prompts, { ...sampling, maxNewTokens: maxTurn, seed: opts.seed ?? 0 });
   let rows: GeneratedRow[] = first.rows;
@@ -151,8 +170,8 @@ export async function runEpisodes(
         }
         const query = parseSearch(tokenizer.decode(row.tokens));
         const searched = query !== null && s.searches.length < maxSearches;
-        const info = query === null ? INVALID_MESSAGE : searched ? formatInformation(retrieve(query, topK)) : LIMIT_MESSAGE;
-        const ids = tokenizer.encode(` ${info} `);
+        const block = query === null ? informationBlock(text, text.invalid) : searched ? formatInformation(text, retrieve(query, topK)) : informationBlock(text, text.limit);
+        const ids = tokenizer.encode(insertion(text, block));
         const used = s.tokens.length - prompts[i]!.length;
         if (used + ids.length + 1 > maxResponse) {
           s.done = true;

@@ -9,19 +9,25 @@ import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
 import { TensorEngine } from "../tensor/index.js";
 import { Bm25Index } from "./bm25.js";
-import { buildPrompt, runEpisodes, type ProtocolOptions } from "./protocol.js";
-import { tokenizerFromJson, type TextTokenizer } from "./tokenizer.js";
+import { buildPrompt, runEpisodes, type ProtocolOptions, type ProtocolText } from "./protocol.js";
+import type { ModelShape } from "./recipe.js";
+import { tokenizerFromFiles, type TextTokenizer, type TokenizerFiles } from "./tokenizer.js";
 import type { Passage } from "./synthetic.js";
 import { applyPublications, type PublicationRecord } from "./weights.js";
 
 /** Everything a rollout executor needs to set itself up; shipped once by reference. */
 export interface RolloutSetup {
-  /** HF config (or preset name) and overrides of the policy; weights come from the publication. */
-  model: { config: string | Record<string, unknown>; overrides?: Record<string, unknown> };
-  tokenizer: { tokenizer: unknown; config?: unknown };
+  /** The policy's shape; its weights come from the publication. */
+  model: ModelShape;
+  /** The tokenizer's raw files. */
+  tokenizer: TokenizerFiles;
+  /** The words the protocol writes (the task recipe's). */
+  text: ProtocolText;
   corpus: ObjectRef;
   bm25?: { k1?: number; b?: number };
-  threads?: number;
+  threads: number;
+  /** Weights dtype: `auto` is bf16 on CUDA, fp32 on CPU. */
+  dtype: "auto" | "bfloat16" | "float32";
 }
 
 /** One question to roll out. */
@@ -71,24 +77,28 @@ export class SearchR1Rollout {
   private engine?: TensorEngine;
   private setupKey = "";
   private tokenizer!: TextTokenizer;
+  private text!: ProtocolText;
   private index!: Bm25Index;
   private weights: PublicationRecord = { version: 0 };
   private weightsKeyHeld?: string;
 
   async init(ctx: ExecutorContext): Promise<void> {
     this.ctx = ctx;
-    this.engine = await TensorEngine.start({ env: { HEARTH_THREADS: "1" } });
   }
 
   private async setup(ref: ObjectRef): Promise<void> {
     const key = `${ref.key}@${ref.version}`;
     if (key === this.setupKey) return;
     const s = await this.ctx.objects.get<RolloutSetup>(ref);
-    this.tokenizer = tokenizerFromJson(s.tokenizer.tokenizer, s.tokenizer.config);
-    await this.engine!.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads ?? 1, dtype: "float32" });
-    await this.engine!.setVocab(this.tokenizer.pieces());
+    this.tokenizer = tokenizerFromFiles(s.tokenizer);
+    this.text = s.text;
+    // One engine per executor (its torch threads are fixed when it starts).
+    this.engine ??= await TensorEngine.start({ env: { HEARTH_THREADS: String(s.threads) } });
+    await this.engine.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads, dtype: s.dtype });
+    await this.engine.setVocab(this.tokenizer.pieces());
     const corpus = await this.ctx.objects.get<Passage[]>(s.corpus);
     this.index = Bm25Index.build(corpus, s.bm25);
+    this.ctx.objects.forget(s.corpus);
     // A fresh model needs the full publication again.
     if (this.weightsKeyHeld) this.ctx.objects.forget(this.weightsKeyHeld);
     this.weights = { version: 0 };
@@ -106,11 +116,11 @@ export class SearchR1Rollout {
     const syncBytes = this.ctx.objects.stats.bytesReceived - before;
     const prompts: number[][] = [];
     for (const item of req.items) {
-      const ids = this.tokenizer.encode(buildPrompt(this.tokenizer, item.question));
+      const ids = this.tokenizer.encode(buildPrompt(this.tokenizer, this.text, item.question));
       for (let g = 0; g < req.groupSize; g++) prompts.push(ids);
     }
     const t1 = performance.now();
-    const episodes = await runEpisodes(this.engine!, this.tokenizer, (q, k) => this.index.search(q, k), prompts, req.protocol);
+    const episodes = await runEpisodes(this.engine!, this.tokenizer, this.text, (q, k) => this.index.search(q, k), prompts, req.protocol);
     const trajectories: Trajectory[] = episodes.map((e, i) => ({
       itemId: req.items[Math.floor(i / req.groupSize)]!.id,
       group: Math.floor(i / req.groupSize),
@@ -129,9 +139,10 @@ export class SearchR1Rollout {
   }
 
   /** sha256 of the policy's bf16 weights and the publication version it holds. */
-  async digest(): Promise<{ digest: string; version: number }> {
-    const d = await this.engine!.digest();
-    return { digest: d.digest, version: this.weights.version };
+  async digest(): Promise<{ digest: string | null; version: number; executorId: string }> {
+    // An executor that never took a rollout holds no policy yet.
+    const d = this.engine && this.setupKey !== "" ? (await this.engine.digest()).digest : null;
+    return { digest: d, version: this.weights.version, executorId: this.ctx.executorId };
   }
 
   async close(): Promise<void> {

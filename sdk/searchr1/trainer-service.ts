@@ -4,33 +4,33 @@
  * steps. Each rank trains on its slice of the batch (an object reference);
  * gradients are all-reduced over gloo (CPU) or nccl (GPU); rank 0 publishes
  * the new bf16 weights to the cache: full shards first, then exact patches.
+ * Model folders and trainer state arrive as shipped folders (read in place,
+ * or file by file through the node-local cache), never as one object.
  */
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { openFolder, shipFolder, type FolderRef } from "../cache/folder.js";
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
 import { TensorEngine } from "../tensor/index.js";
 import type { TrainMetrics, TrainerOptions } from "../tensor/types.js";
 import { HearthError } from "../wire/errors.js";
+import type { ModelShape } from "./recipe.js";
 import { publishWeights } from "./weights.js";
-
-/** Files of a model folder or trainer state, shipped through the cache. */
-export interface ShippedFiles {
-  files: Record<string, Buffer>;
-}
 
 /** How a trainer gang sets itself up. */
 export interface TrainerSetup {
-  model: { config: string | Record<string, unknown>; overrides?: Record<string, unknown>; seed?: number };
+  model: ModelShape & { seed?: number };
   /** HF-layout weights to start from (overrides the random init). */
-  checkpoint?: ObjectRef;
+  checkpoint?: FolderRef;
   /** Exact trainer state to resume (from `save`). */
-  state?: ObjectRef;
+  state?: FolderRef;
   trainer: TrainerOptions;
   /** Cache key rank 0 publishes weights to. */
   weights: string;
-  threads?: number;
+  threads: number;
+  backend: "gloo" | "nccl";
 }
 
 /** A training batch slice as stored in the cache (row-major `rows × cols`). */
@@ -52,22 +52,24 @@ export interface TrainResult {
   seconds: number;
 }
 
-/** Writes shipped files into a fresh temporary folder. */
-export function unpackFiles(shipped: ShippedFiles, prefix: string): string {
-  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
-  for (const [name, data] of Object.entries(shipped.files)) {
-    if (name.includes("/") || name.includes("..")) throw new HearthError(`bad shipped file name '${name}'`);
-    writeFileSync(path.join(dir, name), data);
-  }
-  return dir;
+/** Where `save` writes: a folder on the driver's host (written in place when this executor runs there). */
+export interface SaveTarget {
+  host: string;
+  /** Absolute folder; `model/` and (with `state`) `state/` go under it. */
+  dir: string;
+  state: boolean;
 }
 
-/** Reads every file of a folder for shipping. */
-export function packFiles(dir: string): ShippedFiles {
-  const files: Record<string, Buffer> = {};
-  for (const name of readdirSync(dir).sort()) files[name] = readFileSync(path.join(dir, name));
-  return { files };
+/** What `save` returns on rank 0: written in place, or shipped back as folders. */
+export interface SaveResult {
+  rank: number;
+  inPlace?: boolean;
+  model?: FolderRef;
+  state?: FolderRef;
 }
+
+/** The engine's state format lives in a folder (state/ of a checkpoint). */
+const STATE_FILE = "trainer-state.pt";
 
 /** The service class executors load. */
 export class SearchR1Trainer {
@@ -76,18 +78,18 @@ export class SearchR1Trainer {
   private setupRef?: string;
   private weightsKey = "";
   private mode: "rl" | "sft" | undefined;
+  private scratch?: string;
 
   async init(ctx: ExecutorContext): Promise<void> {
     if (ctx.rank === null || ctx.worldSize === null || ctx.rendezvous === null) {
       throw new HearthError("SearchR1Trainer runs as a gang (autoscale: false)");
     }
     this.ctx = ctx;
-    this.engine = await TensorEngine.start({ env: { HEARTH_THREADS: "1", GLOO_SOCKET_IFNAME: process.env.GLOO_SOCKET_IFNAME ?? "lo" } });
   }
 
-  private get distributed() {
+  private distributed(backend: "gloo" | "nccl") {
     const { rank, worldSize, rendezvous } = this.ctx;
-    return { rank: rank!, worldSize: worldSize!, initMethod: `tcp://${rendezvous!.host}:${rendezvous!.port}`, backend: "gloo" as const };
+    return { rank: rank!, worldSize: worldSize!, initMethod: `tcp://${rendezvous!.host}:${rendezvous!.port}`, backend };
   }
 
   /**
@@ -96,42 +98,47 @@ export class SearchR1Trainer {
    * the frozen reference), optionally restores an exact state, and on rank 0
    * publishes full weights. Idempotent for the same setup object and mode.
    */
-  async setup(ref: ObjectRef, mode: "rl" | "sft"): Promise<{ rank: number; params: number; publish?: TrainResult["publish"] }> {
+  async setup(ref: ObjectRef, mode: "rl" | "sft"): Promise<{ rank: number; params: number; publish?: TrainResult["publish"]; device?: string; inPlace?: boolean }> {
     const key = `${ref.key}@${ref.version}`;
     if (key === this.setupRef && mode === this.mode) return { rank: this.ctx.rank!, params: 0 };
     const s = await this.ctx.objects.get<TrainerSetup>(ref);
-    const engine = this.engine!;
-    let checkpointDir: string | undefined;
-    if (s.checkpoint) checkpointDir = unpackFiles(await this.ctx.objects.get<ShippedFiles>(s.checkpoint), "hearth-ckpt-");
+    // One engine per executor: its process group is made once and kept across setups.
+    this.engine ??= await TensorEngine.start({ env: { HEARTH_THREADS: String(s.threads), GLOO_SOCKET_IFNAME: process.env.GLOO_SOCKET_IFNAME ?? "lo" } });
+    const engine = this.engine;
+    const checkpoint = s.checkpoint ? await openFolder(this.ctx.objects, s.checkpoint) : undefined;
     const init = await engine.initModel({
-      config: checkpointDir ?? s.model.config,
-      overrides: checkpointDir ? undefined : s.model.overrides,
-      checkpoint: checkpointDir,
+      config: checkpoint?.dir ?? s.model.config,
+      overrides: checkpoint ? undefined : s.model.overrides,
+      checkpoint: checkpoint?.dir,
       seed: s.model.seed ?? 0,
-      threads: s.threads ?? 1,
+      threads: s.threads,
       dtype: "float32",
     });
     const trainer = mode === "sft" ? { ...s.trainer, klCoef: 0 } : s.trainer;
-    await engine.trainInit(trainer, this.distributed);
+    await engine.trainInit(trainer, this.distributed(s.backend));
     if (s.state) {
-      const dir = unpackFiles(await this.ctx.objects.get<ShippedFiles>(s.state), "hearth-state-");
-      await engine.loadState(path.join(dir, "trainer-state.pt"));
-      rmSync(dir, { recursive: true, force: true });
+      const state = await openFolder(this.ctx.objects, s.state);
+      await engine.loadState(path.join(state.dir, STATE_FILE));
     }
-    if (checkpointDir) rmSync(checkpointDir, { recursive: true, force: true });
     this.weightsKey = s.weights;
     this.setupRef = key;
     this.mode = mode;
     const publish = this.ctx.rank === 0 && mode === "rl" ? await publishWeights(this.ctx.objects, this.weightsKey, engine) : undefined;
-    return { rank: this.ctx.rank!, params: init.params, publish };
+    return { rank: this.ctx.rank!, params: init.params, publish, device: init.device, inPlace: checkpoint?.inPlace };
+  }
+
+  private need(): TensorEngine {
+    if (!this.engine) throw new HearthError("this trainer has no model yet: call setup first");
+    return this.engine;
   }
 
   /** One GRPO step on this rank's slice; rank 0 then publishes the new weights. */
   async train(slice: ObjectRef): Promise<TrainResult> {
     const t0 = performance.now();
+    const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
-    const metrics = await this.engine!.trainStep(b);
-    const publish = this.ctx.rank === 0 ? await publishWeights(this.ctx.objects, this.weightsKey, this.engine!) : undefined;
+    const metrics = await engine.trainStep(b);
+    const publish = this.ctx.rank === 0 ? await publishWeights(this.ctx.objects, this.weightsKey, engine) : undefined;
     this.ctx.objects.forget(slice);
     return { rank: this.ctx.rank!, metrics, publish, seconds: (performance.now() - t0) / 1000 };
   }
@@ -139,11 +146,12 @@ export class SearchR1Trainer {
   /** One supervised step (the bootstrap): maximise the likelihood of masked-in tokens. */
   async sft(slice: ObjectRef): Promise<TrainResult> {
     const t0 = performance.now();
+    const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
     // With old logprobs equal to the current ones the ratio is 1 and the clipped
     // policy-gradient loss with advantage 1 is exactly cross-entropy on masked tokens.
-    const old = b.rows > 0 ? await this.engine!.logprobs(b.tokens, b.rows, b.cols) : new Float32Array(0);
-    const metrics = await this.engine!.trainStep({ ...b, advantages: new Float32Array(b.rows).fill(1), oldLogprobs: old });
+    const old = b.rows > 0 ? await engine.logprobs(b.tokens, b.rows, b.cols) : new Float32Array(0);
+    const metrics = await engine.trainStep({ ...b, advantages: new Float32Array(b.rows).fill(1), oldLogprobs: old });
     let nll = 0;
     let count = 0;
     for (let i = 0; i < old.length; i++) {
@@ -157,28 +165,48 @@ export class SearchR1Trainer {
     return { rank: this.ctx.rank!, metrics, seconds: (performance.now() - t0) / 1000 };
   }
 
-  /** Rank 0: the model in HF layout and the exact trainer state, shipped back through the cache. */
-  async save(): Promise<{ rank: number; model?: ObjectRef; state?: ObjectRef }> {
+  /**
+   * Rank 0: the model in HF layout (fp32) and, with `target.state`, the exact
+   * trainer state. Written straight into `target.dir` when this executor runs
+   * on the driver's host; otherwise into a scratch folder shipped back file
+   * by file (the driver fetches it, then calls `dropScratch`).
+   */
+  async save(target: SaveTarget): Promise<SaveResult> {
     if (this.ctx.rank !== 0) return { rank: this.ctx.rank! };
-    const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-save-"));
-    const modelDir = path.join(dir, "model");
-    mkdirSync(modelDir);
-    await this.engine!.saveCheckpoint(modelDir, "float32");
-    const stateDir = path.join(dir, "state");
-    mkdirSync(stateDir);
-    await this.engine!.saveState(path.join(stateDir, "trainer-state.pt"));
-    const model = await this.ctx.objects.put(packFiles(modelDir));
-    const state = await this.ctx.objects.put(packFiles(stateDir));
-    rmSync(dir, { recursive: true, force: true });
-    return { rank: 0, model, state };
+    const engine = this.need();
+    const inPlace = target.host === os.hostname() && path.isAbsolute(target.dir);
+    const root = inPlace ? target.dir : (this.scratch = mkdtempSync(path.join(os.tmpdir(), "hearth-save-")));
+    const modelDir = path.join(root, "model");
+    mkdirSync(modelDir, { recursive: true });
+    await engine.saveCheckpoint(modelDir, "float32");
+    let stateDir: string | undefined;
+    if (target.state) {
+      stateDir = path.join(root, "state");
+      mkdirSync(stateDir, { recursive: true });
+      await engine.saveState(path.join(stateDir, STATE_FILE));
+    }
+    if (inPlace) {
+      if (!existsSync(path.join(modelDir, "config.json"))) throw new HearthError(`the trainer wrote ${modelDir} but cannot see it afterwards`);
+      return { rank: 0, inPlace: true };
+    }
+    const model = await shipFolder(this.ctx.objects, modelDir, { objects: true });
+    const state = stateDir ? await shipFolder(this.ctx.objects, stateDir, { objects: true }) : undefined;
+    return { rank: 0, inPlace: false, model, state };
+  }
+
+  /** Removes the scratch folder of the last `save` that shipped files back. */
+  async dropScratch(): Promise<void> {
+    if (this.scratch) rmSync(this.scratch, { recursive: true, force: true });
+    this.scratch = undefined;
   }
 
   /** sha256 of this rank's bf16 policy. */
   async digest(): Promise<{ rank: number; digest: string }> {
-    return { rank: this.ctx.rank!, digest: (await this.engine!.digest()).digest };
+    return { rank: this.ctx.rank!, digest: (await this.need().digest()).digest };
   }
 
   async close(): Promise<void> {
     await this.engine?.close();
+    await this.dropScratch();
   }
 }

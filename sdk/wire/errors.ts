@@ -96,6 +96,11 @@ export class ExecutorLostError extends HearthError {
   override name = "ExecutorLostError";
 }
 
+/** A call named an executor the service does not have (it exited, or never belonged to it). */
+export class ExecutorNotFoundError extends HearthError {
+  override name = "ExecutorNotFoundError";
+}
+
 /** A gang lost a member; the whole gang fails and can be declared again. */
 export class GangFailedError extends HearthError {
   override name = "GangFailedError";
@@ -190,6 +195,7 @@ const KNOWN: Record<string, new (message: string) => HearthError> = {
   TimeoutError,
   ClosedError,
   ExecutorLostError,
+  ExecutorNotFoundError,
   ServiceStartError,
   ObjectNotFoundError,
   ObjectEvictedError,

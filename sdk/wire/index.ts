@@ -15,6 +15,7 @@ export {
   ClosedError,
   ConnectError,
   ExecutorLostError,
+  ExecutorNotFoundError,
   GangFailedError,
   HearthError,
   MessageTooLargeError,

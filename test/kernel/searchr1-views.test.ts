@@ -6,11 +6,12 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { JUPYTER_DISPLAY, PLOTLY_MIME, toMimeBundle } from "../../sdk/notebook/index.js";
 import type { ScoredSample } from "../../sdk/searchr1/batch.js";
-import { StepStore, regroup, rescoreSamples, trainLoop, warmupProgress } from "../../sdk/searchr1/interactive.js";
-import { plot } from "../../sdk/searchr1/plots.js";
+import { StepStore, regroup, trainLoop, warmupProgress } from "../../sdk/searchr1/interactive.js";
+import { plot } from "../../sdk/searchr1/notebook/plots.js";
 import { emReward, f1Reward, type RewardFn } from "../../sdk/searchr1/reward.js";
 import type { StepMetrics, StepResult } from "../../sdk/searchr1/run.js";
-import { TrajectoryView, trajectoryRows, trajectorySpans, trajectoryTable, withStepDisplay } from "../../sdk/searchr1/views.js";
+import { TrajectoryView, rescoreSamples, trajectoryRows, trajectorySpans, trajectoryTable } from "../../sdk/searchr1/notebook/views.js";
+import { withStepDisplay } from "../../sdk/searchr1/step-summary.js";
 import { HearthError } from "../../sdk/wire/errors.js";
 
 const VOCAB = ["[UNK]", "where", "was", "ada", "born", "?", "<search>", "ada", "</search>", "<information>", "ada", "lives", "in", "oslo", "</information>", "<answer>", "oslo", "norway", "</answer>", "paris"];

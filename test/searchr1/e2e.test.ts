@@ -62,8 +62,11 @@ test("three steps write every metrics field, and rollouts end bit-identical to t
     // Make sure every rollout executor has synced to the latest publication, then compare policies.
     await run.evaluate();
     const d = await run.digests();
-    assert.equal(new Set(d.trainers).size, 1, "trainer ranks agree");
-    assert.deepEqual(d.rollouts, [d.trainers[0]], "every rollout executor holds exactly the trainers' bf16 weights");
+    assert.deepEqual(d.trainers.map((t) => t.rank), [0, 1], "every trainer rank answered");
+    assert.equal(d.trainers[1]!.digest, d.trainers[0]!.digest, "trainer ranks agree");
+    assert.equal(d.rollouts.length, 2, "every rollout executor answered, each addressed by id");
+    assert.equal(new Set(d.rollouts.map((r) => r.executorId)).size, 2);
+    for (const r of d.rollouts) assert.equal(r.digest, d.trainers[0]!.digest, `rollout ${r.executorId} holds exactly the trainers' bf16 weights`);
     const ckpt = JSON.parse(readFileSync(path.join(outA, "checkpoint.json"), "utf8"));
     assert.equal(ckpt.step, 3);
     assert.match(ckpt.weights.key, /weights$/);

@@ -6,7 +6,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
-import { EMPTY_MESSAGE, INVALID_MESSAGE, LIMIT_MESSAGE, PROTOCOL_WORDS, formatInformation, parseSearch, runEpisodes, type EpisodeEngine } from "../../sdk/searchr1/protocol.js";
+import { formatInformation, informationBlock, insertion, parseSearch, runEpisodes, type EpisodeEngine } from "../../sdk/searchr1/protocol.js";
+import { PROTOCOL_WORDS, SYNTHETIC_TEXT as TEXT } from "../../sdk/searchr1/recipes/synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../../sdk/searchr1/tokenizer.js";
 
 const tok = tokenizerFromJson(wordTokenizerJson([...PROTOCOL_WORDS, "zorvath", "was", "born", "in", "meridel", "where", "?", "paris", "."]));
@@ -48,13 +49,13 @@ const retrieve = (q: string) => (q === "zorvath" ? [{ title: "zorvath", text: "z
 test("a search is answered with retrieved passages, masked out, and generation resumes on the same session", async () => {
   const engine = new ScriptedEngine([["<think> i should search </think> <search> zorvath </search>", "<answer> meridel </answer>"]]);
   const prompt = tok.encode("where was zorvath born ?");
-  const [e] = await runEpisodes(engine, tok, retrieve, [prompt], { seed: 3 });
+  const [e] = await runEpisodes(engine, tok, TEXT, retrieve, [prompt], { seed: 3 });
   assert.equal(e!.finish, "answer");
   assert.deepEqual(e!.searches, ["zorvath"]);
-  assert.ok(e!.response.includes(tok.decode(tok.encode(formatInformation(retrieve("zorvath"))))), e!.response);
+  assert.ok(e!.response.includes(tok.decode(tok.encode(formatInformation(TEXT, retrieve("zorvath"))))), e!.response);
   assert.match(e!.response, /<answer> meridel <\/answer>$/);
   // Mask: 0 on the prompt, 1 on both generated turns, 0 on the inserted information.
-  const info = tok.encode(` ${formatInformation(retrieve("zorvath"))} `);
+  const info = tok.encode(insertion(TEXT, formatInformation(TEXT, retrieve("zorvath"))));
   const turn1 = tok.encode("<think> i should search </think> <search> zorvath </search>");
   const turn2 = tok.encode("<answer> meridel </answer>");
   assert.deepEqual([...e!.mask], [...prompt.map(() => 0), ...turn1.map(() => 1), ...info.map(() => 0), ...turn2.map(() => 1)]);
@@ -72,21 +73,21 @@ test("searches beyond the limit get a corrective message; an unusable query is a
     ["<search> </search>", "<answer> paris </answer>"],
   ]);
   const p = tok.encode("where was zorvath born ?");
-  const [a, b] = await runEpisodes(engine, tok, retrieve, [p, p], { maxSearches: 2 });
+  const [a, b] = await runEpisodes(engine, tok, TEXT, retrieve, [p, p], { maxSearches: 2 });
   assert.deepEqual(a!.searches, ["zorvath", "zorvath"], "the third search was refused");
-  assert.ok(a!.response.includes(tok.decode(tok.encode(LIMIT_MESSAGE))), a!.response);
+  assert.ok(a!.response.includes(tok.decode(tok.encode(informationBlock(TEXT, TEXT.limit)))), a!.response);
   assert.equal(a!.finish, "answer");
   assert.deepEqual(b!.searches, []);
-  assert.ok(b!.response.includes(tok.decode(tok.encode(INVALID_MESSAGE))), b!.response);
+  assert.ok(b!.response.includes(tok.decode(tok.encode(informationBlock(TEXT, TEXT.invalid)))), b!.response);
   assert.equal(parseSearch("<search>  </search>"), null);
   assert.equal(parseSearch("x <search> a </search> y <search> b c </search>"), "b c");
-  assert.equal(formatInformation([]), EMPTY_MESSAGE);
+  assert.equal(formatInformation(TEXT, []), informationBlock(TEXT, TEXT.empty));
 });
 
 test("a turn that ends without a stop string, or a response over its budget, ends the episode", async () => {
   const engine = new ScriptedEngine([["<think> i know"], ["<search> zorvath </search>", "<answer> meridel </answer>"]]);
   const p = tok.encode("where was zorvath born ?");
-  const [cut, long] = await runEpisodes(engine, tok, retrieve, [p, p], { maxResponseTokens: 12 });
+  const [cut, long] = await runEpisodes(engine, tok, TEXT, retrieve, [p, p], { maxResponseTokens: 12 });
   assert.equal(cut!.finish, "length");
   assert.equal(long!.finish, "length", "the information block would not fit in 12 response tokens");
   assert.deepEqual(long!.searches, [], "a search whose results cannot be shown is not counted");

@@ -9,10 +9,10 @@
  * plot.lengths(run.result(3));          // generated vs masked tokens per sample
  * ```
  */
-import { HearthError } from "../wire/errors.js";
-import { figure, type Figure, type Trace } from "../notebook/index.js";
-import type { ScoredSample } from "./batch.js";
-import type { StepMetrics } from "./run.js";
+import { HearthError } from "../../wire/errors.js";
+import { figure, type Figure, type Trace } from "../../notebook/index.js";
+import type { ScoredSample } from "../batch.js";
+import type { StepMetrics } from "../run.js";
 
 /** The curves `plot.curve` draws. */
 export type CurveMetric = "em" | "reward" | "searches";

@@ -2,12 +2,16 @@
  * Notebook views of Search-R1 steps, built from scored samples only (no run,
  * no executors), so they are cheap to test: the trajectory table, one
  * trajectory split into prompt / generated / retrieved spans (the loss mask
- * made visible), a step's summary and a rescore's summary. Each renders as
+ * made visible) and a rescore's summary (a step's summary is step-summary.ts). Each renders as
  * HTML in the hearth kernel and as text anywhere else.
  */
-import { JUPYTER_DISPLAY, escapeHtml, table, textTable, htmlTable, type DataTable, type MimeBundle } from "../notebook/index.js";
-import type { ScoredSample } from "./batch.js";
-import type { TextTokenizer } from "./tokenizer.js";
+import { JUPYTER_DISPLAY, escapeHtml, table, type DataTable, type MimeBundle } from "../../notebook/index.js";
+import { HearthError } from "../../wire/errors.js";
+import { scoreSamples, type ScoredSample } from "../batch.js";
+import { regroup } from "../interactive.js";
+import type { RewardFn } from "../reward.js";
+import { SummaryView } from "../step-summary.js";
+import type { TextTokenizer } from "../tokenizer.js";
 
 /** What a view needs from a tokenizer. */
 export type SpanDecoder = Pick<TextTokenizer, "decode">;
@@ -146,33 +150,6 @@ export interface SampleStats {
   tokensMean: number;
 }
 
-/** A titled key/value table; the display of a step or a rescore. */
-export class SummaryView {
-  constructor(
-    readonly title: string,
-    readonly entries: ReadonlyArray<readonly [string, unknown]>,
-  ) {}
-
-  [JUPYTER_DISPLAY](): MimeBundle {
-    const rows = this.entries.map(([k, v]) => [k, v] as unknown[]);
-    return { "text/plain": `${this.title}\n${textTable(["", "value"], rows)}`, "text/html": `<div class="hearth-summary">${htmlTable(["", "value"], rows, this.title)}</div>` };
-  }
-}
-
-/** The summary of a step's metrics (what `StepResult` displays as). */
-export function stepSummary(metrics: object, samples: readonly ScoredSample[]): SummaryView {
-  const m = metrics as Record<string, unknown>;
-  const entries = Object.entries(m).filter(([, v]) => typeof v === "number");
-  const step = typeof m.step === "number" ? `step ${m.step}` : "step";
-  return new SummaryView(`${step}: ${samples.length} samples, ${samples.filter((s) => s.kept).length} trained on`, entries);
-}
-
-/** Attaches a (non-enumerable) display method to a step result, so it renders as its summary. */
-export function withStepDisplay<T extends { metrics: object; samples: ScoredSample[] }>(result: T): T {
-  Object.defineProperty(result, JUPYTER_DISPLAY, { value: () => stepSummary(result.metrics, result.samples)[JUPYTER_DISPLAY](), enumerable: false, configurable: true });
-  return result;
-}
-
 /** What a rescore changed. */
 export class RescoreView extends SummaryView {
   constructor(
@@ -210,4 +187,16 @@ function mean(xs: number[]): number {
 
 function fmt(x: number): string {
   return Number.isInteger(x) ? String(x) : x.toFixed(3);
+}
+
+/**
+ * Recomputes rewards and group advantages of stored samples with `reward`.
+ * A reward that throws or returns a non-finite number throws (scoreSamples'
+ * RangeError naming the sample) before anything changes.
+ */
+export function rescoreSamples(step: number, samples: readonly ScoredSample[], reward: RewardFn, groupSize?: number): RescoreView {
+  if (typeof reward !== "function") throw new HearthError("rescore needs a reward function (response, golds) => number");
+  const groups = regroup(samples, groupSize).map((g) => ({ question: g[0]!.question, golds: g[0]!.golds, samples: g }));
+  const scored = scoreSamples(groups, reward);
+  return new RescoreView(step, samples, scored.samples, { kept: scored.groupsKept, dropped: scored.groupsDropped });
 }

@@ -1,0 +1,217 @@
+/**
+ * Folders (model checkpoints, trainer state) shipped to executors without
+ * ever becoming one object or one buffer. A folder is described by its files'
+ * names, sizes and modification times. Executors on the driver's host read it
+ * in place; elsewhere each file travels as its own cache objects (parts of at
+ * most `PART_BYTES`, since a 4 GB shard is larger than a Node buffer may be),
+ * fetched through the agent's node-local cache (the head sends each byte once
+ * per node) and written once per node into a content-keyed folder that the
+ * node's other executors reuse. One part is in memory at a time.
+ */
+import { createHash } from "node:crypto";
+import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { HearthError } from "../wire/errors.js";
+import type { ObjectCache, ObjectRef } from "./object-cache.js";
+
+/** Bytes per cache object of a shipped file. */
+export const PART_BYTES = 256 * 1024 * 1024;
+
+/** One file of a shipped folder. */
+export interface FolderFile {
+  name: string;
+  size: number;
+  mtimeMs: number;
+  /** Its parts in order, when the folder travels as objects. */
+  parts?: ObjectRef[];
+}
+
+/** A folder as executors receive it (small: it rides in any call). */
+export interface FolderRef {
+  /** The host the folder is on (os.hostname() of the driver). */
+  host: string;
+  /** Its absolute path there. */
+  dir: string;
+  files: FolderFile[];
+  /** Identifies this content (names, sizes, times and the objects' keys). */
+  id: string;
+}
+
+/** Options of `shipFolder`. */
+export interface ShipFolderOptions {
+  /** Put every file as cache objects (needed when an executor cannot see the folder). */
+  objects: boolean;
+  /** Only these files (default every plain file of the folder). */
+  names?: string[];
+  /** Bytes per object (tests make small parts). */
+  partBytes?: number;
+}
+
+/** Describes `dir` and, with `objects`, puts its files part by part. */
+export async function shipFolder(objects: ObjectCache, dir: string, opts: ShipFolderOptions): Promise<FolderRef> {
+  const abs = path.resolve(dir);
+  const names = opts.names ?? readdirSync(abs).filter((n) => statSync(path.join(abs, n)).isFile()).sort();
+  const partBytes = opts.partBytes ?? PART_BYTES;
+  const files: FolderFile[] = [];
+  for (const name of names) {
+    if (name.includes("/") || name.includes("\\") || name === ".." || name === ".") throw new HearthError(`cannot ship '${name}' from ${abs}: a file name, not a path, is expected`);
+    const st = statSync(path.join(abs, name));
+    const file: FolderFile = { name, size: st.size, mtimeMs: st.mtimeMs };
+    if (opts.objects) file.parts = await putParts(objects, path.join(abs, name), st.size, partBytes);
+    files.push(file);
+  }
+  const id = createHash("sha256")
+    .update(JSON.stringify([abs, files.map((f) => [f.name, f.size, f.mtimeMs, f.parts?.map((p) => `${p.key}@${p.version}`)])]))
+    .digest("hex")
+    .slice(0, 24);
+  return { host: os.hostname(), dir: abs, files, id };
+}
+
+async function putParts(objects: ObjectCache, file: string, size: number, partBytes: number): Promise<ObjectRef[]> {
+  const fd = openSync(file, "r");
+  try {
+    const parts: ObjectRef[] = [];
+    for (let at = 0; at < size || (size === 0 && parts.length === 0); at += partBytes) {
+      const buf = Buffer.allocUnsafe(Math.min(partBytes, size - at));
+      let got = 0;
+      while (got < buf.length) {
+        const n = readSync(fd, buf, got, buf.length - got, at + got);
+        if (n === 0) throw new HearthError(`${file} shrank while it was being shipped`);
+        got += n;
+      }
+      parts.push(await objects.put(buf));
+      if (size === 0) break;
+    }
+    return parts;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Can this process read the folder where the driver described it (same host, same sizes and times)? */
+export function visibleInPlace(ref: FolderRef, host = os.hostname()): boolean {
+  if (host !== ref.host) return false;
+  return ref.files.every((f) => {
+    const p = path.join(ref.dir, f.name);
+    if (!existsSync(p)) return false;
+    const st = statSync(p);
+    return st.size === f.size && st.mtimeMs === f.mtimeMs;
+  });
+}
+
+/** Where an executor found a shipped folder. */
+export interface OpenedFolder {
+  dir: string;
+  /** Read where the driver has it. */
+  inPlace: boolean;
+  /** Bytes this call fetched from the cache (0 when read in place or already on this node). */
+  fetchedBytes: number;
+}
+
+/** Options of `openFolder`. */
+export interface OpenFolderOptions {
+  /** Root of the node-local copies (default `<tmpdir>/hearth-folders`). */
+  cacheRoot?: string;
+  /** Longest wait for another executor of this node that is writing the same folder (default 30 min). */
+  waitMs?: number;
+}
+
+/**
+ * Makes a shipped folder readable here: in place when visible, else the
+ * node-local copy (written by the first executor that needs it, under a lock;
+ * the others wait for it).
+ */
+export async function openFolder(objects: ObjectCache, ref: FolderRef, opts: OpenFolderOptions = {}): Promise<OpenedFolder> {
+  if (visibleInPlace(ref)) return { dir: ref.dir, inPlace: true, fetchedBytes: 0 };
+  if (ref.files.some((f) => !f.parts)) {
+    throw new HearthError(
+      `${ref.dir} (on ${ref.host}) is not readable from ${os.hostname()} and was shipped without its files: ship it with objects (modelTransfer "objects")`,
+    );
+  }
+  const root = opts.cacheRoot ?? path.join(os.tmpdir(), "hearth-folders");
+  const dir = path.join(root, ref.id);
+  const done = path.join(dir, ".complete");
+  mkdirSync(root, { recursive: true, mode: 0o700 });
+  const deadline = Date.now() + (opts.waitMs ?? 30 * 60_000);
+  for (;;) {
+    if (existsSync(done)) return { dir, inPlace: false, fetchedBytes: 0 };
+    const lock = `${dir}.lock`;
+    if (takeLock(lock)) {
+      try {
+        const fetchedBytes = await fetchInto(objects, ref, dir);
+        return { dir, inPlace: false, fetchedBytes };
+      } finally {
+        rmSync(lock, { recursive: true, force: true });
+      }
+    }
+    if (Date.now() > deadline) throw new HearthError(`waited ${Math.round((opts.waitMs ?? 1_800_000) / 1000)} s for another executor to copy ${ref.dir} into ${dir}; remove ${lock} if no executor is copying`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** mkdir is atomic: the lock holder writes its pid; a lock whose holder died is taken over. */
+function takeLock(lock: string): boolean {
+  try {
+    mkdirSync(lock);
+  } catch {
+    let pid = NaN;
+    try {
+      pid = Number(readdirSync(lock).find((n) => n.startsWith("pid-"))?.slice(4));
+    } catch {
+      return false;
+    }
+    if (Number.isInteger(pid) && alive(pid)) return false;
+    rmSync(lock, { recursive: true, force: true });
+    return false;
+  }
+  mkdirSync(path.join(lock, `pid-${process.pid}`));
+  return true;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function fetchInto(objects: ObjectCache, ref: FolderRef, dir: string): Promise<number> {
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  const bytes = await fetchFolder(objects, ref, tmp);
+  writeFileSync(path.join(tmp, ".complete"), ref.dir);
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  return bytes;
+}
+
+/** Writes a folder shipped as objects into `target` (made if missing), one part in memory at a time; returns the bytes fetched. */
+export async function fetchFolder(objects: ObjectCache, ref: FolderRef, target: string): Promise<number> {
+  mkdirSync(target, { recursive: true });
+  let bytes = 0;
+  for (const f of ref.files) {
+    if (!f.parts) throw new HearthError(`${f.name} of ${ref.dir} was not shipped as objects`);
+    const file = path.join(target, f.name);
+    const fd = openSync(file, "w", 0o600);
+    try {
+      for (const part of f.parts) {
+        const data = await objects.get<Buffer>(part);
+        writeSync(fd, data);
+        bytes += data.length;
+        objects.forget(part);
+      }
+    } finally {
+      closeSync(fd);
+    }
+    if (statSync(file).size !== f.size) throw new HearthError(`${f.name} arrived with the wrong size (expected ${f.size} bytes)`);
+  }
+  return bytes;
+}
+
+/** Deletes the objects of a shipped folder (no-op for one read in place). */
+export async function dropFolder(objects: ObjectCache, ref: FolderRef): Promise<void> {
+  for (const f of ref.files) for (const p of f.parts ?? []) await objects.delete(p.key);
+}

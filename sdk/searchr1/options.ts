@@ -1,0 +1,189 @@
+/**
+ * Options of a Search-R1 run, their defaults and their validation. Defaults
+ * come in layers: the generic ones here, then the task recipe's (the
+ * reference recipe for a real model, today's values for the tiny preset),
+ * then what the caller gave. Everything is checked before any service starts.
+ */
+import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
+import path from "node:path";
+import { parseResreq } from "../runtime/resreq.js";
+import { HearthError } from "../wire/errors.js";
+
+/** Options of a run (the CLI flags, with the reference system's meanings). */
+export interface SearchR1Options {
+  /** `tiny` or a Hugging Face model folder. */
+  model: string;
+  /** `synthetic` or a HotpotQA JSON file. */
+  data: string;
+  steps: number;
+  promptsPerStep: number;
+  /** Prompts per rollout call. */
+  promptsPerTask: number;
+  groupSize: number;
+  rollouts: number;
+  trainers: number;
+  out: string;
+  evalEvery: number;
+  evalSize: number;
+  lr: number;
+  klCoef: number;
+  /** Gradient norm clip (0: none). */
+  gradClip: number;
+  /** Rows per forward/backward on a trainer (gradients accumulate over micro-batches). */
+  microBatch: number;
+  /** Searches allowed per sample. */
+  maxSearches: number;
+  /** Passages per search. */
+  topK: number;
+  /** Tokens one generation turn may produce. */
+  maxTurnTokens: number;
+  /** Tokens of a whole response, inserted passages included. */
+  maxResponseTokens: number;
+  seed: number;
+  temperature: number;
+  /** Supervised warm start steps of the task recipe that has one (the synthetic task); 0 skips it. */
+  bootstrapSteps: number;
+  /** Resources of each rollout executor, e.g. "cpu=8,mem=64g,gpu=1". */
+  rolloutResreq: string;
+  /** Resources of each trainer rank. */
+  trainerResreq: string;
+  /** Rollout weights: bf16 on CUDA and fp32 on CPU with `auto`. */
+  rolloutDtype: "auto" | "bfloat16" | "float32";
+  /** Torch threads per engine; 0 derives them from the service's cpu request. */
+  threads: number;
+  /** Trainer collective: nccl when the trainers have GPUs, gloo otherwise, with `auto`. */
+  backend: "auto" | "gloo" | "nccl";
+  /** How a model folder reaches the trainers: read in place when every trainer's agent runs on this host (auto), or per-file cache objects. */
+  modelTransfer: "auto" | "in-place" | "objects";
+  /** A checkpoint folder written by a previous run. */
+  resume?: string;
+  /** Head endpoint; default the embedded local one. */
+  head?: string;
+  /** App name (reattach to warm executors). */
+  name: string;
+  /** Progress lines. */
+  log: (line: string) => void;
+}
+
+/** What a task recipe may set. */
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head">>;
+
+/** The generic defaults (a recipe's own override them). */
+export const BASE_OPTIONS: SearchR1Options = {
+  model: "tiny",
+  data: "synthetic",
+  steps: 150,
+  promptsPerStep: 16,
+  promptsPerTask: 4,
+  groupSize: 8,
+  rollouts: 2,
+  trainers: 2,
+  out: "out",
+  evalEvery: 10,
+  evalSize: 200,
+  lr: 1e-3,
+  klCoef: 0.001,
+  gradClip: 1.0,
+  microBatch: 16,
+  maxSearches: 4,
+  topK: 3,
+  maxTurnTokens: 64,
+  maxResponseTokens: 320,
+  seed: 1,
+  temperature: 1,
+  bootstrapSteps: 0,
+  rolloutResreq: "cpu=0.5",
+  trainerResreq: "cpu=0.5",
+  rolloutDtype: "auto",
+  threads: 0,
+  backend: "auto",
+  modelTransfer: "auto",
+  name: "search-r1",
+  log: (line) => console.log(line),
+};
+
+/** Layers the defaults: generic, then the recipe's, then what the caller set (undefined values are ignored). */
+export function layerOptions(recipe: RecipeDefaults, given: Partial<SearchR1Options>): SearchR1Options {
+  const set = Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)) as Partial<SearchR1Options>;
+  return { ...BASE_OPTIONS, ...recipe, ...set };
+}
+
+/** The CLI spelling of an option. */
+export function flagName(key: string): string {
+  return `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+}
+
+const WHOLE: Record<string, number> = {
+  steps: 0,
+  promptsPerStep: 1,
+  promptsPerTask: 1,
+  groupSize: 1,
+  rollouts: 1,
+  trainers: 1,
+  evalEvery: 0,
+  evalSize: 1,
+  microBatch: 1,
+  maxSearches: 0,
+  topK: 1,
+  maxTurnTokens: 1,
+  maxResponseTokens: 1,
+  bootstrapSteps: 0,
+  threads: 0,
+  seed: 0,
+};
+const CHOICES: Record<string, readonly string[]> = {
+  rolloutDtype: ["auto", "bfloat16", "float32"],
+  backend: ["auto", "gloo", "nccl"],
+  modelTransfer: ["auto", "in-place", "objects"],
+};
+
+/** Checks every option; the error names the flag, what it got and what is accepted. */
+export function validateOptions(o: SearchR1Options): void {
+  for (const [k, min] of Object.entries(WHOLE)) {
+    const v = o[k as keyof SearchR1Options];
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new HearthError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`);
+  }
+  for (const k of ["lr", "klCoef", "temperature", "gradClip"] as const) {
+    if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new HearthError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`);
+  }
+  for (const [k, allowed] of Object.entries(CHOICES)) {
+    const v = o[k as keyof SearchR1Options];
+    if (typeof v !== "string" || !allowed.includes(v)) throw new HearthError(`${flagName(k)} must be one of ${allowed.join(", ")}; got ${String(v)}`);
+  }
+  for (const k of ["rolloutResreq", "trainerResreq"] as const) {
+    try {
+      const r = parseResreq(o[k]);
+      if (r.cpu <= 0) throw new HearthError(`cpu must be > 0`);
+    } catch (err) {
+      throw new HearthError(`${flagName(k)} ${JSON.stringify(o[k])}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+  if (o.maxTurnTokens > o.maxResponseTokens) throw new HearthError(`--max-turn-tokens (${o.maxTurnTokens}) cannot exceed --max-response-tokens (${o.maxResponseTokens})`);
+  if (o.backend === "nccl" && parseResreq(o.trainerResreq).gpu < 1) throw new HearthError(`--backend nccl needs trainers with a GPU: add gpu=1 to --trainer-resreq (now "${o.trainerResreq}")`);
+  if (o.resume && !existsSync(path.join(o.resume, "driver-state.json"))) {
+    throw new HearthError(`--resume ${o.resume}: no driver-state.json there (expected a folder written by a previous run's checkpoint)`);
+  }
+  checkOut(o.out);
+}
+
+/** `--out` must be a folder we can write (made if missing) before any service starts. */
+function checkOut(out: string): void {
+  try {
+    if (existsSync(out) && !statSync(out).isDirectory()) throw new Error("it exists and is not a folder");
+    mkdirSync(out, { recursive: true });
+    accessSync(out, constants.W_OK);
+  } catch (err) {
+    throw new HearthError(`--out ${out}: cannot write results there (${(err as Error).message}); pick a writable folder`, { cause: err });
+  }
+}
+
+/** Torch threads for a service: the option, or the whole CPUs its resreq asks for (at least 1). */
+export function threadsFor(o: SearchR1Options, resreq: string): number {
+  return o.threads > 0 ? o.threads : Math.max(1, Math.floor(parseResreq(resreq).cpu));
+}
+
+/** The collective the trainers use. */
+export function backendFor(o: SearchR1Options): "gloo" | "nccl" {
+  if (o.backend !== "auto") return o.backend;
+  return parseResreq(o.trainerResreq).gpu > 0 ? "nccl" : "gloo";
+}

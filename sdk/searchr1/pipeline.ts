@@ -1,0 +1,162 @@
+/**
+ * One Search-R1 step as a pipeline of plain functions over the run's
+ * services: fan prompts out to the rollout pool, score the answers with the
+ * reward, compute group advantages, ship per-rank slices to the trainer gang
+ * (rank 0 then publishes the new weights), and gather the step's metrics.
+ * Nothing here knows which task recipe it runs.
+ */
+import type { ObjectRef } from "../cache/object-cache.js";
+import type { App } from "../runtime/app.js";
+import type { GangHandle, PoolHandle } from "../runtime/handles.js";
+import { buildSlices, scoreSamples, type ScoredSample } from "./batch.js";
+import type { SearchR1Options } from "./options.js";
+import type { ProtocolOptions } from "./protocol.js";
+import type { PreparedTask } from "./recipe.js";
+import { emReward, type RewardFn } from "./reward.js";
+import type { RolloutItem, RolloutResult, SearchR1Rollout, Trajectory } from "./rollout-service.js";
+import { rng, type Question } from "./synthetic.js";
+import type { SearchR1Trainer, TrainResult } from "./trainer-service.js";
+
+/** One step's metrics (the metrics.jsonl fields). */
+export interface StepMetrics {
+  step: number;
+  reward_mean: number;
+  em: number;
+  searches_per_sample: number;
+  groups_kept: number;
+  groups_dropped: number;
+  samples_trained: number;
+  tokens: number;
+  rollout_s: number;
+  update_s: number;
+  publish_bytes: number;
+  step_s: number;
+  weights_version: number;
+  eval_em?: number;
+  eval_searches?: number;
+}
+
+/** What `step()` returns. */
+export interface StepResult {
+  metrics: StepMetrics;
+  /** The step's trajectories (one object per rollout call). */
+  trajectories: ObjectRef[];
+  /** Scored samples, for inspection. */
+  samples: ScoredSample[];
+}
+
+/** Result of an evaluation. */
+export interface EvalResult {
+  em: number;
+  searchesPerSample: number;
+  samples: ScoredSample[];
+}
+
+/** What the pipeline runs on. */
+export interface StepServices {
+  app: App;
+  opts: SearchR1Options;
+  task: PreparedTask;
+  rollout: PoolHandle<SearchR1Rollout>;
+  trainer: GangHandle<SearchR1Trainer>;
+  rolloutSetup: ObjectRef;
+  weightsKey: string;
+}
+
+/** The rollout calls of one batch of questions. */
+export type RolloutParts = Array<{ q: Question[]; r: RolloutResult }>;
+
+/** The protocol limits a run's rollouts use. */
+export function protocolOptions(o: SearchR1Options, temperature: number, seed: number): ProtocolOptions {
+  return { maxSearches: o.maxSearches, topK: o.topK, maxTurnTokens: o.maxTurnTokens, maxResponseTokens: o.maxResponseTokens, temperature, seed };
+}
+
+/** Rolls out questions (G samples each) across the pool, `promptsPerTask` per call. */
+export async function rollouts(svc: StepServices, questions: Question[], groupSize: number, temperature: number, seed: number): Promise<RolloutParts> {
+  const chunks: Question[][] = [];
+  for (let i = 0; i < questions.length; i += svc.opts.promptsPerTask) chunks.push(questions.slice(i, i + svc.opts.promptsPerTask));
+  return Promise.all(
+    chunks.map(async (q, i) => {
+      const items: RolloutItem[] = q.map((x) => ({ id: x.id, question: x.question }));
+      const r = await svc.rollout.call("rollout", {
+        setup: svc.rolloutSetup,
+        weights: svc.weightsKey,
+        items,
+        groupSize,
+        protocol: protocolOptions(svc.opts, temperature, seed * 1000 + i),
+      });
+      return { q, r };
+    }),
+  );
+}
+
+/** Fetches the trajectories of rollout calls and scores them with `reward`. */
+export async function collect(app: App, parts: RolloutParts, reward: RewardFn): Promise<ReturnType<typeof scoreSamples>> {
+  const groups: Array<{ question: string; golds: string[]; samples: Trajectory[] }> = [];
+  for (const { q, r } of parts) {
+    const trajs = await app.objects.get<Trajectory[]>(r.trajectories);
+    q.forEach((question, g) => groups.push({ question: question.question, golds: question.golds, samples: trajs.filter((t) => t.group === g) }));
+  }
+  return scoreSamples(groups, reward);
+}
+
+/** One update on the kept samples: slices balanced by tokens, one per rank, by reference. */
+export async function update(svc: StepServices, kept: ScoredSample[]): Promise<TrainResult[]> {
+  if (kept.length === 0) return [];
+  const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage })), svc.opts.trainers);
+  const refs = await Promise.all(slices.map((s) => svc.app.objects.put(s)));
+  try {
+    return await svc.trainer.broadcast("train", refs.map((ref) => [ref] as [ObjectRef]));
+  } finally {
+    await Promise.all(refs.map((ref) => svc.app.objects.delete(ref.key)));
+  }
+}
+
+/** The training questions of `step`: a seeded draw, the same for the same run seed and step. */
+export function stepQuestions(o: SearchR1Options, task: PreparedTask, step: number): Question[] {
+  const r = rng(o.seed * 100_003 + step);
+  return Array.from({ length: o.promptsPerStep }, () => task.train[Math.floor(r() * task.train.length)]!);
+}
+
+/** Runs step number `step`: rollouts, reward, advantages, update, publication. */
+export async function runStep(svc: StepServices, step: number, reward: RewardFn): Promise<StepResult> {
+  const o = svc.opts;
+  const t0 = performance.now();
+  const parts = await rollouts(svc, stepQuestions(o, svc.task, step), o.groupSize, o.temperature, step);
+  const scored = await collect(svc.app, parts, reward);
+  const t1 = performance.now();
+  const kept = scored.samples.filter((s) => s.kept);
+  const trained = await update(svc, kept);
+  const t2 = performance.now();
+  const metrics: StepMetrics = {
+    step,
+    reward_mean: mean(scored.samples.map((s) => s.reward)),
+    em: mean(scored.samples.map((s) => emReward(s.response, s.golds))),
+    searches_per_sample: mean(scored.samples.map((s) => s.searches.length)),
+    groups_kept: scored.groupsKept,
+    groups_dropped: scored.groupsDropped,
+    samples_trained: kept.length,
+    tokens: scored.samples.reduce((a, s) => a + s.tokens.length, 0),
+    rollout_s: (t1 - t0) / 1000,
+    update_s: (t2 - t1) / 1000,
+    publish_bytes: trained[0]?.publish?.bytes ?? 0,
+    step_s: (t2 - t0) / 1000,
+    weights_version: trained[0]?.publish?.cacheVersion ?? parts[0]?.r.weightsVersion ?? 0,
+  };
+  return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples };
+}
+
+/** Greedy answers on the held-out questions; exact match. */
+export async function evaluate(svc: StepServices): Promise<EvalResult> {
+  const parts = await rollouts(svc, svc.task.heldOut, 1, 0, 0);
+  const scored = await collect(svc.app, parts, emReward);
+  return {
+    em: mean(scored.samples.map((s) => emReward(s.response, s.golds))),
+    searchesPerSample: mean(scored.samples.map((s) => s.searches.length)),
+    samples: scored.samples,
+  };
+}
+
+function mean(xs: number[]): number {
+  return xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length;
+}
