@@ -14,7 +14,7 @@ import { FrameDecoder, decodeValue, encodeFrame, encodeValue } from "./frame.js"
 import { findEngineDir, findPython } from "./python.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
 import type {
-  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitModelOptions,
+  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
   InitModelResult, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";
 
@@ -285,6 +285,13 @@ export class TensorEngine {
   /** Write the model in HF layout (config.json + safetensors) under `path`. */
   saveCheckpoint(path: string, dtype: "bfloat16" | "float32" = "bfloat16", options?: RequestOptions): Promise<{ files: string[] }> {
     return this.request("save_checkpoint", { path, dtype }, options);
+  }
+
+  /** Write a random-weight HF folder (config.json + safetensors, sharded above maxShardBytes); needs no initModel. */
+  async initFolder(folder: InitFolderOptions, options?: RequestOptions): Promise<InitFolderResult> {
+    const r = await this.request<Record<string, unknown>>("init_folder", snake(folder), options);
+    return { files: r.files as string[], totalSize: r.total_size as number, params: r.params as number,
+      tensors: r.tensors as number, seconds: r.seconds as number };
   }
 
   /** sha256 of the model's bf16 weights: equal digests mean bit-identical policies. */

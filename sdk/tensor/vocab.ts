@@ -34,7 +34,10 @@ export interface TokenizerJson {
 export function byteLevelVocab(tokenizer: TokenizerJson, size?: number): Uint8Array[] {
   const decoder = byteDecoder();
   const added = tokenizer.added_tokens ?? [];
-  const maxId = Math.max(-1, ...Object.values(tokenizer.model.vocab), ...added.map((t) => t.id));
+  // A loop, not Math.max(...ids): spreading a 151k-entry vocabulary overflows the call stack.
+  let maxId = -1;
+  for (const id of Object.values(tokenizer.model.vocab)) if (id > maxId) maxId = id;
+  for (const t of added) if (t.id > maxId) maxId = t.id;
   const pieces: Uint8Array[] = Array.from({ length: Math.max(size ?? 0, maxId + 1) }, () => new Uint8Array(0));
   for (const [token, id] of Object.entries(tokenizer.model.vocab)) {
     const bytes: number[] = [];

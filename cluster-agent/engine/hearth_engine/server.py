@@ -2,7 +2,8 @@
 served in order, every failure answered as {code, message, traceback}.
 
 Ops: ping, init_model, set_vocab, generate, resume, release, logprobs, train_init,
-train_step, publish, apply, save_checkpoint, shutdown (see docs/engine.md).
+train_step, publish, apply, save_checkpoint, init_folder, digest,
+save_state, load_state, shutdown (see docs/engine.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import __version__, checkpoint, config as config_mod
+from . import __version__, checkpoint, config as config_mod, randinit
 from .errors import EngineError
 from .generate import RowResult, SamplingParams, Session, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
@@ -218,6 +219,21 @@ class Engine:
         files = checkpoint.save_model(self.need_model(), args["path"], dtype,
                                       int(args.get("max_shard_bytes", 5 * 1024 ** 3)))
         return {"files": files}
+
+    def op_init_folder(self, args: Dict[str, Any]) -> Any:
+        """Write a random-weight HF folder (config.json + safetensors) from a preset or config;
+        needs no init_model and leaves this engine's model alone."""
+        cfg = config_mod.resolve(args["config"], args.get("overrides"))
+        need = int(args.get("min_vocab_size") or 0)
+        if cfg.vocab_size < need:
+            raise EngineError("bad_config", f"vocab_size {cfg.vocab_size} is smaller than the tokenizer's "
+                                            f"{need} token ids; pick a shape whose vocabulary covers it")
+        dtype = DTYPE_NAMES.get(args.get("dtype", "bfloat16"))
+        if dtype is None:
+            raise EngineError("bad_request", f"unknown dtype {args.get('dtype')!r}")
+        return randinit.write_random_folder(cfg, args["path"], int(args.get("seed", 0)), dtype,
+                                            int(args.get("max_shard_bytes") or checkpoint.DEFAULT_SHARD_BYTES),
+                                            args.get("extra_config"))
 
     def op_digest(self, args: Dict[str, Any]) -> Any:
         """sha256 of the bf16 weights (sorted HF names): equal digests mean bit-identical policies."""

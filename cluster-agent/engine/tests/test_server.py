@@ -9,8 +9,7 @@ import helpers  # noqa: F401 - puts hearth_engine on sys.path
 from hearth_engine.protocol import decode_value, encode_value, read_frame, write_frame
 from hearth_engine.server import serve
 
-TINY = {"config": "tiny", "overrides": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
-                                        "num_hidden_layers": 2}, "threads": 1}
+TINY = {"config": "tiny-test", "threads": 1}
 
 
 def exchange(*requests):
