@@ -299,14 +299,24 @@ export class TensorEngine {
     return this.request("digest", {}, options);
   }
 
-  /** Write the trainer's exact state (fp32 master weights, reference, AdamW moments, step) to `path`. */
-  saveState(path: string, options?: RequestOptions): Promise<{ path: string; steps: number }> {
-    return this.request("save_state", { path }, options);
+  /**
+   * Write the trainer's exact state into the FOLDER `dir` (created if missing):
+   * trainer-state.json (steps, GRPO config, AdamW hyperparameters),
+   * master.safetensors (fp32 weights), reference.safetensors (when klCoef > 0)
+   * and optimizer.safetensors (AdamW exp_avg, exp_avg_sq, step per tensor). No
+   * pickle; the JSON is written last, so a folder holding it is complete.
+   */
+  saveState(dir: string, options?: RequestOptions): Promise<{ path: string; steps: number; bytes: number }> {
+    return this.request("save_state", { path: dir }, options);
   }
 
-  /** Restore a state written by saveState (after trainInit with the same config). */
-  loadState(path: string, options?: RequestOptions): Promise<{ steps: number }> {
-    return this.request("load_state", { path }, options);
+  /**
+   * Restore the folder `dir` written by saveState, bit for bit (call after
+   * trainInit with the same model and config). A file path (e.g. an old pickled
+   * trainer-state.pt) is refused with `bad_request`; nothing is unpickled.
+   */
+  loadState(dir: string, options?: RequestOptions): Promise<{ steps: number }> {
+    return this.request("load_state", { path: dir }, options);
   }
 
   /**
