@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `hearth` command line: processes (head, agent), the embedded local
- * cluster (up, down, status) and the main job (demo).
+ * cluster (up, down, status), the main job (demo) and model folders (model init).
  */
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -17,6 +17,7 @@ import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
 import { runTrainCommand, TRAIN_USAGE } from "../sdk/searchr1/cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
+import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
 
 const USAGE = `usage: hearth <command> [options]
 
@@ -33,6 +34,7 @@ commands:
   status  [--head ENDPOINT] [--json]           show agents, apps, services and executors
   demo    the main job on the embedded default
   train   search-r1 [flags]                    Search-R1 training (see below)
+  ${MODEL_USAGE}
 
 ${TRAIN_USAGE}
 `;
@@ -151,6 +153,7 @@ async function main(argv: string[]): Promise<number> {
     case "train":
       return runTrainCommand(rest);
     case "kernel": return runKernelCommand(rest);
+    case "model": return runModelCommand(rest);
     case undefined:
     case "help":
     case "--help":

@@ -14,7 +14,7 @@ import { FrameDecoder, decodeValue, encodeFrame, encodeValue } from "./frame.js"
 import { findEngineDir, findPython } from "./python.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
 import type {
-  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitModelOptions,
+  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
   InitModelResult, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";
 
@@ -287,19 +287,36 @@ export class TensorEngine {
     return this.request("save_checkpoint", { path, dtype }, options);
   }
 
+  /** Write a random-weight HF folder (config.json + safetensors, sharded above maxShardBytes); needs no initModel. */
+  async initFolder(folder: InitFolderOptions, options?: RequestOptions): Promise<InitFolderResult> {
+    const r = await this.request<Record<string, unknown>>("init_folder", snake(folder), options);
+    return { files: r.files as string[], totalSize: r.total_size as number, params: r.params as number,
+      tensors: r.tensors as number, seconds: r.seconds as number };
+  }
+
   /** sha256 of the model's bf16 weights: equal digests mean bit-identical policies. */
   digest(options?: RequestOptions): Promise<{ digest: string; tensors: number; version: number }> {
     return this.request("digest", {}, options);
   }
 
-  /** Write the trainer's exact state (fp32 master weights, reference, AdamW moments, step) to `path`. */
-  saveState(path: string, options?: RequestOptions): Promise<{ path: string; steps: number }> {
-    return this.request("save_state", { path }, options);
+  /**
+   * Write the trainer's exact state into the FOLDER `dir` (created if missing):
+   * trainer-state.json (steps, GRPO config, AdamW hyperparameters),
+   * master.safetensors (fp32 weights), reference.safetensors (when klCoef > 0)
+   * and optimizer.safetensors (AdamW exp_avg, exp_avg_sq, step per tensor). No
+   * pickle; the JSON is written last, so a folder holding it is complete.
+   */
+  saveState(dir: string, options?: RequestOptions): Promise<{ path: string; steps: number; bytes: number }> {
+    return this.request("save_state", { path: dir }, options);
   }
 
-  /** Restore a state written by saveState (after trainInit with the same config). */
-  loadState(path: string, options?: RequestOptions): Promise<{ steps: number }> {
-    return this.request("load_state", { path }, options);
+  /**
+   * Restore the folder `dir` written by saveState, bit for bit (call after
+   * trainInit with the same model and config). A file path (e.g. an old pickled
+   * trainer-state.pt) is refused with `bad_request`; nothing is unpickled.
+   */
+  loadState(dir: string, options?: RequestOptions): Promise<{ steps: number }> {
+    return this.request("load_state", { path: dir }, options);
   }
 
   /**

@@ -28,8 +28,10 @@ export type { Frame } from "./frame.js";
 export { int32Tensor, float32Tensor, uint8Tensor, toInt32Array, toFloat32Array, isTensor, itemSize } from "./tensor.js";
 export type { DType, Tensor } from "./tensor.js";
 export { byteLevelVocab } from "./vocab.js";
+export { initModelFolder, specialTokenIds } from "./model-folder.js";
+export type { ModelFolderOptions, ModelFolderResult, SpecialTokenIds } from "./model-folder.js";
 export type { TokenizerJson } from "./vocab.js";
 export type {
-  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitModelOptions,
-  InitModelResult, PatchStats, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
+  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions,
+  InitFolderResult, InitModelOptions, InitModelResult, PatchStats, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";

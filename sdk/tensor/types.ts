@@ -157,3 +157,32 @@ export interface EngineInfo {
   cuda: boolean;
   threads: number;
 }
+
+/** A random-weight Hugging Face folder to write (engine op `init_folder`). */
+export interface InitFolderOptions {
+  /** Preset name (`"qwen2-tiny"`, `"qwen2.5-3b"`…), config.json path or HF config object. */
+  config: string | Record<string, unknown>;
+  overrides?: Record<string, unknown>;
+  /** Folder to write config.json and the safetensors into (created if missing). */
+  path: string;
+  /** Seed: the same seed gives byte-identical files. */
+  seed?: number;
+  /** On-disk dtype (default bfloat16). */
+  dtype?: "bfloat16" | "float32" | "float16";
+  /** Shard above this many bytes (default 5 GB, as transformers does). */
+  maxShardBytes?: number;
+  /** Extra config.json fields (e.g. eos_token_id); shape fields cannot be replaced. */
+  extraConfig?: Record<string, unknown>;
+  /** Refuse (bad_config) unless the shape's vocab_size is at least this (the tokenizer's ids). */
+  minVocabSize?: number;
+}
+
+/** What init_folder wrote. */
+export interface InitFolderResult {
+  files: string[];
+  /** Bytes of the weight files. */
+  totalSize: number;
+  params: number;
+  tensors: number;
+  seconds: number;
+}

@@ -7,8 +7,7 @@ import { join } from "node:path";
 import { TensorEngine, EngineError } from "../../sdk/tensor/index.js";
 
 const TINY = {
-  config: "tiny",
-  overrides: { vocab_size: 256, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2 },
+  config: "tiny-test",
   seed: 1,
   threads: 1,
 };

@@ -9,7 +9,7 @@ machine-readable `code` (e.g. "bad_safetensors", "checkpoint_mismatch",
 class EngineError(Exception):
     """An engine failure with a stable machine-readable code.
 
-    Codes in use: bad_request, unknown_op, bad_config, bad_safetensors,
+    Codes in use: bad_request, unknown_op, bad_config, bad_safetensors, bad_checkpoint,
     checkpoint_mismatch, no_model, no_vocab, no_trainer, no_session, bad_patch,
     distributed.
     """

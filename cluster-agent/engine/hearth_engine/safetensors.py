@@ -14,7 +14,7 @@ import mmap
 import os
 import struct
 import warnings
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -27,7 +27,12 @@ DTYPES: Dict[str, torch.dtype] = {
     "U8": torch.uint8, "BOOL": torch.bool,
 }
 NAMES: Dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+ITEM_SIZE: Dict[str, int] = {k: torch.empty((), dtype=v).element_size() for k, v in DTYPES.items()}
 MAX_HEADER = 100 * 1024 * 1024
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _fail(source: str, message: str) -> EngineError:
@@ -58,11 +63,16 @@ def parse_header(buf, source: str = "<bytes>") -> Tuple[dict, int]:
         shape, offs = info.get("shape"), info.get("data_offsets")
         if not isinstance(shape, list) or not isinstance(offs, list) or len(offs) != 2:
             raise _fail(source, f"tensor {name!r} lacks shape or data_offsets")
+        if not all(_is_int(s) and 0 <= s <= data_len for s in shape):
+            raise _fail(source, f"tensor {name!r}: shape {shape} must be non-negative integers "
+                                f"no larger than the {data_len} data bytes")
+        if not all(_is_int(o) for o in offs):
+            raise _fail(source, f"tensor {name!r}: data_offsets {offs} must be integers")
         numel = 1
         for s in shape:
-            numel *= int(s)
-        want = numel * torch.empty((), dtype=DTYPES[info["dtype"]]).element_size()
-        begin, end = int(offs[0]), int(offs[1])
+            numel *= s
+        want = numel * ITEM_SIZE[info["dtype"]]
+        begin, end = offs
         if not 0 <= begin <= end <= data_len or end - begin != want:
             raise _fail(source, f"tensor {name!r}: data_offsets {offs} do not hold {want} bytes "
                                 f"within {data_len} data bytes (corrupt or truncated)")
@@ -131,30 +141,59 @@ def tensor_bytes(t: Tensor) -> bytearray:
     return out
 
 
-def serialize(tensors: Dict[str, Tensor], meta: Optional[Dict[str, str]] = None) -> bytes:
-    """One safetensors file as bytes, tensors in the given order."""
+def _header(specs: Sequence[Tuple[str, torch.dtype, Sequence[int]]], meta: Optional[Dict[str, str]]
+            ) -> Tuple[bytes, int]:
+    """The length-prefixed, 8-byte padded header for tensors laid out in order; returns
+    (header bytes, total data bytes)."""
     header: Dict[str, object] = {}
     if meta:
         header["__metadata__"] = {str(k): str(v) for k, v in meta.items()}
-    chunks, offset = [], 0
-    for name, t in tensors.items():
-        if t.dtype not in NAMES:
-            raise EngineError("bad_safetensors", f"tensor {name!r}: dtype {t.dtype} cannot be stored")
-        data = tensor_bytes(t)
-        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
+    offset = 0
+    for name, dtype, shape in specs:
+        if dtype not in NAMES:
+            raise EngineError("bad_safetensors", f"tensor {name!r}: dtype {dtype} cannot be stored")
+        numel = 1
+        for d in shape:
+            numel *= int(d)
+        size = numel * ITEM_SIZE[NAMES[dtype]]
+        header[name] = {"dtype": NAMES[dtype], "shape": [int(d) for d in shape],
+                        "data_offsets": [offset, offset + size]}
+        offset += size
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
     head += b" " * (-len(head) % 8)  # keep tensor data 8-byte aligned, as the reference writer does
-    return b"".join([struct.pack("<Q", len(head)), head, *chunks])
+    return struct.pack("<Q", len(head)) + head, offset
+
+
+def serialize(tensors: Dict[str, Tensor], meta: Optional[Dict[str, str]] = None) -> bytes:
+    """One safetensors file as bytes, tensors in the given order (for in-memory blobs)."""
+    head, _ = _header([(n, t.dtype, t.shape) for n, t in tensors.items()], meta)
+    return b"".join([head, *(tensor_bytes(t) for t in tensors.values())])
+
+
+def write_file(path: str, specs: Sequence[Tuple[str, torch.dtype, Sequence[int]]],
+               produce: Callable[[str], Tensor], meta: Optional[Dict[str, str]] = None) -> int:
+    """Write a safetensors file atomically, one tensor at a time: `produce(name)` is called
+    in spec order and its result written before the next is asked for, so at most one
+    tensor (plus its byte copy) is in memory. Returns the file size in bytes."""
+    head, total = _header(specs, meta)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            for name, dtype, shape in specs:
+                t = produce(name)
+                if t.dtype != dtype or list(t.shape) != [int(d) for d in shape]:
+                    raise EngineError("bad_safetensors", f"tensor {name!r}: produced {t.dtype} {list(t.shape)}, "
+                                                         f"header says {dtype} {list(shape)}")
+                f.write(tensor_bytes(t))
+                del t
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return len(head) + total
 
 
 def save_file(tensors: Dict[str, Tensor], path: str, meta: Optional[Dict[str, str]] = None) -> int:
-    """Write a safetensors file atomically; returns its size in bytes."""
-    data = serialize(tensors, meta)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-    return len(data)
+    """Write a safetensors file atomically (streamed tensor by tensor); returns its size in bytes."""
+    return write_file(path, [(n, t.dtype, t.shape) for n, t in tensors.items()], tensors.__getitem__, meta)

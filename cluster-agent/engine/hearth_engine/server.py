@@ -2,7 +2,8 @@
 served in order, every failure answered as {code, message, traceback}.
 
 Ops: ping, init_model, set_vocab, generate, resume, release, logprobs, train_init,
-train_step, publish, apply, save_checkpoint, shutdown (see docs/engine.md).
+train_step, publish, apply, save_checkpoint, init_folder, digest,
+save_state, load_state, shutdown (see docs/engine.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import __version__, checkpoint, config as config_mod
+from . import __version__, checkpoint, config as config_mod, randinit, state as trainer_state
 from .errors import EngineError
 from .generate import RowResult, SamplingParams, Session, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
@@ -219,6 +220,21 @@ class Engine:
                                       int(args.get("max_shard_bytes", 5 * 1024 ** 3)))
         return {"files": files}
 
+    def op_init_folder(self, args: Dict[str, Any]) -> Any:
+        """Write a random-weight HF folder (config.json + safetensors) from a preset or config;
+        needs no init_model and leaves this engine's model alone."""
+        cfg = config_mod.resolve(args["config"], args.get("overrides"))
+        need = int(args.get("min_vocab_size") or 0)
+        if cfg.vocab_size < need:
+            raise EngineError("bad_config", f"vocab_size {cfg.vocab_size} is smaller than the tokenizer's "
+                                            f"{need} token ids; pick a shape whose vocabulary covers it")
+        dtype = DTYPE_NAMES.get(args.get("dtype", "bfloat16"))
+        if dtype is None:
+            raise EngineError("bad_request", f"unknown dtype {args.get('dtype')!r}")
+        return randinit.write_random_folder(cfg, args["path"], int(args.get("seed", 0)), dtype,
+                                            int(args.get("max_shard_bytes") or checkpoint.DEFAULT_SHARD_BYTES),
+                                            args.get("extra_config"))
+
     def op_digest(self, args: Dict[str, Any]) -> Any:
         """sha256 of the bf16 weights (sorted HF names): equal digests mean bit-identical policies."""
         h = hashlib.sha256()
@@ -229,33 +245,19 @@ class Engine:
         return {"digest": h.hexdigest(), "tensors": len(tensors), "version": self.version}
 
     def op_save_state(self, args: Dict[str, Any]) -> Any:
-        """Write the trainer's exact state (fp32 master, frozen reference, AdamW, step) for resume."""
+        """Write the trainer's exact state (fp32 master, frozen reference, AdamW, step) into
+        the folder `path` (safetensors + JSON, see state.py) for resume."""
         if self.trainer is None:
             raise EngineError("no_trainer", "send train_init first")
-        t = self.trainer
-        state = {"model": t.model.state_dict(), "ref": t.ref.state_dict() if t.ref is not None else None,
-                 "opt": t.opt.state_dict(), "steps": t.steps}
-        tmp = f"{args['path']}.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, args["path"])
-        return {"path": args["path"], "steps": t.steps}
+        return trainer_state.save_state(self.trainer, args["path"])
 
     def op_load_state(self, args: Dict[str, Any]) -> Any:
-        """Restore what save_state wrote (call after train_init with the same config)."""
+        """Restore what save_state wrote in the folder `path` (after train_init with the same config)."""
         if self.trainer is None:
             raise EngineError("no_trainer", "send train_init first")
-        path = args["path"]
-        if not os.path.exists(path):
-            raise EngineError("bad_request", f"no trainer state at {path}")
-        state = torch.load(path, map_location=self.trainer.device)
-        t = self.trainer
-        t.model.load_state_dict(state["model"])
-        if t.ref is not None and state.get("ref") is not None:
-            t.ref.load_state_dict(state["ref"])
-        t.opt.load_state_dict(state["opt"])
-        t.steps = int(state["steps"])
+        result = trainer_state.load_state(self.trainer, args["path"])
         self.sessions.clear()
-        return {"steps": t.steps}
+        return result
 
     def op_shutdown(self, args: Dict[str, Any]) -> Any:
         shutdown_distributed()

@@ -106,13 +106,13 @@ class CheckpointTest(unittest.TestCase):
         self.assert_code("checkpoint_mismatch", lambda: checkpoint.load_model(self.dir),
                          "missing 1: model.layers.1.mlp.up_proj.weight",
                          "unexpected 1: model.layers.9.mlp.extra.weight",
-                         "model.norm.weight: file [3] vs model [64]")
+                         "model.norm.weight: weights [3] vs config [64]")
 
     def test_config_shape_mismatch_is_named(self):
         checkpoint.save_model(self.model, self.dir, dtype=torch.float32)
         other = tiny_config(intermediate_size=96)
         self.assert_code("checkpoint_mismatch", lambda: checkpoint.load_model(self.dir, config=other),
-                         "mlp.gate_proj.weight: file [128, 64] vs model [96, 64]")
+                         "mlp.gate_proj.weight: weights [128, 64] vs config [96, 64]")
 
     def test_no_weights_is_a_clear_error(self):
         self.assert_code("bad_safetensors", lambda: checkpoint.load_model(self.dir, config=tiny_config()),

@@ -1,6 +1,8 @@
 """The pipe protocol and request dispatch, in process (frames in, frames out)."""
 
 import io
+import os
+import tempfile
 import unittest
 
 import torch
@@ -9,8 +11,7 @@ import helpers  # noqa: F401 - puts hearth_engine on sys.path
 from hearth_engine.protocol import decode_value, encode_value, read_frame, write_frame
 from hearth_engine.server import serve
 
-TINY = {"config": "tiny", "overrides": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
-                                        "num_hidden_layers": 2}, "threads": 1}
+TINY = {"config": "tiny-test", "threads": 1}
 
 
 def exchange(*requests):
@@ -58,6 +59,24 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(codes, ["no_model", "unknown_op", "bad_config", None])
         self.assertIn("Traceback", replies[0]["error"]["traceback"])
         self.assertTrue(replies[3]["ok"])
+
+    def test_trainer_state_ops_take_a_folder_and_random_folders_load(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            state_dir, model_dir = os.path.join(tmp, "state"), os.path.join(tmp, "model")
+            replies = exchange(
+                ("init_folder", {"config": "tiny-test", "path": model_dir, "seed": 3, "max_shard_bytes": 50_000}),
+                ("init_model", {**TINY, "checkpoint": model_dir, "config": model_dir}),
+                ("train_init", {"config": {"lr": 1e-3}}),
+                ("save_state", {"path": state_dir}),
+                ("load_state", {"path": state_dir}),
+                ("load_state", {"path": os.path.join(tmp, "absent")}),
+            )
+            self.assertTrue(all(r["ok"] for r in replies[:5]), replies)
+            self.assertGreater(len(replies[0]["result"]["files"]), 1)
+            self.assertEqual(replies[1]["result"]["params"], replies[0]["result"]["params"])
+            self.assertTrue(os.path.isfile(os.path.join(state_dir, "trainer-state.json")))
+            self.assertEqual(replies[4]["result"], {"steps": 0})
+            self.assertEqual(replies[5]["error"]["code"], "bad_request")
 
     def test_shutdown_stops_serving(self):
         replies = exchange(("shutdown", {}), ("ping", {}))
