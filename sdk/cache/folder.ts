@@ -36,6 +36,8 @@ export interface FolderRef {
   files: FolderFile[];
   /** Identifies this content (names, sizes, times and the objects' keys). */
   id: string;
+  /** Executors that can see the folder may read it in place (false forces the objects, e.g. to test that path). */
+  inPlaceOk: boolean;
 }
 
 /** Options of `shipFolder`. */
@@ -46,6 +48,8 @@ export interface ShipFolderOptions {
   names?: string[];
   /** Bytes per object (tests make small parts). */
   partBytes?: number;
+  /** With `objects`: executors use the objects even when they could read the folder in place. */
+  forceObjects?: boolean;
 }
 
 /** Describes `dir` and, with `objects`, puts its files part by part. */
@@ -65,7 +69,7 @@ export async function shipFolder(objects: ObjectCache, dir: string, opts: ShipFo
     .update(JSON.stringify([abs, files.map((f) => [f.name, f.size, f.mtimeMs, f.parts?.map((p) => `${p.key}@${p.version}`)])]))
     .digest("hex")
     .slice(0, 24);
-  return { host: os.hostname(), dir: abs, files, id };
+  return { host: os.hostname(), dir: abs, files, id, inPlaceOk: !(opts.objects && opts.forceObjects) };
 }
 
 async function putParts(objects: ObjectCache, file: string, size: number, partBytes: number): Promise<ObjectRef[]> {
@@ -123,7 +127,7 @@ export interface OpenFolderOptions {
  * the others wait for it).
  */
 export async function openFolder(objects: ObjectCache, ref: FolderRef, opts: OpenFolderOptions = {}): Promise<OpenedFolder> {
-  if (visibleInPlace(ref)) return { dir: ref.dir, inPlace: true, fetchedBytes: 0 };
+  if (ref.inPlaceOk && visibleInPlace(ref)) return { dir: ref.dir, inPlace: true, fetchedBytes: 0 };
   if (ref.files.some((f) => !f.parts)) {
     throw new HearthError(
       `${ref.dir} (on ${ref.host}) is not readable from ${os.hostname()} and was shipped without its files: ship it with objects (modelTransfer "objects")`,

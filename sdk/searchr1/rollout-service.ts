@@ -138,6 +138,12 @@ export class SearchR1Rollout {
     };
   }
 
+  /** Searches this executor's index (what a `<search>` in a rollout would get back). */
+  async retrieve(setup: ObjectRef, query: string, k = 3): Promise<{ executorId: string; hits: Array<{ title: string; text: string }> }> {
+    await this.setup(setup);
+    return { executorId: this.ctx.executorId, hits: this.index.search(query, k).map((h) => ({ title: h.title, text: h.text })) };
+  }
+
   /** sha256 of the policy's bf16 weights and the publication version it holds. */
   async digest(): Promise<{ digest: string | null; version: number; executorId: string }> {
     // An executor that never took a rollout holds no policy yet.

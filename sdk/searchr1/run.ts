@@ -107,7 +107,7 @@ export class SearchR1Run {
     const mode = this.opts.modelTransfer;
     const local = this.trainer.members.every((m) => m.host === os.hostname());
     const objects = mode === "objects" || (mode === "auto" && !local);
-    return shipFolder(this.app.objects, dir, { objects, names });
+    return shipFolder(this.app.objects, dir, { objects, names, forceObjects: mode === "objects" });
   }
 
   private async start(resume: ReturnType<typeof readResume> | undefined): Promise<void> {
@@ -141,6 +141,21 @@ export class SearchR1Run {
     const r0 = res[0]!;
     const from = checkpoint ? ` from ${checkpoint.dir} (${r0.inPlace ? "read in place" : "shipped file by file"})` : "";
     o.log(`trainers ready (${r0.params.toLocaleString()} parameters on ${r0.device ?? "?"}${from}); weights published (${r0.publish?.bytes ?? 0} bytes)`);
+  }
+
+  /** The rollout pool (e.g. to address each member). */
+  get rolloutPool(): PoolHandle<SearchR1Rollout> {
+    return this.rollout;
+  }
+
+  /** The trainer gang. */
+  get trainerGang(): GangHandle<SearchR1Trainer> {
+    return this.trainer;
+  }
+
+  /** The rollout setup object every rollout call names. */
+  get rolloutSetup(): ObjectRef {
+    return this.svc.rolloutSetup;
   }
 
   /** Steps completed so far. */

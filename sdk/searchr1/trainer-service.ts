@@ -68,9 +68,6 @@ export interface SaveResult {
   state?: FolderRef;
 }
 
-/** The engine's state format lives in a folder (state/ of a checkpoint). */
-const STATE_FILE = "trainer-state.pt";
-
 /** The service class executors load. */
 export class SearchR1Trainer {
   private ctx!: ExecutorContext;
@@ -118,7 +115,7 @@ export class SearchR1Trainer {
     await engine.trainInit(trainer, this.distributed(s.backend));
     if (s.state) {
       const state = await openFolder(this.ctx.objects, s.state);
-      await engine.loadState(path.join(state.dir, STATE_FILE));
+      await engine.loadState(state.dir);
     }
     this.weightsKey = s.weights;
     this.setupRef = key;
@@ -183,7 +180,7 @@ export class SearchR1Trainer {
     if (target.state) {
       stateDir = path.join(root, "state");
       mkdirSync(stateDir, { recursive: true });
-      await engine.saveState(path.join(stateDir, STATE_FILE));
+      await engine.saveState(stateDir);
     }
     if (inPlace) {
       if (!existsSync(path.join(modelDir, "config.json"))) throw new HearthError(`the trainer wrote ${modelDir} but cannot see it afterwards`);

@@ -89,7 +89,7 @@ export const syntheticRecipe: TaskRecipe = {
       corpus: task.corpus,
       tokenizer,
       text: SYNTHETIC_TEXT,
-      model: { config: "tiny", overrides: { vocab_size: tokenizer.size, max_position_embeddings: 1024, hidden_size: 64, intermediate_size: 192, num_hidden_layers: 2 } },
+      model: { config: TINY_SYNTHETIC_PRESET, overrides: { vocab_size: tokenizer.size } },
       // Frozen random (tied) embeddings make every entity name look alike to the network, so
       // copying learned on training names also works for held-out names it never saw.
       trainer: { freezeEmbeddings: true, embeddingRms: 0.5 },
