@@ -15,7 +15,8 @@ import { dropFolder, shipFolder, type FolderRef } from "../cache/folder.js";
 import type { ObjectRef } from "../cache/object-cache.js";
 import { connect, type App } from "../runtime/app.js";
 import type { GangHandle, PoolHandle } from "../runtime/handles.js";
-import { HearthError } from "../wire/errors.js";
+import { HearthError, formatBytes } from "../wire/errors.js";
+import { parseResreq } from "../runtime/resreq.js";
 import { readResume, writeCheckpointJson, writeStandaloneCheckpoint } from "./checkpoint.js";
 import { StepStore, trainLoop, type TrainOptions } from "./interactive.js";
 import { backendFor, layerOptions, threadsFor, validateOptions, type SearchR1Options } from "./options.js";
@@ -78,6 +79,12 @@ export class SearchR1Run {
     for (const note of task.notes) log(`note: ${note}`);
     log(`task: ${task.describe}`);
     const app = await connect({ name: opts.name, head: opts.head });
+    try {
+      await checkCapacity(app, opts);
+    } catch (err) {
+      await app.close().catch(() => undefined);
+      throw err;
+    }
     const corpus = await app.objects.put(task.corpus);
     const setup: RolloutSetup = {
       model: task.model,
@@ -243,6 +250,25 @@ export class SearchR1Run {
   /** Stops the services and disconnects. */
   async close(): Promise<void> {
     await this.app.close();
+  }
+}
+
+/**
+ * On a fixed cluster (no Slurm jobs to add), a resreq that no agent can ever
+ * satisfy would leave the services pending: say so before declaring them.
+ */
+async function checkCapacity(app: App, o: SearchR1Options): Promise<void> {
+  const status = await app.status();
+  if (status.slurm) return;
+  for (const [flag, resreq] of [["--rollout-resreq", o.rolloutResreq], ["--trainer-resreq", o.trainerResreq]] as const) {
+    const want = parseResreq(resreq);
+    const fits = status.agents.some((a) => a.total.cpu >= want.cpu && a.total.mem >= want.mem && a.total.gpus.length >= want.gpu);
+    if (!fits) {
+      const have = status.agents.map((a) => `${a.id}: cpu=${a.total.cpu},mem=${formatBytes(a.total.mem)},gpu=${a.total.gpus.length}`).join("; ") || "no agents";
+      throw new HearthError(
+        `${flag} "${resreq}" fits no agent of this cluster (${have}): ask for less (on CPU, e.g. --rollout-resreq cpu=1 --trainer-resreq cpu=1), or add an agent that has it`,
+      );
+    }
   }
 }
 

@@ -175,6 +175,8 @@ test("bad inputs are clear errors before any service starts", async () => {
   await bad("m4", { model: "tiny", data }, /only covers the synthetic task/);
   await bad("m5", { rolloutResreq: "cpu=0" }, /--rollout-resreq "cpu=0": cpu must be > 0/);
   await bad("m6", { backend: "nccl" }, /--backend nccl needs trainers with a GPU/);
+  // The reference recipe's GPUs on this CPU-only cluster: refused before the services are declared.
+  await bad("m8", { rolloutResreq: "cpu=1,gpu=1" }, /--rollout-resreq "cpu=1,gpu=1" fits no agent of this cluster \(n1: cpu=2,mem=8 GiB,gpu=0\)/);
 
   const noTemplate = path.join(work, "no-template");
   cpSync(modelDir, noTemplate, { recursive: true });
