@@ -30,6 +30,7 @@ const NUMERIC = {
   temperature: "temperature",
   "bootstrap-steps": "bootstrapSteps",
   threads: "threads",
+  "logprob-gap-warn": "logprobGapWarn",
 } as const satisfies Record<string, keyof SearchR1Options>;
 
 /** Text flags and the option each sets. */
@@ -55,7 +56,7 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--grad-clip X] [--micro-batch N]
   [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
   [--bootstrap-steps N] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
-  [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects]
+  [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X]
   [--resume CHECKPOINT_DIR] [--head tcp://HOST:PORT] [--name APP]
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
 

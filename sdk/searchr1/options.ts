@@ -55,6 +55,8 @@ export interface SearchR1Options {
   backend: "auto" | "gloo" | "nccl";
   /** How a model folder reaches the trainers: read in place when every trainer's agent runs on this host (auto), or per-file cache objects. */
   modelTransfer: "auto" | "in-place" | "objects";
+  /** Warn when the mean |sampler − trainer| logprob gap of a step passes this. */
+  logprobGapWarn: number;
   /** A checkpoint folder written by a previous run. */
   resume?: string;
   /** Head endpoint; default the embedded local one. */
@@ -98,6 +100,7 @@ export const BASE_OPTIONS: SearchR1Options = {
   threads: 0,
   backend: "auto",
   modelTransfer: "auto",
+  logprobGapWarn: 0.05,
   name: "search-r1",
   log: (line) => console.log(line),
 };
@@ -143,7 +146,7 @@ export function validateOptions(o: SearchR1Options): void {
     const v = o[k as keyof SearchR1Options];
     if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new HearthError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`);
   }
-  for (const k of ["lr", "klCoef", "temperature", "gradClip"] as const) {
+  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn"] as const) {
     if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new HearthError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`);
   }
   for (const [k, allowed] of Object.entries(CHOICES)) {

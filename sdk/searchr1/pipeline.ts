@@ -32,6 +32,19 @@ export interface StepMetrics {
   publish_bytes: number;
   step_s: number;
   weights_version: number;
+  /** Live agreement checks from the trainers (absent when no sample was trained on): mean and max |sampler − trainer| logprob on generated tokens. */
+  logprob_gap?: number;
+  logprob_gap_max?: number;
+  /** k3 KL to the frozen reference, per generated token. */
+  kl?: number;
+  /** Policy ratio π/π_old: mean and max over generated tokens; share of tokens clipped. */
+  ratio_mean?: number;
+  ratio_max?: number;
+  clip_frac?: number;
+  /** Policy entropy on generated tokens. */
+  entropy?: number;
+  loss?: number;
+  grad_norm?: number;
   eval_em?: number;
   eval_searches?: number;
 }
@@ -143,6 +156,20 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
     step_s: (t2 - t0) / 1000,
     weights_version: trained[0]?.publish?.cacheVersion ?? parts[0]?.r.weightsVersion ?? 0,
   };
+  const tm = trained[0]?.metrics;
+  if (tm && !tm.skipped) {
+    Object.assign(metrics, {
+      logprob_gap: tm.gap,
+      logprob_gap_max: tm.gap_max,
+      kl: tm.kl,
+      ratio_mean: tm.ratio,
+      ratio_max: tm.ratio_max,
+      clip_frac: tm.clipped,
+      entropy: tm.entropy,
+      loss: tm.loss,
+      grad_norm: tm.grad_norm,
+    });
+  }
   return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples };
 }
 

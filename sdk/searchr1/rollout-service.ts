@@ -81,6 +81,7 @@ export class SearchR1Rollout {
   private index!: Bm25Index;
   private weights: PublicationRecord = { version: 0 };
   private weightsKeyHeld?: string;
+  private syncsToSkip = 0;
 
   async init(ctx: ExecutorContext): Promise<void> {
     this.ctx = ctx;
@@ -111,7 +112,8 @@ export class SearchR1Rollout {
     const t0 = performance.now();
     const before = this.ctx.objects.stats.bytesReceived;
     this.weightsKeyHeld = req.weights;
-    this.weights = await applyPublications(this.ctx.objects, req.weights, this.engine!);
+    if (this.syncsToSkip > 0) this.syncsToSkip--;
+    else this.weights = await applyPublications(this.ctx.objects, req.weights, this.engine!);
     const syncSeconds = (performance.now() - t0) / 1000;
     const syncBytes = this.ctx.objects.stats.bytesReceived - before;
     const prompts: number[][] = [];
@@ -136,6 +138,16 @@ export class SearchR1Rollout {
       generateSeconds: (performance.now() - t1) / 1000,
       tokens: episodes.reduce((n, e) => n + e.tokens.length, 0),
     };
+  }
+
+  /**
+   * Fault injection for the live agreement checks: the next `n` rollout calls
+   * on this executor skip the weight sync and sample with the weights it holds.
+   */
+  async skipSyncs(n: number): Promise<{ executorId: string; skipping: number }> {
+    if (!Number.isInteger(n) || n < 0) throw new RangeError(`skipSyncs needs a whole number ≥ 0; got ${String(n)}`);
+    this.syncsToSkip = n;
+    return { executorId: this.ctx.executorId, skipping: n };
   }
 
   /** Searches this executor's index (what a `<search>` in a rollout would get back). */

@@ -191,6 +191,11 @@ export class SearchR1Run {
       const result = withStepDisplay(await runStep(this.svc, step, this.reward));
       this.stepNo = step;
       const m = result.metrics;
+      if (m.logprob_gap !== undefined && m.logprob_gap > this.opts.logprobGapWarn) {
+        this.opts.log(
+          `warning: step ${step}: the sampler's logprobs differ from the trainer's by ${m.logprob_gap.toFixed(4)} per token on average (max ${(m.logprob_gap_max ?? NaN).toFixed(4)}; warn above ${this.opts.logprobGapWarn}): a rollout may hold stale weights, or its numerics differ from the trainer's`,
+        );
+      }
       if (this.opts.evalEvery > 0 && step % this.opts.evalEvery === 0) {
         const ev = await this.evaluate();
         m.eval_em = ev.em;

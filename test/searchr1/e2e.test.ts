@@ -98,3 +98,34 @@ test("resume from a checkpoint continues exactly: step 3 after resuming at 2 equ
     await resumed.close();
   }
 });
+
+test("the live agreement check: logprob gap, KL, ratio, clip fraction, entropy, loss and grad norm per step; a rollout that skipped a patch makes it fire", async () => {
+  const out = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-c-"));
+  const lines: string[] = [];
+  // Sampling hot (temperature 3) so the barely warmed-up policy writes varied responses.
+  const run = await SearchR1Run.create(options(out, { lr: 1e-2, temperature: 3, logprobGapWarn: 0.01, log: (l) => lines.push(l) }));
+  try {
+    // A random policy rarely answers right; a reward on the response length varies within groups, so every step trains.
+    run.setReward((response) => (response.length % 2 === 0 ? 1 : 0));
+    const first = (await run.step()).metrics;
+    assert.ok(first.samples_trained > 0);
+    for (const k of ["logprob_gap", "logprob_gap_max", "kl", "ratio_mean", "ratio_max", "clip_frac", "entropy", "loss", "grad_norm"] as const) {
+      assert.equal(typeof first[k], "number", `metrics has ${k}`);
+      assert.ok(Number.isFinite(first[k]), `${k} is finite`);
+    }
+    const written = JSON.parse(readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n")[0]!) as StepMetrics;
+    assert.equal(written.logprob_gap, first.logprob_gap, "the checks reach metrics.jsonl");
+    // In sync the gap is the bf16 rounding of the published weights against the trainers' fp32 master (~1e-3 here).
+    assert.ok(first.logprob_gap! < 0.01, `in sync, sampler and trainer agree (gap ${first.logprob_gap})`);
+    assert.ok(Math.abs(first.ratio_mean! - 1) < 1e-3, "ratio ~1 on the first epoch");
+    assert.ok(!lines.some((l) => l.startsWith("warning:")), "no warning while in sync");
+    const [stale] = await run.rolloutPool.members();
+    await run.rolloutPool.callMember(stale!.executorId, "skipSyncs", 1);
+    const second = (await run.step()).metrics;
+    console.log(`# logprob gap in sync ${first.logprob_gap}, with one rollout a patch behind ${second.logprob_gap}`);
+    assert.ok(second.logprob_gap! > 0.01 && second.logprob_gap! > 5 * first.logprob_gap!, `a stale rollout widens the gap (${first.logprob_gap} → ${second.logprob_gap})`);
+    assert.match(lines.join("\n"), /warning: step 2: the sampler's logprobs differ from the trainer's/);
+  } finally {
+    await run.close();
+  }
+});

@@ -47,6 +47,9 @@ class GRPOConfig:
     # With frozen tied embeddings the output logits are h . E: rescale E to this per-element RMS
     # (idempotent; 0 keeps it) so a small model can reach a peaked distribution quickly.
     embedding_rms: float = 0.0
+    # Report the policy's entropy on trained tokens even when it is not in the loss (one
+    # softmax per micro-batch, without gradient).
+    track_entropy: bool = True
 
 
 @dataclass
@@ -81,12 +84,15 @@ def token_losses(logp: Tensor, old: Tensor, ref: Optional[Tensor], adv: Tensor, 
     before any arithmetic, so garbage there can add nothing (not even NaN) to loss or grad."""
     logp_d = logp.detach()
     old = torch.where(mask, old, logp_d)
+    # The live agreement check: how far the sampler's logprobs are from the trainer's own on
+    # the same tokens (0 with identical weights and numerics; large when a rollout was stale).
+    gap = (logp_d - old).abs()
     adv = torch.where(mask, adv, torch.zeros_like(adv))
     ratio = torch.exp(logp - old)
     clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
     pg = -torch.min(ratio * adv, clipped * adv)
     total = pg
-    out = {"pg": pg, "ratio": ratio.detach(),
+    out = {"pg": pg, "ratio": ratio.detach(), "gap": gap,
            "clipped": ((ratio - clipped).abs() > 0).to(logp.dtype).detach()}
     if ref is not None:
         diff = torch.where(mask, ref, logp_d) - logp  # k3: e^(r-l) - (r-l) - 1 >= 0
@@ -94,8 +100,9 @@ def token_losses(logp: Tensor, old: Tensor, ref: Optional[Tensor], adv: Tensor, 
         total = total + cfg.kl_coef * kl
         out["kl"] = kl
     if entropy is not None:
-        total = total - cfg.entropy_coef * entropy
-        out["entropy"] = entropy
+        if cfg.entropy_coef > 0:
+            total = total - cfg.entropy_coef * entropy
+        out["entropy"] = entropy.detach()
     out["loss"] = torch.where(mask, total, torch.zeros_like(total))
     return out
 
@@ -167,6 +174,7 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                      weight_decay=cfg.weight_decay)
         self.steps = 0
+        self.last_max = {"ratio_max": 0.0, "gap_max": 0.0}
 
     def _autocast(self):
         if self.cfg.autocast and self.device.type == "cuda":
@@ -175,7 +183,9 @@ class Trainer:
 
     def accumulate(self, batch: TrainBatch, global_tokens: float) -> Dict[str, float]:
         """Backward over micro-batches; gradients hold this rank's share of the loss."""
-        cfg, sums = self.cfg, {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0, "clipped": 0.0}
+        cfg = self.cfg
+        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0, "clipped": 0.0, "gap": 0.0}
+        self.last_max = {"ratio_max": 0.0, "gap_max": 0.0}
         n = batch.tokens.shape[0]
         for i in range(0, n, max(1, cfg.micro_batch_size)):
             rows = slice(i, i + max(1, cfg.micro_batch_size))
@@ -188,13 +198,15 @@ class Trainer:
                 with torch.no_grad(), self._autocast():
                     ref, _ = sequence_logprobs(self.ref, tok)
             with self._autocast():
-                logp, ent = sequence_logprobs(self.model, tok, with_entropy=cfg.entropy_coef > 0)
+                logp, ent = sequence_logprobs(self.model, tok, with_entropy=cfg.entropy_coef > 0 or cfg.track_entropy)
             terms = token_losses(logp, batch.old_logprobs[rows, 1:].to(self.device), ref,
                                  batch.advantages[rows, 1:].to(self.device), mask, ent, cfg)
             (terms["loss"].sum() / global_tokens).backward()
             for k in sums:
                 if k in terms:
                     sums[k] += float(torch.where(mask, terms[k], torch.zeros_like(terms[k])).sum())
+            for k, term in (("ratio_max", terms["ratio"]), ("gap_max", terms["gap"])):
+                self.last_max[k] = max(self.last_max[k], float(torch.where(mask, term, torch.zeros_like(term)).max()))
         return sums
 
     def step(self, batch: TrainBatch) -> Dict[str, float]:
@@ -222,5 +234,9 @@ class Trainer:
         for k, v in zip(sums, stats.tolist()):
             metrics[k] = v / global_tokens
         metrics["loss"] = stats.tolist()[0] / global_tokens
+        maxes = torch.tensor([self.last_max["ratio_max"], self.last_max["gap_max"]], dtype=torch.float64, device=self.device)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
+        metrics["ratio_max"], metrics["gap_max"] = maxes.tolist()
         metrics.update(grad_norm=float(grad_norm), lr=self.cfg.lr, step=float(self.steps))
         return metrics

@@ -69,6 +69,29 @@ class MaskTest(unittest.TestCase):
         torch.testing.assert_close(t["kl"][:, :2], torch.zeros(1, 2))
 
 
+class AgreementTest(unittest.TestCase):
+    def test_logprob_gap_is_zero_for_the_trainers_own_logprobs_and_measures_a_shift(self):
+        from hearth_engine.grpo import sequence_logprobs
+        batch = make_batch()
+        model = tiny_model(seed=11)
+        with torch.no_grad():
+            own, _ = sequence_logprobs(model, batch.tokens)
+        old = torch.zeros_like(batch.old_logprobs)
+        old[:, 1:] = own
+        trainer = Trainer(model, GRPOConfig(lr=0.0, micro_batch_size=2))
+        same = trainer.step(TrainBatch(batch.tokens, batch.mask, batch.advantages, old))
+        self.assertLess(same["gap"], 1e-5)
+        self.assertLess(abs(same["ratio"] - 1.0), 1e-5)
+        self.assertLess(abs(same["ratio_max"] - 1.0), 1e-5)
+        self.assertEqual(same["clipped"], 0.0)
+        self.assertGreater(same["entropy"], 0.0, "entropy is reported even with entropy_coef 0")
+        shifted = trainer.step(TrainBatch(batch.tokens, batch.mask, batch.advantages, old - 0.5))
+        self.assertAlmostEqual(shifted["gap"], 0.5, places=4)
+        self.assertAlmostEqual(shifted["gap_max"], 0.5, places=4)
+        self.assertAlmostEqual(shifted["ratio_max"], float(torch.exp(torch.tensor(0.5))), places=3)
+        self.assertEqual(shifted["clipped"], 1.0, "every ratio e^0.5 is outside [0.8, 1.2]")
+
+
 class DataParallelTest(unittest.TestCase):
     def run_worker(self, rank: int, world: int, init: str, out: str, variant: str) -> subprocess.Popen:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
