@@ -9,7 +9,8 @@
 #   bench/gpu/search_r1_gpu.sh            # GPU: qwen2.5-3b, batch 350, 256 + 128
 #   bench/gpu/search_r1_gpu.sh --small    # CPU check: qwen2-tiny, batch 4, 16 + 8
 # Env: HEARTH_PYTHON (interpreter with torch), SMOKE_TIMEOUT (seconds, default 420),
-#      ROLLOUT_RESREQ / TRAINER_RESREQ (default cpu=4,gpu=1 each; cpu=1 with --small).
+#      ROLLOUT_RESREQ / TRAINER_RESREQ (default cpu=4,gpu=1 each; cpu=1 with --small),
+#      HEARTH_GPUS (the smoke's agent --gpus; default 0,0 on a one-GPU machine: both services share it).
 # Never fails on a part: each part's error goes into the JSON and the table.
 set -u
 cd "$(dirname "$0")/../.."
@@ -94,11 +95,21 @@ elif ! node dist/cluster-agent/cli.js train search-r1 --help 2>&1 | grep -q -- "
 else
   "$PY" bench/gpu/search_r1_gpu.py hotpot "$OUT/hotpot.json"
   rm -rf "$OUT/smoke"
+  # A private local cluster. GPUs are whole slots, so on a one-GPU machine the agent
+  # advertises device 0 twice: the rollout and the trainer (gpu=1 each) then share it.
+  export HEARTH_HOME="$OUT/hearth-home"
+  ngpu=$(command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 0)
+  gpus=${HEARTH_GPUS:-}
+  if [ -z "$gpus" ] && [ "$ngpu" = 1 ]; then gpus=0,0; fi
+  node dist/cluster-agent/cli.js up ${gpus:+--gpus "$gpus"} > "$OUT/smoke.log" 2>&1
+  trap 'node dist/cluster-agent/cli.js down >/dev/null 2>&1' EXIT
   t0=$(date +%s%N)
   timeout "${SMOKE_TIMEOUT:-420}" node dist/cluster-agent/cli.js train search-r1 --model "$MODEL" --data "$OUT/hotpot.json" \
     --steps 2 --rollouts 1 --trainers 1 --rollout-resreq "$ROLLOUT_RESREQ" --trainer-resreq "$TRAINER_RESREQ" \
-    --out "$OUT/smoke" > "$OUT/smoke.log" 2>&1
+    --out "$OUT/smoke" >> "$OUT/smoke.log" 2>&1
   rc=$?
+  node dist/cluster-agent/cli.js down >> "$OUT/smoke.log" 2>&1
+  trap - EXIT
   secs=$(elapsed "$t0")
   tail -n 30 "$OUT/smoke.log"
   case $rc in
