@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, openSync, readFileSync, readSync, closeSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { TensorEngine, initModelFolder } from "../../sdk/tensor/index.js";
+import { TensorEngine, checkModelFolder, initModelFolder } from "../../sdk/tensor/index.js";
 
 const ROOT = process.cwd();
 const CLI = path.join(ROOT, "dist/cluster-agent/cli.js");
@@ -119,6 +119,9 @@ test("model init: a sharded qwen2-tiny folder with every file, reproducible from
     }
     assert.equal(seen.size, want.size, "every tensor is in some shard");
     assert.equal(index.metadata.total_size, total);
+    const info = checkModelFolder(dir, { tokenizer: true });
+    assert.ok(info.hasChatTemplate && info.hasGenerationConfig);
+    assert.equal(info.tensors, want.size);
 
     // Same seed, same bytes (through the library this time).
     const again = await initModelFolder({ preset: "qwen2-tiny", tokenizer: path.join(QWEN, "tokenizer.json"), out: path.join(base, "b"), seed: 7, shardSize: SHARD });
