@@ -10,7 +10,7 @@
 #
 #   bench/gpu/search_r1_gpu.sh            # GPU: qwen2.5-3b, batch 350, 256 + 128
 #   bench/gpu/search_r1_gpu.sh --small    # CPU check: qwen2-tiny, batch 4, 16 + 8
-# Env: HEARTH_PYTHON (interpreter with torch), SMOKE_TIMEOUT (seconds, default 420),
+# Env: HEARTH_PYTHON (interpreter with torch), SMOKE_TIMEOUT (seconds, default 300),
 #      ROLLOUT_RESREQ / TRAINER_RESREQ (default cpu=4,gpu=1 each; cpu=1 with --small),
 #      HEARTH_GPUS (the smoke's agent --gpus; default 0,0 on a one-GPU machine: both services share it),
 #      NO_NODE=1 (act as if node were absent: the folder from Python, no smoke).
@@ -111,7 +111,7 @@ else
   node dist/cluster-agent/cli.js up ${gpus:+--gpus "$gpus"} > "$OUT/smoke.log" 2>&1
   trap 'node dist/cluster-agent/cli.js down >/dev/null 2>&1' EXIT
   t0=$(date +%s%N)
-  timeout "${SMOKE_TIMEOUT:-420}" node dist/cluster-agent/cli.js train search-r1 --model "$MODEL" --data "$OUT/hotpot.json" \
+  timeout "${SMOKE_TIMEOUT:-300}" node dist/cluster-agent/cli.js train search-r1 --model "$MODEL" --data "$OUT/hotpot.json" \
     --steps 2 --rollouts 1 --trainers 1 --rollout-resreq "$ROLLOUT_RESREQ" --trainer-resreq "$TRAINER_RESREQ" \
     --out "$WORK/smoke" >> "$OUT/smoke.log" 2>&1
   rc=$?
