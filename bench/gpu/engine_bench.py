@@ -78,45 +78,68 @@ def hf_model(cfg: ModelConfig, ours: Transformer, device: torch.device, dtype: t
     return model
 
 
-def bench_generate(args, cfg: ModelConfig, device: torch.device, res: Dict[str, Any]) -> None:
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = build_model(cfg, seed=0, device=str(device), dtype=dtype).eval()
-    gen = torch.Generator().manual_seed(0)
-    prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt), generator=gen)
+def random_prompts(vocab: int, batch: int, length: int) -> torch.Tensor:
+    """Seeded random prompt ids (batch, length): the same in every run and for every engine."""
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+def time_generate(model: Transformer, prompts: torch.Tensor, new: int, device: torch.device) -> Dict[str, Any]:
+    """Our batched sampling of exactly `new` tokens per row (no eos), after a warm-up call."""
     rows = prompts.tolist()
-    params = SamplingParams(max_new_tokens=args.new, temperature=1.0, top_p=1.0, seed=1)
+    params = SamplingParams(max_new_tokens=new, temperature=1.0, top_p=1.0, seed=1)
     generate(model, rows, SamplingParams(max_new_tokens=4, seed=1))  # warm kernels and allocator
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     (session, out), wall = timed(device, lambda: generate(model, rows, params))
     t = session.timings
     new_tokens = sum(len(r.tokens) for r in out)
-    res["generate"] = {
-        "batch": args.batch, "prompt": args.prompt, "new": args.new, "new_tokens": new_tokens,
+    return {
+        "batch": len(rows), "prompt": prompts.shape[1], "new": new, "new_tokens": new_tokens,
         "seconds": wall, "tok_per_s": new_tokens / wall, "prefill_s": t["prefill"],
         "decode_s": t["decode"], "decode_steps": t["decode_steps"], "graph_capture_s": t["graph_capture"],
         "decode_ms_per_step": 1e3 * (t["decode"] - t["graph_capture"]) / max(t["decode_steps"], 1),
-        "decode_tok_per_s": args.batch * t["decode_steps"] / max(t["decode"] - t["graph_capture"], 1e-9),
+        "decode_tok_per_s": len(rows) * t["decode_steps"] / max(t["decode"] - t["graph_capture"], 1e-9),
         "peak_gb": peak_gb(device),
     }
-    del session
+
+
+def time_hf_generate(hf: Any, prompts: torch.Tensor, new: int, device: torch.device) -> Dict[str, Any]:
+    """transformers' `generate` sampling exactly `new` tokens per row, after a warm-up call."""
+    ids = prompts.to(device)
+    kw = dict(attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+              pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        hf.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        out_hf, hf_wall = timed(device, lambda: hf.generate(ids, max_new_tokens=new, min_new_tokens=new, **kw))
+    hf_new = (out_hf.shape[1] - ids.shape[1]) * ids.shape[0]
+    return {"seconds": hf_wall, "new_tokens": hf_new, "tok_per_s": hf_new / hf_wall, "peak_gb": peak_gb(device)}
+
+
+def logit_parity(model: Transformer, hf: Any, probe: torch.Tensor) -> Dict[str, float]:
+    """Max |our logits - transformers' logits| and top-1 agreement on the same tokens."""
+    probe = probe.to(model.lm_head.weight.device)
+    with torch.no_grad():
+        a, b = model(probe).float(), hf(input_ids=probe).logits.float()
+    return {"max_abs_logit_diff": float((a - b).abs().max()),
+            "mean_abs_logit_diff": float((a - b).abs().mean()),
+            "max_abs_logit": float(b.abs().max()),
+            "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean())}
+
+
+def bench_generate(args, cfg: ModelConfig, device: torch.device, res: Dict[str, Any]) -> None:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = build_model(cfg, seed=0, device=str(device), dtype=dtype).eval()
+    prompts = random_prompts(cfg.vocab_size, args.batch, args.prompt)
+    res["generate"] = time_generate(model, prompts, args.new, device)
     free(device)
     if args.skip_hf:
         return
     try:
         hf = hf_model(cfg, model, device, dtype).eval()
-        probe = prompts[:4, :64].to(device)
-        with torch.no_grad():
-            a, b = model(probe).float(), hf(input_ids=probe).logits.float()
-        res["parity"] = {"max_abs_logit_diff": float((a - b).abs().max()),
-                         "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean())}
-        ids = prompts.to(device)
-        kw = dict(attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                  pad_token_id=0, eos_token_id=None)
-        with torch.no_grad():
-            hf.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
-            out_hf, hf_wall = timed(device, lambda: hf.generate(ids, max_new_tokens=args.new,
-                                                                 min_new_tokens=args.new, **kw))
-        hf_new = (out_hf.shape[1] - ids.shape[1]) * ids.shape[0]
-        res["hf_generate"] = {"seconds": hf_wall, "new_tokens": hf_new, "tok_per_s": hf_new / hf_wall}
+        res["parity"] = logit_parity(model, hf, prompts[:4, :64])
+        res["hf_generate"] = time_hf_generate(hf, prompts, args.new, device)
         res["generate"]["speedup_vs_hf"] = res["generate"]["tok_per_s"] / res["hf_generate"]["tok_per_s"]
         del hf
     except Exception as e:  # noqa: BLE001 - record and continue

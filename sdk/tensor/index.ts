@@ -30,6 +30,8 @@ export type { DType, Tensor } from "./tensor.js";
 export { byteLevelVocab } from "./vocab.js";
 export { initModelFolder, specialTokenIds } from "./model-folder.js";
 export type { ModelFolderOptions, ModelFolderResult, SpecialTokenIds } from "./model-folder.js";
+export { checkModelFolder, checkConfig, expectedTensorShapes, readSafetensorsShapes, CONFIG_LIMITS } from "./model-check.js";
+export type { ModelFolderInfo } from "./model-check.js";
 export type { TokenizerJson } from "./vocab.js";
 export type {
   ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions,

@@ -3,7 +3,7 @@
  * names are camelCase here and snake_case on the wire; engine.ts converts.
  */
 
-/** How to build the model: a preset (`"tiny"`, `"qwen2.5-3b"`), a config.json path, or an HF config object. */
+/** How to build the model: a preset (`"tiny-test"`, `"tiny-synthetic"`, `"qwen2-tiny"`, `"qwen2.5-0.5b"`, `"qwen2.5-1.5b"`, `"qwen2.5-3b"`, `"tiny"`), a config.json path, or an HF config object. */
 export interface InitModelOptions {
   config?: string | Record<string, unknown>;
   /** Config fields to replace, e.g. `{ vocab_size: 151936 }`. */

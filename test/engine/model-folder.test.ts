@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, openSync, readFileSync, readSync, closeSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { TensorEngine, initModelFolder } from "../../sdk/tensor/index.js";
+import { TensorEngine, checkModelFolder, initModelFolder, specialTokenIds } from "../../sdk/tensor/index.js";
 
 const ROOT = process.cwd();
 const CLI = path.join(ROOT, "dist/cluster-agent/cli.js");
@@ -119,6 +119,9 @@ test("model init: a sharded qwen2-tiny folder with every file, reproducible from
     }
     assert.equal(seen.size, want.size, "every tensor is in some shard");
     assert.equal(index.metadata.total_size, total);
+    const info = checkModelFolder(dir, { tokenizer: true });
+    assert.ok(info.hasChatTemplate && info.hasGenerationConfig);
+    assert.equal(info.tensors, want.size);
 
     // Same seed, same bytes (through the library this time).
     const again = await initModelFolder({ preset: "qwen2-tiny", tokenizer: path.join(QWEN, "tokenizer.json"), out: path.join(base, "b"), seed: 7, shardSize: SHARD });
@@ -168,7 +171,23 @@ test("model init: wrong inputs are clear errors and leave no half-written folder
     await assert.rejects(init("full"), /is not empty/);
     assert.equal(readFileSync(path.join(base, "full", "keep.txt"), "utf8"), "mine");
     await assert.rejects(init("f", { shardSize: 0 }), /--shard-size must be a positive whole number/);
+    // A tokenizer config without a chat template still makes a folder, with a warning saying so.
+    const cfg = JSON.parse(readFileSync(path.join(QWEN, "tokenizer_config.json"), "utf8")) as Record<string, unknown>;
+    delete cfg.chat_template;
+    writeFileSync(path.join(base, "plain_config.json"), JSON.stringify(cfg));
+    const plain = await init("plain", { tokenizerConfig: path.join(base, "plain_config.json") });
+    assert.equal(plain.warnings.length, 1);
+    assert.match(plain.warnings[0]!, /has no chat_template/);
+    assert.equal(checkModelFolder(plain.dir, { tokenizer: true }).hasChatTemplate, false);
   } finally {
     rmSync(base, { recursive: true, force: true });
   }
+});
+
+test("specialTokenIds: eos, pad and bos resolve through added tokens, AddedToken objects included", () => {
+  const tok = { model: { vocab: { a: 0, b: 1, "<s>": 2 } }, added_tokens: [{ id: 10, content: "<|end|>" }, { id: 11, content: "<|pad|>" }] };
+  assert.deepEqual(specialTokenIds(tok, { eos_token: { content: "<|end|>", lstrip: false }, pad_token: "<|pad|>", bos_token: "<s>" }),
+    { eos: 10, pad: 11, bos: 2, size: 12 });
+  assert.throws(() => specialTokenIds(tok, { pad_token: "<|pad|>" }), /names no eos_token/);
+  assert.throws(() => specialTokenIds(tok, { eos_token: "<|nope|>" }), /eos_token '<\|nope\|>' is not a token of tokenizer\.json/);
 });

@@ -200,11 +200,14 @@ def write_weights(path: str, shapes: Dict[str, Sequence[int]], dtype: torch.dtyp
 
 
 def save_model(model: Transformer, path: str, dtype: torch.dtype = torch.bfloat16,
-               max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> List[str]:
+               max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+               source: Optional[Dict[str, object]] = None) -> List[str]:
     """Write config.json and weights in HF layout (sharded with an index when over
-    max_shard_bytes); returns the weight file names."""
+    max_shard_bytes); returns the weight file names. `source`: the config.json the model
+    came from, whose other fields (token ids, ...) are kept; the shape always wins."""
     os.makedirs(path, exist_ok=True)
-    hf = model.config.to_hf()
+    kept = {k: v for k, v in (source or {}).items() if k not in ("torch_dtype", "dtype")}
+    hf = {**kept, **model.config.to_hf()}
     hf["torch_dtype"] = str(dtype).replace("torch.", "")
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
         json.dump(hf, f, indent=2)

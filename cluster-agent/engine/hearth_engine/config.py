@@ -184,3 +184,19 @@ def resolve(spec: Any, overrides: Optional[Dict[str, Any]] = None) -> ModelConfi
         cfg = load_config(spec)
         return from_dict(dataclasses.asdict(cfg), **overrides) if overrides else cfg
     raise EngineError("bad_config", f"config must be a preset name, path or dict, got {type(spec).__name__}")
+
+
+def source_fields(spec: Any) -> Dict[str, Any]:
+    """The HF config dictionary a spec came from ({} for a preset), so a saved checkpoint
+    keeps fields the engine does not model (eos_token_id, bos_token_id, ...)."""
+    if isinstance(spec, dict):
+        return dict(spec)
+    if isinstance(spec, str) and spec not in PRESETS and os.path.exists(spec):
+        path = os.path.join(spec, "config.json") if os.path.isdir(spec) else spec
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return d if isinstance(d, dict) else {}
+    return {}

@@ -41,7 +41,7 @@ def init_tensor(name: str, shape, seed: int, dtype: torch.dtype = torch.bfloat16
     if name.endswith(".bias"):
         return torch.zeros(shape, dtype=dtype)
     gen = torch.Generator().manual_seed(tensor_seed(seed, name))
-    return (torch.randn(tuple(shape), generator=gen, dtype=torch.float32) * INIT_STD).to(dtype)
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32).mul_(INIT_STD).to(dtype)
 
 
 def write_random_folder(cfg: ModelConfig, path: str, seed: int = 0, dtype: torch.dtype = torch.bfloat16,

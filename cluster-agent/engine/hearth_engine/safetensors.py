@@ -164,6 +164,17 @@ def _header(specs: Sequence[Tuple[str, torch.dtype, Sequence[int]]], meta: Optio
     return struct.pack("<Q", len(head)) + head, offset
 
 
+def _write_tensor(f, t: Tensor) -> None:
+    """Write a tensor's little-endian bytes without an intermediate bytes copy."""
+    t = t.detach()
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    if t.numel() == 0:
+        return
+    flat = t.reshape(-1).contiguous().cpu()
+    f.write(memoryview(flat.view(torch.uint8).numpy()))
+
+
 def serialize(tensors: Dict[str, Tensor], meta: Optional[Dict[str, str]] = None) -> bytes:
     """One safetensors file as bytes, tensors in the given order (for in-memory blobs)."""
     head, _ = _header([(n, t.dtype, t.shape) for n, t in tensors.items()], meta)
@@ -185,7 +196,7 @@ def write_file(path: str, specs: Sequence[Tuple[str, torch.dtype, Sequence[int]]
                 if t.dtype != dtype or list(t.shape) != [int(d) for d in shape]:
                     raise EngineError("bad_safetensors", f"tensor {name!r}: produced {t.dtype} {list(t.shape)}, "
                                                          f"header says {dtype} {list(shape)}")
-                f.write(tensor_bytes(t))
+                _write_tensor(f, t)
                 del t
         os.replace(tmp, path)
     finally:

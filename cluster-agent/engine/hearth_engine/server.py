@@ -66,6 +66,7 @@ class Engine:
 
     def __init__(self) -> None:
         self.model: Optional[Transformer] = None
+        self.source_config: Dict[str, Any] = {}  # the config.json the model came from (kept on save)
         self.vocab: Optional[List[bytes]] = None
         self.sessions: Dict[int, Session] = {}
         self.next_session = 1
@@ -100,6 +101,7 @@ class Engine:
         if spec is None:
             raise EngineError("bad_request", "init_model needs config (preset, path or dict) or checkpoint")
         cfg = config_mod.resolve(spec, args.get("overrides"))
+        self.source_config = config_mod.source_fields(spec)
         t0 = time.perf_counter()
         if path:
             self.model = checkpoint.load_model(path, device, dtype, cfg)
@@ -217,7 +219,8 @@ class Engine:
     def op_save_checkpoint(self, args: Dict[str, Any]) -> Any:
         dtype = DTYPE_NAMES.get(args.get("dtype", "bfloat16"), torch.bfloat16)
         files = checkpoint.save_model(self.need_model(), args["path"], dtype,
-                                      int(args.get("max_shard_bytes", 5 * 1024 ** 3)))
+                                      int(args.get("max_shard_bytes") or checkpoint.DEFAULT_SHARD_BYTES),
+                                      self.source_config)
         return {"files": files}
 
     def op_init_folder(self, args: Dict[str, Any]) -> Any:

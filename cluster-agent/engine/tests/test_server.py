@@ -1,6 +1,7 @@
 """The pipe protocol and request dispatch, in process (frames in, frames out)."""
 
 import io
+import json
 import os
 import tempfile
 import unittest
@@ -64,12 +65,14 @@ class ServerTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             state_dir, model_dir = os.path.join(tmp, "state"), os.path.join(tmp, "model")
             replies = exchange(
-                ("init_folder", {"config": "tiny-test", "path": model_dir, "seed": 3, "max_shard_bytes": 50_000}),
+                ("init_folder", {"config": "tiny-test", "path": model_dir, "seed": 3, "max_shard_bytes": 50_000,
+                                 "extra_config": {"eos_token_id": 5}}),
                 ("init_model", {**TINY, "checkpoint": model_dir, "config": model_dir}),
                 ("train_init", {"config": {"lr": 1e-3}}),
                 ("save_state", {"path": state_dir}),
                 ("load_state", {"path": state_dir}),
                 ("load_state", {"path": os.path.join(tmp, "absent")}),
+                ("save_checkpoint", {"path": os.path.join(tmp, "saved")}),
             )
             self.assertTrue(all(r["ok"] for r in replies[:5]), replies)
             self.assertGreater(len(replies[0]["result"]["files"]), 1)
@@ -77,6 +80,10 @@ class ServerTest(unittest.TestCase):
             self.assertTrue(os.path.isfile(os.path.join(state_dir, "trainer-state.json")))
             self.assertEqual(replies[4]["result"], {"steps": 0})
             self.assertEqual(replies[5]["error"]["code"], "bad_request")
+            with open(os.path.join(tmp, "saved", "config.json")) as f:
+                saved = json.load(f)
+            self.assertEqual(saved["eos_token_id"], 5)  # fields beyond the shape survive a save
+            self.assertEqual(saved["hidden_size"], 64)
 
     def test_shutdown_stops_serving(self):
         replies = exchange(("shutdown", {}), ("ping", {}))
