@@ -21,7 +21,7 @@
  */
 export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type StepResult, type EvalResult } from "./run.js";
 export { BASE_OPTIONS, layerOptions, validateOptions, type RecipeDefaults } from "./options.js";
-export { recipeFor, RECIPES, syntheticRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkModelFolder } from "./recipes/index.js";
+export { recipeFor, RECIPES, syntheticRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkChatModelFolder } from "./recipes/index.js";
 export type { TaskRecipe, PreparedTask, ModelShape, WarmStartContext } from "./recipe.js";
 export { StepStore, KEPT_STEPS, trainLoop, regroup, warmupProgress, type TrainOptions } from "./interactive.js";
 export { SummaryView, stepSummary, withStepDisplay } from "./step-summary.js";

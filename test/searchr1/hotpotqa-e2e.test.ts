@@ -163,12 +163,12 @@ test("bad inputs are clear errors before any service starts", async () => {
   const noWeights = path.join(work, "no-weights");
   cpSync(modelDir, noWeights, { recursive: true });
   for (const f of readdirSync(noWeights)) if (f.includes("safetensors")) rmSync(path.join(noWeights, f));
-  await bad("m1", { model: noWeights }, /missing model\.safetensors/);
+  await bad("m1", { model: noWeights }, /no model\.safetensors and no model\.safetensors\.index\.json/);
   const wrongShape = path.join(work, "wrong-shape");
   cpSync(modelDir, wrongShape, { recursive: true });
   const cfg = JSON.parse(readFileSync(path.join(wrongShape, "config.json"), "utf8"));
   writeFileSync(path.join(wrongShape, "config.json"), JSON.stringify({ ...cfg, intermediate_size: 96 }));
-  await bad("m2", { model: wrongShape }, /gate_proj\.weight is \[128, 64\] in the weights but config\.json implies \[96, 64\]/);
+  await bad("m2", { model: wrongShape }, /the weights do not match config\.json: shape mismatch .*gate_proj\.weight: weights \[128, 64\] vs config \[96, 64\]/);
   const broken = path.join(work, "broken.json");
   writeFileSync(broken, '[{"_id": "x", "question": "q?"}]');
   await bad("m3", { data: broken }, /broken\.json/);

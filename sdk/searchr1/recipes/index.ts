@@ -15,4 +15,4 @@ export function recipeFor(model: string): TaskRecipe {
 }
 
 export { syntheticRecipe, SYNTHETIC_TEXT, PROTOCOL_WORDS } from "./synthetic.js";
-export { hfChatRecipe, CHAT_TEXT, checkModelFolder } from "./hf-chat.js";
+export { hfChatRecipe, CHAT_TEXT, checkChatModelFolder } from "./hf-chat.js";
