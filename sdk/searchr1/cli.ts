@@ -31,6 +31,8 @@ const NUMERIC = {
   "bootstrap-steps": "bootstrapSteps",
   threads: "threads",
   "logprob-gap-warn": "logprobGapWarn",
+  "rebase-every": "rebaseEvery",
+  "rebase-share": "rebaseShare",
 } as const satisfies Record<string, keyof SearchR1Options>;
 
 /** Text flags and the option each sets. */
@@ -56,7 +58,7 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--grad-clip X] [--micro-batch N]
   [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
   [--bootstrap-steps N] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
-  [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X]
+  [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
   [--resume CHECKPOINT_DIR] [--head tcp://HOST:PORT] [--name APP]
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
 
@@ -94,13 +96,22 @@ export async function runTrainCommand(args: string[]): Promise<number> {
   if (workload !== "search-r1") throw new HearthError(`unknown workload '${workload ?? ""}'\n${TRAIN_USAGE}`);
   const given = parseTrainFlags(rest);
   const t0 = performance.now();
-  const run = await SearchR1Run.create(given);
+  // The CLI owns its app: other flags than last time replace its services instead of failing.
+  const run = await SearchR1Run.create({ ...given, replace: true });
   const opts = run.opts;
+  // Ctrl-C stops after the step in flight; the metrics, checkpoint and report are still written and the app released. A second Ctrl-C exits at once.
+  const stop = new AbortController();
+  const onSigint = (): void => {
+    if (stop.signal.aborted) process.exit(130);
+    opts.log("interrupted: stopping after the current step (Ctrl-C again to exit at once)");
+    stop.abort();
+  };
+  process.on("SIGINT", onSigint);
   try {
     const first = await run.evaluate();
     opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy), searches/sample ${first.searchesPerSample.toFixed(2)}`);
     const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample };
-    await run.train(opts.steps, { progress: false, onStep: (r) => opts.log(row(r.metrics)) });
+    await run.train(opts.steps, { progress: false, signal: stop.signal, onStep: (r) => opts.log(row(r.metrics)) });
     const last = run.history.at(-1);
     let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, searches: last.eval_searches ?? 0 } : undefined;
     if (!final) {
@@ -108,11 +119,17 @@ export async function runTrainCommand(args: string[]): Promise<number> {
       final = { em: ev.em, searches: ev.searchesPerSample };
     }
     const dir = await run.saveCheckpoint();
-    const report = writeReport(opts.out, run.history, { start: startEval, final: { step: run.stepsDone, ...final }, seconds: (performance.now() - t0) / 1000, options: { ...opts, log: undefined } });
+    const report = writeReport(opts.out, run.history, {
+      start: startEval,
+      final: { step: run.stepsDone, ...final },
+      seconds: (performance.now() - t0) / 1000,
+      options: { ...opts, log: undefined },
+    });
     console.log(`\n${report.summary}\n`);
     console.log(`metrics: ${opts.out}/metrics.jsonl   report: ${report.file}   checkpoint: ${dir}`);
-    return 0;
+    return stop.signal.aborted ? 130 : 0;
   } finally {
+    process.off("SIGINT", onSigint);
     // A command-line run is over: release its executors (a notebook keeps them warm instead).
     await run.close().catch(() => undefined);
   }

@@ -57,6 +57,12 @@ export interface SearchR1Options {
   modelTransfer: "auto" | "in-place" | "objects";
   /** Warn when the mean |sampler − trainer| logprob gap of a step passes this. */
   logprobGapWarn: number;
+  /** The published weights get a fresh base after this many patches… */
+  rebaseEvery: number;
+  /** …or once the patches outweigh this share of the base. */
+  rebaseShare: number;
+  /** Replace this app's services when they were declared with other settings (the CLI owns its app). */
+  replace: boolean;
   /** A checkpoint folder written by a previous run. */
   resume?: string;
   /** Head endpoint; default the embedded local one. */
@@ -68,7 +74,7 @@ export interface SearchR1Options {
 }
 
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head">>;
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace">>;
 
 /** The generic defaults (a recipe's own override them). */
 export const BASE_OPTIONS: SearchR1Options = {
@@ -101,6 +107,9 @@ export const BASE_OPTIONS: SearchR1Options = {
   backend: "auto",
   modelTransfer: "auto",
   logprobGapWarn: 0.05,
+  rebaseEvery: 20,
+  rebaseShare: 0.5,
+  replace: false,
   name: "search-r1",
   log: (line) => console.log(line),
 };
@@ -133,6 +142,7 @@ const WHOLE: Record<string, number> = {
   bootstrapSteps: 0,
   threads: 0,
   seed: 0,
+  rebaseEvery: 1,
 };
 const CHOICES: Record<string, readonly string[]> = {
   rolloutDtype: ["auto", "bfloat16", "float32"],
@@ -146,7 +156,7 @@ export function validateOptions(o: SearchR1Options): void {
     const v = o[k as keyof SearchR1Options];
     if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new HearthError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`);
   }
-  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn"] as const) {
+  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn", "rebaseShare"] as const) {
     if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new HearthError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`);
   }
   for (const [k, allowed] of Object.entries(CHOICES)) {

@@ -7,6 +7,7 @@
  * writes metrics.jsonl, checkpoint.json and standalone checkpoints
  * (checkpoint.ts). Notebook views attach in notebook/run-views.ts.
  */
+import { randomUUID } from "node:crypto";
 import { appendFileSync, readdirSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -23,6 +24,7 @@ import { backendFor, layerOptions, threadsFor, validateOptions, type SearchR1Opt
 import { evaluate, runStep, type EvalResult, type StepMetrics, type StepResult, type StepServices } from "./pipeline.js";
 import type { PreparedTask, TaskRecipe } from "./recipe.js";
 import { recipeFor } from "./recipes/index.js";
+import { readRunState, runFingerprint, writeRunState, type RunState } from "./run-state.js";
 import { emReward, type RewardFn } from "./reward.js";
 import type { RolloutSetup, SearchR1Rollout } from "./rollout-service.js";
 import { withStepDisplay } from "./step-summary.js";
@@ -50,6 +52,8 @@ export class SearchR1Run {
   /** The last 50 step results (trajectories included), for inspection and rescoring. */
   readonly results = new StepStore();
   private readonly svc: StepServices;
+  private runId: string = randomUUID();
+  private stateRef?: ObjectRef;
 
   private constructor(
     readonly app: App,
@@ -85,28 +89,66 @@ export class SearchR1Run {
       await app.close().catch(() => undefined);
       throw err;
     }
-    const corpus = await app.objects.put(task.corpus);
-    const setup: RolloutSetup = {
-      model: task.model,
-      tokenizer: task.tokenizer.files,
-      text: task.text,
-      corpus,
-      threads: threadsFor(opts, opts.rolloutResreq),
-      dtype: opts.rolloutDtype,
-    };
-    const rolloutSetup = await app.objects.put(setup);
+    const fp = runFingerprint(opts);
+    const prior = opts.resume ? undefined : await readRunState(app, opts.name);
+    let rolloutSetup: ObjectRef;
+    if (prior && prior.fingerprint === fp.digest) {
+      rolloutSetup = prior.rolloutSetup; // the rollouts hold it: nothing to rebuild
+    } else {
+      if (prior) log(`starting a new run '${opts.name}': its options differ from the run stored on this app (${differences(prior.values, fp.values)})`);
+      const corpus = await app.objects.put(task.corpus);
+      const setup: RolloutSetup = {
+        model: task.model,
+        tokenizer: task.tokenizer.files,
+        text: task.text,
+        corpus,
+        threads: threadsFor(opts, opts.rolloutResreq),
+        dtype: opts.rolloutDtype,
+      };
+      rolloutSetup = await app.objects.put(setup);
+    }
+    const replace = opts.replace;
     const rollout = await app.service<SearchR1Rollout>(
       { module: path.join(HERE, "rollout-service.js"), export: "SearchR1Rollout" },
-      { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts },
+      { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts, replace },
     );
     const trainer = await app.service<SearchR1Trainer>(
       { module: path.join(HERE, "trainer-service.js"), export: "SearchR1Trainer" },
-      { name: "trainer", resreq: opts.trainerResreq, warmup: opts.trainers, autoscale: false },
+      { name: "trainer", resreq: opts.trainerResreq, warmup: opts.trainers, autoscale: false, replace },
     );
     log(`services ready: ${opts.rollouts} rollout executor(s) (${opts.rolloutResreq}), a gang of ${opts.trainers} trainer(s) (${opts.trainerResreq}, ${backendFor(opts)})`);
     const run = new SearchR1Run(app, opts, task, recipe, rollout, trainer, rolloutSetup);
-    await run.start(resume);
+    if (prior && prior.fingerprint === fp.digest && (await run.trainersHold(prior.runId))) {
+      run.reattach(prior);
+      log(`reattached to run '${opts.name}' at step ${prior.step}: trainers, rollouts and their state are as they were`);
+    } else {
+      await run.start(resume);
+    }
+    await run.saveState();
     return run;
+  }
+
+  /** Do all trainer ranks hold run `runId` (set up for RL and not restarted since)? */
+  private async trainersHold(runId: string): Promise<boolean> {
+    const st = await this.trainer.broadcast("status", Array.from({ length: this.opts.trainers }, () => [] as []));
+    return st.every((s) => s.runId === runId && s.mode === "rl");
+  }
+
+  private reattach(state: RunState): void {
+    this.runId = state.runId;
+    this.stepNo = state.step;
+    this.history.push(...state.history);
+  }
+
+  /** Stores the run's state in the cache (after start and after every step). */
+  private async saveState(): Promise<void> {
+    const fp = runFingerprint(this.opts);
+    this.stateRef = await writeRunState(
+      this.app,
+      this.opts.name,
+      { runId: this.runId, fingerprint: fp.digest, values: fp.values, step: this.stepNo, history: this.history, rolloutSetup: this.svc.rolloutSetup },
+      this.stateRef,
+    );
   }
 
   /** Ships a folder to the trainers: in place when they all run on this host (or when asked), else file by file. */
@@ -141,6 +183,8 @@ export class SearchR1Run {
       weights: this.svc.weightsKey,
       threads: threadsFor(o, o.trainerResreq),
       backend: backendFor(o),
+      rebase: { maxPatches: o.rebaseEvery, maxPatchShare: o.rebaseShare },
+      runId: this.runId,
     };
     const ref = await this.app.objects.put(setup);
     const res = await this.trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [ref, "rl"] as [ObjectRef, "rl"]));
@@ -205,6 +249,7 @@ export class SearchR1Run {
       this.history.push(m);
       appendFileSync(path.join(this.opts.out, "metrics.jsonl"), `${JSON.stringify(m)}\n`);
       writeCheckpointJson(this.opts.out, { step, app: this.app.name, weightsKey: this.svc.weightsKey, rolloutSetup: this.svc.rolloutSetup, lastTrajectories: result.trajectories });
+      await this.saveState();
       this.results.add(result);
       return result;
     } finally {
@@ -275,6 +320,11 @@ async function checkCapacity(app: App, o: SearchR1Options): Promise<void> {
       );
     }
   }
+}
+
+function differences(a: Record<string, unknown> | undefined, b: Record<string, unknown>): string {
+  const keys = Object.keys(b).filter((k) => JSON.stringify(a?.[k]) !== JSON.stringify(b[k]));
+  return keys.map((k) => `${k}: ${JSON.stringify(a?.[k])} → ${JSON.stringify(b[k])}`).join(", ") || "unknown";
 }
 
 function readdir(dir: string): string[] {

@@ -17,7 +17,7 @@ import { TensorEngine } from "../tensor/index.js";
 import type { TrainMetrics, TrainerOptions } from "../tensor/types.js";
 import { HearthError } from "../wire/errors.js";
 import type { ModelShape } from "./recipe.js";
-import { publishWeights } from "./weights.js";
+import { WeightPublisher, type PublishStats, type RebasePolicy } from "./weights.js";
 
 /** How a trainer gang sets itself up. */
 export interface TrainerSetup {
@@ -31,6 +31,10 @@ export interface TrainerSetup {
   weights: string;
   threads: number;
   backend: "gloo" | "nccl";
+  /** When rank 0 publishes a fresh base instead of another patch. */
+  rebase?: RebasePolicy;
+  /** The run this setup belongs to: a driver that reattaches finds it with `status`. */
+  runId?: string;
 }
 
 /** A training batch slice as stored in the cache (row-major `rows × cols`). */
@@ -48,7 +52,7 @@ export interface TrainSlice {
 export interface TrainResult {
   rank: number;
   metrics: TrainMetrics;
-  publish?: { kind: string; version: number; bytes: number; changed: number; elements: number; seconds: Record<string, number>; cacheVersion: number };
+  publish?: PublishStats;
   seconds: number;
 }
 
@@ -76,6 +80,8 @@ export class SearchR1Trainer {
   private weightsKey = "";
   private mode: "rl" | "sft" | undefined;
   private scratch?: string;
+  private publisher?: WeightPublisher;
+  private runId?: string;
 
   async init(ctx: ExecutorContext): Promise<void> {
     if (ctx.rank === null || ctx.worldSize === null || ctx.rendezvous === null) {
@@ -120,7 +126,9 @@ export class SearchR1Trainer {
     this.weightsKey = s.weights;
     this.setupRef = key;
     this.mode = mode;
-    const publish = this.ctx.rank === 0 && mode === "rl" ? await publishWeights(this.ctx.objects, this.weightsKey, engine) : undefined;
+    this.runId = s.runId;
+    this.publisher = this.ctx.rank === 0 ? new WeightPublisher(this.ctx.objects, this.weightsKey, engine, s.rebase) : undefined;
+    const publish = mode === "rl" ? await this.publisher?.publish() : undefined;
     return { rank: this.ctx.rank!, params: init.params, publish, device: init.device, inPlace: checkpoint?.inPlace };
   }
 
@@ -135,7 +143,7 @@ export class SearchR1Trainer {
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
     const metrics = await engine.trainStep(b);
-    const publish = this.ctx.rank === 0 ? await publishWeights(this.ctx.objects, this.weightsKey, engine) : undefined;
+    const publish = await this.publisher?.publish();
     this.ctx.objects.forget(slice);
     return { rank: this.ctx.rank!, metrics, publish, seconds: (performance.now() - t0) / 1000 };
   }
@@ -195,6 +203,17 @@ export class SearchR1Trainer {
   async dropScratch(): Promise<void> {
     if (this.scratch) rmSync(this.scratch, { recursive: true, force: true });
     this.scratch = undefined;
+  }
+
+  /** What this rank holds: the run it was set up for and its mode, and the optimizer steps taken. */
+  async status(): Promise<{ rank: number; runId: string | null; mode: string | null; steps: number }> {
+    const steps = this.engine && this.mode ? (await this.engine.stateDigest()).steps : 0;
+    return { rank: this.ctx.rank!, runId: this.runId ?? null, mode: this.mode ?? null, steps };
+  }
+
+  /** sha256 of this rank's exact trainer state (fp32 master weights; AdamW moments and steps). */
+  async stateDigest(): Promise<{ rank: number; weights: string; moments: string; steps: number }> {
+    return { rank: this.ctx.rank!, ...(await this.need().stateDigest()) };
   }
 
   /** sha256 of this rank's bf16 policy. */

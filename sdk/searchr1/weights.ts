@@ -21,13 +21,57 @@ export interface PublicationRecord {
   version: number;
 }
 
-/** Publishes from a trainer engine; returns the stats of what was written. */
-export async function publishWeights(objects: ObjectCache, key: string, engine: TensorEngine): Promise<Omit<Publication, "blobs"> & { cacheVersion: number }> {
-  const pub = await engine.publish();
-  const record: StoredPublication = { version: pub.version, kind: pub.kind, blobs: pub.blobs };
-  const ref = pub.kind === "full" ? await putOrReplace(objects, key, record) : await objects.patch(key, record);
-  const { blobs: _blobs, ...stats } = pub;
-  return { ...stats, cacheVersion: ref.version };
+/** When the published object gets a fresh base instead of another patch. */
+export interface RebasePolicy {
+  /** After this many patches on one base. */
+  maxPatches: number;
+  /** When the patches on one base add up to more than this share of its bytes. */
+  maxPatchShare: number;
+}
+
+/** Re-base after 20 patches, or once they outweigh half the base. */
+export const DEFAULT_REBASE: RebasePolicy = { maxPatches: 20, maxPatchShare: 0.5 };
+
+/** What one publication wrote. */
+export type PublishStats = Omit<Publication, "blobs"> & { cacheVersion: number; rebased: boolean };
+
+/**
+ * Rank 0's publisher: the first publication is the base of the weights
+ * object, later ones are appended patches, and past the re-base policy a
+ * fresh full base replaces the object (`update` frees the old base and its
+ * patches), so a rollout that joins late fetches one base and a few patches.
+ */
+export class WeightPublisher {
+  private patches = 0;
+  private patchBytes = 0;
+  private baseBytes = 0;
+
+  constructor(
+    private readonly objects: ObjectCache,
+    private readonly key: string,
+    private readonly engine: TensorEngine,
+    private readonly policy: RebasePolicy = DEFAULT_REBASE,
+  ) {}
+
+  /** Publishes the engine's current weights. */
+  async publish(): Promise<PublishStats> {
+    const rebase = this.baseBytes > 0 && (this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes);
+    const pub = await this.engine.publish(undefined, { full: rebase });
+    const record: StoredPublication = { version: pub.version, kind: pub.kind, blobs: pub.blobs };
+    let version: number;
+    if (pub.kind === "full") {
+      version = (this.baseBytes === 0 ? await putOrReplace(this.objects, this.key, record) : await this.objects.update(this.key, record)).version;
+      this.baseBytes = pub.bytes;
+      this.patches = 0;
+      this.patchBytes = 0;
+    } else {
+      version = (await this.objects.patch(this.key, record)).version;
+      this.patches++;
+      this.patchBytes += pub.bytes;
+    }
+    const { blobs: _blobs, ...stats } = pub;
+    return { ...stats, cacheVersion: version, rebased: rebase };
+  }
 }
 
 async function putOrReplace(objects: ObjectCache, key: string, record: StoredPublication) {

@@ -272,9 +272,12 @@ export class TensorEngine {
     }, options);
   }
 
-  /** Publish bf16 weights: full shards the first time, then one exact patch against the last publication. */
-  publish(maxShardBytes?: number, options?: RequestOptions): Promise<Publication> {
-    return this.request("publish", { max_shard_bytes: maxShardBytes }, options);
+  /**
+   * Publish bf16 weights: full shards the first time (or with `full`, a fresh
+   * base), then one exact patch against the last publication.
+   */
+  publish(maxShardBytes?: number, options?: RequestOptions & { full?: boolean }): Promise<Publication> {
+    return this.request("publish", { max_shard_bytes: maxShardBytes, full: options?.full === true }, options);
   }
 
   /** Apply publications (full shards or patches, in order) to this engine's model; sessions are dropped. */
@@ -292,6 +295,11 @@ export class TensorEngine {
     const r = await this.request<Record<string, unknown>>("init_folder", snake(folder), options);
     return { files: r.files as string[], totalSize: r.total_size as number, params: r.params as number,
       tensors: r.tensors as number, seconds: r.seconds as number };
+  }
+
+  /** sha256 of the trainer's exact state: fp32 master weights, and the AdamW moments and steps per parameter. */
+  stateDigest(options?: RequestOptions): Promise<{ weights: string; moments: string; steps: number }> {
+    return this.request("state_digest", {}, options);
   }
 
   /** sha256 of the model's bf16 weights: equal digests mean bit-identical policies. */

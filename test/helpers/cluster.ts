@@ -9,7 +9,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 
-const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+/** The compiled tree (dist/). */
+export const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 /** The compiled CLI. */
 export const CLI = path.join(DIST, "cluster-agent/cli.js");
 /** The compiled fixture services module. */

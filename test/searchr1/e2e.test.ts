@@ -1,21 +1,26 @@
 /**
  * Search-R1 end to end on real processes with the tiny model: a short
  * bootstrap, three GRPO steps, metrics.jsonl fields, rollout and trainer
- * weights bit-identical after the steps, and a resumed run that continues
- * exactly where the checkpoint left off.
+ * weights bit-identical after the steps on every member; a resumed run and a
+ * reattaching second driver process that continue exactly (trainer weights
+ * and AdamW moments); the live agreement checks.
  */
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { promisify } from "node:util";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
-import { startCluster, type TestCluster } from "../helpers/cluster.js";
+import { DIST, startCluster, type TestCluster } from "../helpers/cluster.js";
+
+const exec = promisify(execFile);
+const DRIVER = path.join(DIST, "test/fixtures/sr1-driver.js");
 
 let cluster: TestCluster;
 const home = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-home-"));
 const outA = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-a-"));
-const outB = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-b-"));
 
 before(async () => {
   process.env.HEARTH_HOME = home; // the bootstrap cache lives here
@@ -25,6 +30,9 @@ before(async () => {
 after(async () => {
   await cluster?.stop();
 });
+
+/** A reward that varies within groups even for a random policy (exact match would be 0 everywhere): every step then updates. */
+const lengthParity = (response: string): number => (response.length % 2 === 0 ? 1 : 0);
 
 function options(out: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
   return {
@@ -39,6 +47,8 @@ function options(out: string, extra: Partial<SearchR1Options> = {}): Partial<Sea
     evalEvery: 0,
     bootstrapSteps: 4,
     seed: 7,
+    // Sampling hot, so the barely warmed-up policy writes varied responses (with lengthParity, every step trains).
+    temperature: 3,
     log: () => undefined,
     ...extra,
   };
@@ -76,8 +86,24 @@ test("three steps write every metrics field, and rollouts end bit-identical to t
   }
 });
 
-test("resume from a checkpoint continues exactly: step 3 after resuming at 2 equals step 3 of the run that never stopped", async () => {
-  const first = await SearchR1Run.create(options(outB));
+/** Exact trainer state (fp32 master + AdamW moments) and policy digests of every rank after `steps` steps of an uninterrupted run. */
+async function straight(name: string, steps: number) {
+  const out = mkdtempSync(path.join(os.tmpdir(), `hearth-sr1-${name}-`));
+  const run = await SearchR1Run.create(options(out, { name }));
+  run.setReward(lengthParity);
+  try {
+    for (let i = 0; i < steps; i++) assert.ok((await run.step()).metrics.samples_trained > 0, "the step trained");
+    return { states: await run.trainerGang.broadcast("stateDigest", [[], []]), digests: await run.digests() };
+  } finally {
+    await run.close();
+  }
+}
+
+test("resume from a checkpoint is exact: after resuming at step 2, step 3's trainer weights AND AdamW moments equal an uninterrupted run's", async () => {
+  const expected = await straight("resume-straight", 3);
+  const out = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-b-"));
+  const first = await SearchR1Run.create(options(out, { name: "resume-first" }));
+  first.setReward(lengthParity);
   try {
     await first.step();
     await first.step();
@@ -85,28 +111,56 @@ test("resume from a checkpoint continues exactly: step 3 after resuming at 2 equ
   } finally {
     await first.close();
   }
-  const resumed = await SearchR1Run.create(options(outB, { name: "e2e-resumed", resume: path.join(outB, "checkpoint") }));
+  const resumed = await SearchR1Run.create(options(out, { name: "resume-second", resume: path.join(out, "checkpoint") }));
+  resumed.setReward(lengthParity);
   try {
     assert.equal(resumed.stepsDone, 2);
-    const third = (await resumed.step()).metrics;
-    const straight = readFileSync(path.join(outA, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as StepMetrics)[2]!;
-    assert.equal(third.step, 3);
-    for (const k of ["reward_mean", "searches_per_sample", "groups_kept", "samples_trained", "tokens"] as const) {
-      assert.equal(third[k], straight[k], `${k} after resume equals the uninterrupted run`);
+    assert.deepEqual(resumed.history.map((m) => m.step), [1, 2], "the history came back with the checkpoint");
+    assert.equal((await resumed.step()).metrics.step, 3);
+    const states = await resumed.trainerGang.broadcast("stateDigest", [[], []]);
+    for (const rank of [0, 1]) {
+      assert.equal(states[rank]!.steps, 3, `rank ${rank} took 3 optimizer steps in all`);
+      assert.equal(states[rank]!.weights, expected.states[rank]!.weights, `rank ${rank}: fp32 master weights equal the uninterrupted run's`);
+      assert.equal(states[rank]!.moments, expected.states[rank]!.moments, `rank ${rank}: AdamW moments equal the uninterrupted run's`);
     }
   } finally {
     await resumed.close();
   }
 });
 
+test("a second driver process reattaches to the run: it finds step 3 and its history, and its step 4 equals an uninterrupted run's", async () => {
+  const expected = await straight("reattach-straight", 4);
+  const out = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-r-"));
+  const opts = { ...options(out, { name: "reattach" }), log: undefined };
+  const driver = async (steps: number, end: string) => {
+    const { stdout } = await exec(process.execPath, [DRIVER, JSON.stringify({ options: opts, steps, end, reward: "length-parity" })], { env: process.env });
+    return JSON.parse(stdout.trim().split("\n").at(-1)!) as { found: number; history: number[]; done: number; states: Array<{ weights: string; moments: string; steps: number }>; digests: Awaited<ReturnType<SearchR1Run["digests"]>>; log: string[] };
+  };
+  const a = await driver(3, "disconnect");
+  assert.equal(a.found, 0);
+  assert.equal(a.done, 3);
+  const b = await driver(1, "close");
+  assert.equal(b.found, 3, "B finds the run at step 3");
+  assert.deepEqual(b.history, [1, 2, 3], "and its metrics history");
+  assert.match(b.log.join("\n"), /reattached to run 'reattach' at step 3/);
+  assert.ok(!b.log.some((l) => l.startsWith("bootstrap")), "nothing was re-initialised (no warm start)");
+  assert.equal(b.done, 4);
+  for (const rank of [0, 1]) {
+    assert.equal(b.states[rank]!.steps, 4);
+    assert.equal(b.states[rank]!.weights, expected.states[rank]!.weights, `rank ${rank}: weights after step 4 equal the uninterrupted run's`);
+    assert.equal(b.states[rank]!.moments, expected.states[rank]!.moments, `rank ${rank}: AdamW moments too`);
+  }
+  for (const r of b.digests.rollouts) assert.equal(r.digest, expected.digests.trainers[0]!.digest, `rollout ${r.executorId} holds step 4's policy`);
+  const metrics = readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => (JSON.parse(l) as StepMetrics).step);
+  assert.deepEqual(metrics, [1, 2, 3, 4], "both drivers appended to one metrics.jsonl");
+});
+
 test("the live agreement check: logprob gap, KL, ratio, clip fraction, entropy, loss and grad norm per step; a rollout that skipped a patch makes it fire", async () => {
   const out = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-c-"));
   const lines: string[] = [];
-  // Sampling hot (temperature 3) so the barely warmed-up policy writes varied responses.
-  const run = await SearchR1Run.create(options(out, { lr: 1e-2, temperature: 3, logprobGapWarn: 0.01, log: (l) => lines.push(l) }));
+  const run = await SearchR1Run.create(options(out, { lr: 1e-2, logprobGapWarn: 0.01, log: (l) => lines.push(l) }));
   try {
-    // A random policy rarely answers right; a reward on the response length varies within groups, so every step trains.
-    run.setReward((response) => (response.length % 2 === 0 ? 1 : 0));
+    run.setReward(lengthParity);
     const first = (await run.step()).metrics;
     assert.ok(first.samples_trained > 0);
     for (const k of ["logprob_gap", "logprob_gap_max", "kl", "ratio_mean", "ratio_max", "clip_frac", "entropy", "loss", "grad_norm"] as const) {

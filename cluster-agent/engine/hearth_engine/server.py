@@ -202,7 +202,7 @@ class Engine:
         model = self.need_model()
         if args.get("max_shard_bytes"):
             self.publisher.max_shard_bytes = int(args["max_shard_bytes"])
-        blobs, stats = self.publisher.publish(model)
+        blobs, stats = self.publisher.publish(model, bool(args.get("full", False)))
         return {**asdict(stats), "blobs": blobs}
 
     def op_apply(self, args: Dict[str, Any]) -> Any:
@@ -246,6 +246,25 @@ class Engine:
             h.update(name.encode())
             h.update(tensors[name].contiguous().view(torch.int16).cpu().numpy().tobytes())
         return {"digest": h.hexdigest(), "tensors": len(tensors), "version": self.version}
+
+    def op_state_digest(self, args: Dict[str, Any]) -> Any:
+        """sha256 of the trainer's exact state: fp32 master weights and, per parameter, the
+        AdamW moments (exp_avg, exp_avg_sq) and step. Equal digests mean an identical resume."""
+        if self.trainer is None:
+            raise EngineError("no_trainer", "send train_init first")
+        t = self.trainer
+        weights, moments = hashlib.sha256(), hashlib.sha256()
+        for name, p in sorted(t.model.named_parameters()):
+            weights.update(name.encode())
+            weights.update(p.detach().float().contiguous().cpu().numpy().tobytes())
+            st = t.opt.state.get(p, {})
+            moments.update(name.encode())
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                v = st.get(key)
+                if v is not None:
+                    moments.update(key.encode())
+                    moments.update(torch.as_tensor(v).detach().float().contiguous().cpu().numpy().tobytes())
+        return {"weights": weights.hexdigest(), "moments": moments.hexdigest(), "steps": t.steps}
 
     def op_save_state(self, args: Dict[str, Any]) -> Any:
         """Write the trainer's exact state (fp32 master, frozen reference, AdamW, step) into

@@ -144,15 +144,16 @@ class Publisher:
         self.version = 0
         self.max_shard_bytes = max_shard_bytes
 
-    def publish(self, model: Transformer) -> Tuple[List[bytes], PatchStats]:
-        """Full shards the first time, then one patch blob against the last publication."""
+    def publish(self, model: Transformer, full: bool = False) -> Tuple[List[bytes], PatchStats]:
+        """Full shards the first time (or when `full`: a fresh base), then one patch blob
+        against the last publication."""
         t0 = time.perf_counter()
         new = export_bf16(model)
         _sync(next(iter(new.values())))
         t1 = time.perf_counter()
         self.version += 1
         stats = PatchStats(version=self.version)
-        if self.last is None:
+        if self.last is None or full:
             stats.kind = "full"
             stats.elements = stats.changed = sum(t.numel() for t in new.values())
             stats.tensors = stats.dense = len(new)
