@@ -6,6 +6,9 @@
  *
  * Spec: https://jupyter-client.readthedocs.io/en/stable/messaging.html
  */
+import type { HistoryItem, HistoryRequest } from "./history.js";
+
+export type { HistoryItem, HistoryRequest };
 
 /** A MIME bundle: MIME type → data (text/plain always present in ours). */
 export type MimeBundle = Record<string, unknown>;
@@ -70,6 +73,8 @@ export interface KernelHandler {
   isComplete(code: string): IsCompleteReply;
   complete(code: string, cursorPos: number): CompleteReply;
   inspect(code: string, cursorPos: number, detailLevel: number): InspectReply;
+  /** Stored inputs for a history_request (tail, range or search). */
+  history(req: HistoryRequest): HistoryItem[];
   /** Stops the running cell, if any; the kernel stays usable. */
   interrupt(): void;
   /** Releases the language's resources before the process exits. */

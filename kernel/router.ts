@@ -5,7 +5,7 @@
  * once, even while a cell runs. A failed cell never aborts later requests.
  */
 import type { Channel, KernelSockets } from "./sockets.js";
-import type { KernelHandler, RequestContext } from "./handler.js";
+import type { HistoryRequest, KernelHandler, RequestContext } from "./handler.js";
 import { PROTOCOL_VERSION, replyTo, type JupyterMessage } from "./wire.js";
 import { randomUUID } from "node:crypto";
 
@@ -100,7 +100,7 @@ export class Router {
       case "comm_info_request":
         return { status: "ok", comms: {} };
       case "history_request":
-        return { status: "ok", history: [] };
+        return { status: "ok", history: this.handler.history(c as unknown as HistoryRequest) };
       default:
         this.log(`ignoring unsupported ${msg.header.msg_type}`);
         return null;

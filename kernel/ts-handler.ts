@@ -7,7 +7,8 @@
  * ipykernel.
  */
 import { DISPLAY_SINK, toMimeBundle, type DisplaySink } from "../sdk/notebook/display.js";
-import type { CompleteReply, ExecuteReply, ExecuteRequest, InspectReply, IsCompleteReply, KernelHandler, KernelInfo, RequestContext } from "./handler.js";
+import type { CompleteReply, ExecuteReply, ExecuteRequest, HistoryItem, HistoryRequest, InspectReply, IsCompleteReply, KernelHandler, KernelInfo, RequestContext } from "./handler.js";
+import type { HistoryStore } from "./history.js";
 import { describeError, TypeScriptExecutor } from "./ts-executor.js";
 
 type Write = typeof process.stdout.write;
@@ -21,6 +22,8 @@ export interface TypeScriptHandlerOptions {
   /** The TypeScript version tslab compiles with, shown in kernel_info. */
   typescriptVersion: string;
   implementationVersion: string;
+  /** Where executed cells are kept for history_request; null keeps none (history answers empty). */
+  history: HistoryStore | null;
 }
 
 /** Runs TypeScript cells and publishes their outputs. */
@@ -30,6 +33,8 @@ export class TypeScriptHandler implements KernelHandler {
   /** Where output goes: the running cell, else the last one. */
   private target: RequestContext | null = null;
   private readonly restore: Array<() => void> = [];
+  /** Pager payloads of the running cell (page() calls), sent in its execute_reply. */
+  private payloads: Array<Record<string, unknown>> = [];
 
   constructor(private readonly opts: TypeScriptHandlerOptions) {
     this.executor = new TypeScriptExecutor(opts.rootDir);
@@ -56,6 +61,8 @@ export class TypeScriptHandler implements KernelHandler {
         const content = { data: bundle, metadata: o.metadata ?? {}, transient: o.displayId ? { display_id: o.displayId } : {} };
         this.target.publish(o.update ? "update_display_data" : "display_data", content);
       },
+      clearOutput: (wait) => this.target?.publish("clear_output", { wait }),
+      page: (bundle) => void this.payloads.push({ source: "page", data: bundle, start: 0 }),
     };
     (globalThis as Record<symbol, unknown>)[DISPLAY_SINK] = sink;
     this.restore.push(() => delete (globalThis as Record<symbol, unknown>)[DISPLAY_SINK]);
@@ -92,23 +99,44 @@ export class TypeScriptHandler implements KernelHandler {
   async execute(req: ExecuteRequest, ctx: RequestContext): Promise<ExecuteReply> {
     if (!req.silent && req.store_history) this.executionCount += 1;
     const count = this.executionCount;
+    const stored = !req.silent && req.store_history;
     if (!req.silent) ctx.publish("execute_input", { code: req.code, execution_count: count });
     this.target = ctx;
+    this.payloads = [];
     const outcome = await this.executor.execute(req.code);
+    const payload = this.payloads.splice(0);
     if (outcome.ok) {
       for (const w of outcome.warnings) ctx.publish("stream", { name: "stderr", text: w + "\n" });
+      let result: string | null = null;
       if (outcome.hasValue && !req.silent) {
         let data: Record<string, unknown>;
         try {
           data = toMimeBundle(outcome.value);
         } catch (err) {
+          if (stored) this.record(count, req.code, null);
           return this.fail(ctx, count, describeError(err));
         }
         ctx.publish("execute_result", { execution_count: count, data, metadata: {} });
+        result = String(data["text/plain"]);
       }
-      return { status: "ok", execution_count: count, user_expressions: {}, payload: [] };
+      if (stored) this.record(count, req.code, result);
+      return { status: "ok", execution_count: count, user_expressions: {}, payload };
     }
+    if (stored) this.record(count, req.code, null);
     return this.fail(ctx, count, outcome.error);
+  }
+
+  /** Keeps a cell for history_request; a disk error is logged, never fails the cell. */
+  private record(line: number, input: string, output: string | null): void {
+    try {
+      this.opts.history?.record(line, input, output);
+    } catch (err) {
+      this.opts.log(`history not written: ${String(err)}`);
+    }
+  }
+
+  history(req: HistoryRequest): HistoryItem[] {
+    return this.opts.history?.query(req) ?? [];
   }
 
   private fail(ctx: RequestContext, count: number, error: { ename: string; evalue: string; traceback: string[] }): ExecuteReply {
@@ -117,8 +145,7 @@ export class TypeScriptHandler implements KernelHandler {
   }
 
   isComplete(code: string): IsCompleteReply {
-    const r = this.executor.isComplete(code);
-    return r.complete ? { status: "complete" } : { status: "incomplete", indent: r.indent ?? "" };
+    return this.executor.isComplete(code);
   }
 
   complete(code: string, cursorPos: number): CompleteReply {
