@@ -60,9 +60,20 @@ export interface KernelInfo {
   help_links: Array<{ text: string; url: string }>;
 }
 
+/** One pending input_request: its answer, and a way to stop waiting (interrupt). */
+export interface PendingInput {
+  readonly reply: Promise<string>;
+  cancel(reason: Error): void;
+}
+
 /** What a handler may do while answering one request: publish iopub messages whose parent is that request. */
 export interface RequestContext {
   publish(msgType: string, content: Record<string, unknown>): void;
+  /**
+   * Sends an input_request to the client's stdin socket; null when the
+   * request did not allow stdin (allow_stdin false) or is not an execute_request.
+   */
+  requestInput: ((prompt: string, password: boolean) => PendingInput) | null;
 }
 
 /** A language implementation behind the protocol layer. */

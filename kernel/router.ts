@@ -5,7 +5,7 @@
  * once, even while a cell runs. A failed cell never aborts later requests.
  */
 import type { Channel, KernelSockets } from "./sockets.js";
-import type { HistoryRequest, KernelHandler, RequestContext } from "./handler.js";
+import type { HistoryRequest, KernelHandler, PendingInput, RequestContext } from "./handler.js";
 import { PROTOCOL_VERSION, replyTo, type JupyterMessage } from "./wire.js";
 import { randomUUID } from "node:crypto";
 
@@ -23,6 +23,8 @@ export class Router {
   readonly shutdown = new Promise<ShutdownRequest>((resolve) => (this.resolveShutdown = resolve));
   /** The most recent request, parent of output produced outside any request (background promises). */
   lastParent: JupyterMessage | null = null;
+  /** The input_request waiting for its input_reply (one cell runs at a time, so at most one). */
+  private waitingInput: { resolve: (value: string) => void; reject: (err: Error) => void } | null = null;
 
   constructor(
     private readonly sockets: KernelSockets,
@@ -41,6 +43,7 @@ export class Router {
           this.shellQueue = this.shellQueue.then(() => this.handle(channel, msg)).catch((err: unknown) => this.log(`shell reply failed: ${String(err)}`));
         }
       },
+      onStdin: (msg) => this.onStdin(msg),
       onBadMessage: (channel, err) => this.log(`dropped a message on ${channel}: ${err.message}`),
     });
   }
@@ -49,6 +52,43 @@ export class Router {
   publish(parent: JupyterMessage | null, msgType: string, content: Record<string, unknown>): void {
     const msg = replyTo(parent ?? this.lastParent, msgType, content, this.session, []);
     this.sockets.publish(msg).catch((err: unknown) => this.log(`iopub send failed: ${String(err)}`));
+  }
+
+  /**
+   * An input_reply answers the pending input_request. jupyter_client sends it
+   * without a parent header, so it is matched by being the only one pending.
+   */
+  private onStdin(msg: JupyterMessage): void {
+    if (msg.header.msg_type !== "input_reply") {
+      this.log(`ignoring ${msg.header.msg_type} on stdin`);
+      return;
+    }
+    const waiting = this.waitingInput;
+    if (!waiting) {
+      this.log("ignoring an input_reply: no input_request is pending (interrupted?)");
+      return;
+    }
+    this.waitingInput = null;
+    waiting.resolve(String(msg.content.value ?? ""));
+  }
+
+  /** Sends an input_request to the client that sent `parent` (its stdin socket shares the shell identity). */
+  private requestInput(parent: JupyterMessage, prompt: string, password: boolean): PendingInput {
+    this.waitingInput?.reject(new Error("a newer input_request replaced this one"));
+    let entry!: { resolve: (value: string) => void; reject: (err: Error) => void };
+    const reply = new Promise<string>((resolve, reject) => (entry = { resolve, reject }));
+    this.waitingInput = entry;
+    this.sockets.sendStdin(replyTo(parent, "input_request", { prompt, password }, this.session)).catch((err: unknown) => {
+      if (this.waitingInput === entry) this.waitingInput = null;
+      entry.reject(new Error(`input_request could not be sent: ${String(err)}`));
+    });
+    return {
+      reply,
+      cancel: (reason) => {
+        if (this.waitingInput === entry) this.waitingInput = null;
+        entry.reject(reason);
+      },
+    };
   }
 
   private async handle(channel: Channel, msg: JupyterMessage): Promise<void> {
@@ -75,7 +115,10 @@ export class Router {
       case "kernel_info_request":
         return { status: "ok", protocol_version: PROTOCOL_VERSION, ...this.handler.kernelInfo() };
       case "execute_request": {
-        const ctx: RequestContext = { publish: (type, content) => this.publish(msg, type, content) };
+        const ctx: RequestContext = {
+          publish: (type, content) => this.publish(msg, type, content),
+          requestInput: c.allow_stdin ? (prompt, password) => this.requestInput(msg, prompt, password) : null,
+        };
         const req = {
           code: String(c.code ?? ""),
           silent: Boolean(c.silent),

@@ -7,7 +7,8 @@
  * ipykernel.
  */
 import { DISPLAY_SINK, toMimeBundle, type DisplaySink } from "../sdk/notebook/display.js";
-import type { CompleteReply, ExecuteReply, ExecuteRequest, HistoryItem, HistoryRequest, InspectReply, IsCompleteReply, KernelHandler, KernelInfo, RequestContext } from "./handler.js";
+import { StdinNotAllowedError } from "../sdk/notebook/input.js";
+import type { CompleteReply, ExecuteReply, ExecuteRequest, HistoryItem, HistoryRequest, InspectReply, IsCompleteReply, KernelHandler, KernelInfo, PendingInput, RequestContext } from "./handler.js";
 import type { HistoryStore } from "./history.js";
 import { describeError, TypeScriptExecutor } from "./ts-executor.js";
 
@@ -35,6 +36,9 @@ export class TypeScriptHandler implements KernelHandler {
   private readonly restore: Array<() => void> = [];
   /** Pager payloads of the running cell (page() calls), sent in its execute_reply. */
   private payloads: Array<Record<string, unknown>> = [];
+  /** The running cell's request, while it runs (input() is allowed only then). */
+  private running: RequestContext | null = null;
+  private pendingInput: PendingInput | null = null;
 
   constructor(private readonly opts: TypeScriptHandlerOptions) {
     this.executor = new TypeScriptExecutor(opts.rootDir);
@@ -63,6 +67,7 @@ export class TypeScriptHandler implements KernelHandler {
       },
       clearOutput: (wait) => this.target?.publish("clear_output", { wait }),
       page: (bundle) => void this.payloads.push({ source: "page", data: bundle, start: 0 }),
+      input: (prompt, password) => this.input(prompt, password),
     };
     (globalThis as Record<symbol, unknown>)[DISPLAY_SINK] = sink;
     this.restore.push(() => delete (globalThis as Record<symbol, unknown>)[DISPLAY_SINK]);
@@ -102,8 +107,9 @@ export class TypeScriptHandler implements KernelHandler {
     const stored = !req.silent && req.store_history;
     if (!req.silent) ctx.publish("execute_input", { code: req.code, execution_count: count });
     this.target = ctx;
+    this.running = ctx;
     this.payloads = [];
-    const outcome = await this.executor.execute(req.code);
+    const outcome = await this.executor.execute(req.code).finally(() => (this.running = null));
     const payload = this.payloads.splice(0);
     if (outcome.ok) {
       for (const w of outcome.warnings) ctx.publish("stream", { name: "stderr", text: w + "\n" });
@@ -124,6 +130,25 @@ export class TypeScriptHandler implements KernelHandler {
     }
     if (stored) this.record(count, req.code, null);
     return this.fail(ctx, count, outcome.error);
+  }
+
+  /** input() in a cell: an input_request to the front end, if this cell may read stdin. */
+  private async input(prompt: string, password: boolean): Promise<string> {
+    const ctx = this.running;
+    if (!ctx) throw new StdinNotAllowedError(`input(${JSON.stringify(prompt)}): no cell is running (input() after a cell finished has nobody to ask)`);
+    if (!ctx.requestInput) {
+      throw new StdinNotAllowedError(
+        `input(${JSON.stringify(prompt)}): this front end does not accept input for this cell (allow_stdin is false, as with nbclient or a batch run); ` +
+          "run the cell in JupyterLab or the notebook, or put the value in the code",
+      );
+    }
+    const pending = ctx.requestInput(prompt, password);
+    this.pendingInput = pending;
+    try {
+      return await pending.reply;
+    } finally {
+      if (this.pendingInput === pending) this.pendingInput = null;
+    }
   }
 
   /** Keeps a cell for history_request; a disk error is logged, never fails the cell. */
@@ -159,6 +184,8 @@ export class TypeScriptHandler implements KernelHandler {
   }
 
   interrupt(): void {
+    // Stop waiting for an answer first, so the cell's `await input()` ends as interrupted too.
+    this.pendingInput?.cancel(Object.assign(new Error("Interrupted asynchronously"), { code: "ERR_SCRIPT_EXECUTION_INTERRUPTED" }));
     if (this.executor.busy) this.executor.interrupt();
   }
 

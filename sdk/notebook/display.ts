@@ -42,6 +42,8 @@ export interface DisplaySink {
   clearOutput?(wait: boolean): void;
   /** Shows `bundle` in the front end's pager (an execute_reply payload with source "page"). */
   page?(bundle: MimeBundle): void;
+  /** Asks the front end for a line (Jupyter input_request); rejects at once when the cell may not read stdin. */
+  input?(prompt: string, password: boolean): Promise<string>;
 }
 
 /** True when `value` has a `Symbol.for("Jupyter.display")` method. */

@@ -29,6 +29,7 @@ export {
   type Displayable,
   type MimeBundle,
 } from "./display.js";
+export { InputTimeoutError, StdinNotAllowedError, input, password, type InputOptions } from "./input.js";
 export { clearOutput, page, type ClearOutputOptions } from "./output.js";
 export { DataTable, table, type TableOptions } from "./table.js";
 export { Figure, PLOTLY_MIME, barChart, figure, lineChart, type FigureOptions, type Layout, type Trace } from "./figure.js";

@@ -62,9 +62,15 @@ def handle(req):
         info = kc.kernel_info(reply=True, timeout=timeout)["content"]
         return {"startup_s": time.monotonic() - t0, "kernel_info": info}
     if op == "execute":
-        return collect(kc.execute(req["code"], stop_on_error=req.get("stop_on_error", True)), timeout)
+        return collect(kc.execute(req["code"], stop_on_error=req.get("stop_on_error", True), allow_stdin=req.get("allow_stdin", True)), timeout)
     if op == "send_execute":
-        return {"msg_id": kc.execute(req["code"])}
+        return {"msg_id": kc.execute(req["code"], allow_stdin=req.get("allow_stdin", True))}
+    if op == "stdin_request":
+        msg = kc.get_stdin_msg(timeout=timeout)
+        return {"msg_type": msg["msg_type"], "content": msg["content"], "parent_msg_id": msg["parent_header"].get("msg_id")}
+    if op == "input_reply":
+        kc.input(req["value"])
+        return {}
     if op == "collect":
         return collect(req["msg_id"], timeout)
     if op == "heartbeat":
