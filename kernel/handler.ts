@@ -68,7 +68,7 @@ export interface PendingInput {
 
 /** What a handler may do while answering one request: publish iopub messages whose parent is that request. */
 export interface RequestContext {
-  publish(msgType: string, content: Record<string, unknown>): void;
+  publish(msgType: string, content: Record<string, unknown>, metadata?: Record<string, unknown>, buffers?: Uint8Array[]): void;
   /**
    * Sends an input_request to the client's stdin socket; null when the
    * request did not allow stdin (allow_stdin false) or is not an execute_request.
@@ -86,6 +86,10 @@ export interface KernelHandler {
   inspect(code: string, cursorPos: number, detailLevel: number): InspectReply;
   /** Stored inputs for a history_request (tail, range or search). */
   history(req: HistoryRequest): HistoryItem[];
+  /** A comm_open, comm_msg or comm_close from the front end (no reply); `ctx` publishes with it as parent. */
+  comm(msgType: "comm_open" | "comm_msg" | "comm_close", content: Record<string, unknown>, buffers: Uint8Array[], ctx: RequestContext): void;
+  /** comm_info_reply's `comms`: the open comms, or those of one target. */
+  commInfo(targetName?: string): Record<string, { target_name: string }>;
   /** Stops the running cell, if any; the kernel stays usable. */
   interrupt(): void;
   /** Releases the language's resources before the process exits. */

@@ -7,7 +7,9 @@
  * ipykernel.
  */
 import { DISPLAY_SINK, toMimeBundle, type DisplaySink } from "../sdk/notebook/display.js";
+import { COMM_SINK } from "../sdk/notebook/comm.js";
 import { StdinNotAllowedError } from "../sdk/notebook/input.js";
+import { CommManager } from "./comms.js";
 import type { CompleteReply, ExecuteReply, ExecuteRequest, HistoryItem, HistoryRequest, InspectReply, IsCompleteReply, KernelHandler, KernelInfo, PendingInput, RequestContext } from "./handler.js";
 import type { HistoryStore } from "./history.js";
 import { describeError, TypeScriptExecutor } from "./ts-executor.js";
@@ -39,9 +41,18 @@ export class TypeScriptHandler implements KernelHandler {
   /** The running cell's request, while it runs (input() is allowed only then). */
   private running: RequestContext | null = null;
   private pendingInput: PendingInput | null = null;
+  /** The front end's comm message being handled, parent of what its handlers send. */
+  private commParent: RequestContext | null = null;
+  private readonly comms: CommManager;
 
   constructor(private readonly opts: TypeScriptHandlerOptions) {
     this.executor = new TypeScriptExecutor(opts.rootDir);
+    this.comms = new CommManager((type, content, metadata, buffers) => {
+      // The running cell, else the comm message being handled, else the last cell (a send from a timer).
+      const ctx = this.running ?? this.commParent ?? this.target;
+      if (ctx) ctx.publish(type, content, metadata, buffers);
+      else opts.log(`${type} dropped: no request to attach it to yet`);
+    }, opts.log);
   }
 
   /** Takes over stdout/stderr, the display sink and unhandled errors of this process. Undone by close(). */
@@ -71,6 +82,8 @@ export class TypeScriptHandler implements KernelHandler {
     };
     (globalThis as Record<symbol, unknown>)[DISPLAY_SINK] = sink;
     this.restore.push(() => delete (globalThis as Record<symbol, unknown>)[DISPLAY_SINK]);
+    (globalThis as Record<symbol, unknown>)[COMM_SINK] = this.comms;
+    this.restore.push(() => delete (globalThis as Record<symbol, unknown>)[COMM_SINK]);
     // A rejected promise nobody awaits must not kill the kernel: report it in the notebook instead.
     const onAsyncError = (err: unknown) => {
       const e = describeError(err);
@@ -160,6 +173,20 @@ export class TypeScriptHandler implements KernelHandler {
     }
   }
 
+  comm(msgType: "comm_open" | "comm_msg" | "comm_close", content: Record<string, unknown>, buffers: Uint8Array[], ctx: RequestContext): void {
+    const before = this.commParent;
+    this.commParent = ctx;
+    try {
+      this.comms.handle(msgType, content, buffers);
+    } finally {
+      this.commParent = before;
+    }
+  }
+
+  commInfo(targetName?: string): Record<string, { target_name: string }> {
+    return this.comms.info(targetName);
+  }
+
   history(req: HistoryRequest): HistoryItem[] {
     return this.opts.history?.query(req) ?? [];
   }
@@ -190,6 +217,7 @@ export class TypeScriptHandler implements KernelHandler {
   }
 
   close(): void {
+    this.comms.closeAll();
     for (const undo of this.restore.splice(0).reverse()) undo();
     this.executor.close();
   }
