@@ -1,9 +1,10 @@
 // Runs notebooks/02-runtime-tour.ipynb with Debian's nbclient through the
-// hearth kernel against a head and agent of its own, and checks: no error
-// outputs, the expected MIME types, and (through the notebook's own asserts)
-// what the notebook shows.
+// hearth kernel against a head and agent of its own, from a copy in a
+// temporary folder outside the checkout (so its `import … from "hearth"`
+// must resolve through the kernelspec), and checks: no error outputs, the
+// expected MIME types, and what the notebook shows.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -32,7 +33,12 @@ let executed: string | undefined;
 
 test("02-runtime-tour.ipynb runs under nbclient with no errors and renders tables, a figure, progress, objects and status", async () => {
   const outFile = path.join(home, "02-runtime-tour.out.ipynb");
-  const result = await runNotebook(path.join(REPO_ROOT, "notebooks/02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
+  // A folder of the user's, outside the checkout: the notebook and the services beside it.
+  const folder = path.join(home, "my-project");
+  cpSync(path.join(REPO_ROOT, "notebooks", "02-runtime-tour.ipynb"), path.join(folder, "02-runtime-tour.ipynb"));
+  cpSync(path.join(REPO_ROOT, "notebooks", "services"), path.join(folder, "services"), { recursive: true });
+  assert.ok(path.relative(REPO_ROOT, folder).startsWith(".."), `${folder} is outside the checkout`);
+  const result = await runNotebook(path.join(folder, "02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
   console.log(`# 02-runtime-tour.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
 
   assert.deepEqual(errorOutputs(result.cells), [], "no cell fails (the notebook's own asserts included)");
