@@ -10,6 +10,7 @@ import { DISPLAY_SINK, toMimeBundle, type DisplaySink } from "../sdk/notebook/di
 import { COMM_SINK } from "../sdk/notebook/comm.js";
 import { StdinNotAllowedError } from "../sdk/notebook/input.js";
 import { CommManager } from "./comms.js";
+import { precheckServices } from "./service-precheck.js";
 import type { CompleteReply, ExecuteReply, ExecuteRequest, HistoryItem, HistoryRequest, InspectReply, IsCompleteReply, KernelHandler, KernelInfo, PendingInput, RequestContext } from "./handler.js";
 import type { HistoryStore } from "./history.js";
 import { describeError, TypeScriptExecutor } from "./ts-executor.js";
@@ -122,6 +123,12 @@ export class TypeScriptHandler implements KernelHandler {
     this.target = ctx;
     this.running = ctx;
     this.payloads = [];
+    const serviceErrors = precheckServices(req.code, this.opts.rootDir);
+    if (serviceErrors.length > 0) {
+      this.running = null;
+      if (stored) this.record(count, req.code, null);
+      return this.fail(ctx, count, { ename: "TypeScriptError", evalue: `service module: ${serviceErrors[0]}`, traceback: serviceErrors });
+    }
     const outcome = await this.executor.execute(req.code).finally(() => (this.running = null));
     const payload = this.payloads.splice(0);
     if (outcome.ok) {
