@@ -22,8 +22,8 @@ import { commsAvailable } from "./comm.js";
 import { boxWidget, buttonWidget, htmlWidget, labelWidget, WIDGET_VIEW_MIME, type WidgetModel } from "./widgets.js";
 import { escapeHtml } from "./text.js";
 
-/** One point: its step and any numeric metrics (other fields are ignored). */
-export type TrainingPoint = { step: number } & Record<string, unknown>;
+/** One point: its step and any numeric metrics (other fields are ignored); an interface such as StepMetrics fits. */
+export type TrainingPoint = { readonly step: number };
 
 /** Options of trainingMonitor(). */
 export interface TrainingMonitorOptions {
@@ -47,7 +47,7 @@ export class TrainingMonitor {
   /** Aborted by the Stop button or stop(); pass it to the training loop. */
   readonly signal: AbortSignal;
   private readonly controller = new AbortController();
-  private readonly points: TrainingPoint[] = [];
+  private readonly points: Array<TrainingPoint & Record<string, unknown>> = [];
   private views: Views | null = null;
   private handle: DisplayHandle | null = null;
   private lastDraw = 0;
@@ -59,7 +59,7 @@ export class TrainingMonitor {
   }
 
   /** The points so far, oldest first. */
-  get history(): readonly TrainingPoint[] {
+  get history(): ReadonlyArray<TrainingPoint & Record<string, unknown>> {
     return this.points;
   }
 
@@ -77,7 +77,7 @@ export class TrainingMonitor {
   /** Adds a point and redraws (at most every intervalMs). */
   push(point: TrainingPoint): void {
     if (!Number.isFinite(point.step)) throw new RangeError(`TrainingMonitor.push: point.step must be a number; got ${String(point.step)}`);
-    this.points.push(point);
+    this.points.push({ ...point } as TrainingPoint & Record<string, unknown>);
     if (Date.now() - this.lastDraw >= (this.opts.intervalMs ?? 200)) this.redraw();
   }
 
@@ -162,7 +162,7 @@ function fmt(v: unknown): string {
 }
 
 /** A 240×90 line chart of one metric over steps, with its range and last value. */
-function sparkChart(metric: string, points: readonly TrainingPoint[]): string {
+function sparkChart(metric: string, points: ReadonlyArray<TrainingPoint & Record<string, unknown>>): string {
   const w = 240;
   const h = 90;
   const pad = 6;
