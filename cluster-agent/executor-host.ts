@@ -2,7 +2,9 @@
  * The executor host: the body of one executor process. Loads the user's
  * service class once, awaits `init(ctx)` (models, indexes, optimizer: the
  * warm state), then serves calls from the head until SIGTERM, when it awaits
- * `close()` and exits.
+ * `close()` and exits. A TypeScript service module (.ts, .mts, .cts) is
+ * loaded through tsx (esbuild: types stripped, relative imports between .ts
+ * files resolved, no build step); JavaScript is imported as it is.
  */
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -47,6 +49,14 @@ function remoteError(err: unknown, launch: ExecutorLaunch, method?: string): Wir
   };
 }
 
+/** Imports a service module; TypeScript goes through tsx's loader, scoped to this import (JavaScript services never load it). */
+export async function importServiceModule(module: string): Promise<Record<string, unknown>> {
+  const spec = path.isAbsolute(module) ? pathToFileURL(module).href : module;
+  if (!/\.[mc]?tsx?$/.test(module)) return (await import(spec)) as Record<string, unknown>;
+  const { tsImport } = await import("tsx/esm/api");
+  return (await tsImport(spec, import.meta.url)) as Record<string, unknown>;
+}
+
 /** Runs one executor until it is told to stop. */
 export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, agentCache?: string): Promise<void> {
   const channel = new DealerChannel(`x.${launch.executorId}`, { maxMessageSize: 64 * 1024 * 1024, curveClient: curveClientFromEnv() });
@@ -85,8 +95,7 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   process.on("disconnect", () => void shutdown(0));
 
   try {
-    const spec = path.isAbsolute(launch.module) ? pathToFileURL(launch.module).href : launch.module;
-    const mod = (await import(spec)) as Record<string, unknown>;
+    const mod = await importServiceModule(launch.module);
     const Cls = mod[launch.export];
     if (typeof Cls !== "function") {
       const found = Object.keys(mod).filter((k) => typeof mod[k] === "function");

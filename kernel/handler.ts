@@ -6,6 +6,9 @@
  *
  * Spec: https://jupyter-client.readthedocs.io/en/stable/messaging.html
  */
+import type { HistoryItem, HistoryRequest } from "./history.js";
+
+export type { HistoryItem, HistoryRequest };
 
 /** A MIME bundle: MIME type → data (text/plain always present in ours). */
 export type MimeBundle = Record<string, unknown>;
@@ -57,9 +60,20 @@ export interface KernelInfo {
   help_links: Array<{ text: string; url: string }>;
 }
 
+/** One pending input_request: its answer, and a way to stop waiting (interrupt). */
+export interface PendingInput {
+  readonly reply: Promise<string>;
+  cancel(reason: Error): void;
+}
+
 /** What a handler may do while answering one request: publish iopub messages whose parent is that request. */
 export interface RequestContext {
-  publish(msgType: string, content: Record<string, unknown>): void;
+  publish(msgType: string, content: Record<string, unknown>, metadata?: Record<string, unknown>, buffers?: Uint8Array[]): void;
+  /**
+   * Sends an input_request to the client's stdin socket; null when the
+   * request did not allow stdin (allow_stdin false) or is not an execute_request.
+   */
+  requestInput: ((prompt: string, password: boolean) => PendingInput) | null;
 }
 
 /** A language implementation behind the protocol layer. */
@@ -70,6 +84,12 @@ export interface KernelHandler {
   isComplete(code: string): IsCompleteReply;
   complete(code: string, cursorPos: number): CompleteReply;
   inspect(code: string, cursorPos: number, detailLevel: number): InspectReply;
+  /** Stored inputs for a history_request (tail, range or search). */
+  history(req: HistoryRequest): HistoryItem[];
+  /** A comm_open, comm_msg or comm_close from the front end (no reply); `ctx` publishes with it as parent. */
+  comm(msgType: "comm_open" | "comm_msg" | "comm_close", content: Record<string, unknown>, buffers: Uint8Array[], ctx: RequestContext): void;
+  /** comm_info_reply's `comms`: the open comms, or those of one target. */
+  commInfo(targetName?: string): Record<string, { target_name: string }>;
   /** Stops the running cell, if any; the kernel stays usable. */
   interrupt(): void;
   /** Releases the language's resources before the process exits. */

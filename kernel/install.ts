@@ -5,10 +5,11 @@
  *
  * Spec: https://jupyter-client.readthedocs.io/en/stable/kernels.html#kernel-specs
  */
-import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { CHECKOUT_ROOT } from "./hearth-imports.js";
 
 /** The kernelspec name used unless --name is given. */
 export const DEFAULT_KERNEL_NAME = "hearth";
@@ -40,10 +41,16 @@ export function kernelsDir(opts: KernelInstallOptions): string {
   return path.join("/usr/local/share/jupyter/kernels");
 }
 
-/** The kernelspec for this checkout: node (this executable) + the absolute path of dist/cluster-agent/cli.js. */
-export function kernelSpec(name: string = DEFAULT_KERNEL_NAME): KernelSpec {
+/**
+ * The kernelspec for this checkout: node (this executable) + the absolute path
+ * of dist/cluster-agent/cli.js. With `specDir`, NODE_PATH is
+ * `<specDir>/node_modules`, where installKernel links `hearth` to this
+ * checkout (see hearth-imports.ts).
+ */
+export function kernelSpec(name: string = DEFAULT_KERNEL_NAME, specDir?: string): KernelSpec {
   const cli = fileURLToPath(new URL("../cluster-agent/cli.js", import.meta.url));
   return {
+    ...(specDir ? { env: { NODE_PATH: path.join(specDir, "node_modules") } } : {}),
     argv: [process.execPath, cli, "kernel", "run", "--connection-file", "{connection_file}"],
     display_name: name === DEFAULT_KERNEL_NAME ? "TypeScript (hearth)" : `TypeScript (hearth: ${name})`,
     language: "typescript",
@@ -58,8 +65,12 @@ export function installKernel(opts: KernelInstallOptions = {}): string {
   const name = opts.name ?? DEFAULT_KERNEL_NAME;
   if (!/^[a-zA-Z0-9._-]+$/.test(name)) throw new Error(`bad kernel name '${name}': use letters, digits, '.', '_' or '-'`);
   const dir = path.join(kernelsDir(opts), name);
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(path.join(dir, "kernel.json"), JSON.stringify(kernelSpec(name), null, 2) + "\n");
+  mkdirSync(path.join(dir, "node_modules"), { recursive: true });
+  // `import "hearth"` from a notebook in any folder resolves to this checkout through this link.
+  const link = path.join(dir, "node_modules", "hearth");
+  rmSync(link, { force: true });
+  symlinkSync(CHECKOUT_ROOT.replace(/[\\/]$/, ""), link, "dir");
+  writeFileSync(path.join(dir, "kernel.json"), JSON.stringify(kernelSpec(name, dir), null, 2) + "\n");
   return dir;
 }
 

@@ -4,6 +4,7 @@
  * "signal") and interrupt_request both interrupt the running cell.
  */
 import { createRequire } from "node:module";
+import { HistoryStore, defaultHistoryDir } from "./history.js";
 import { KernelSockets } from "./sockets.js";
 import { Router } from "./router.js";
 import { TypeScriptHandler } from "./ts-handler.js";
@@ -16,6 +17,8 @@ export interface RunKernelOptions {
   connectionFile: string;
   /** Resolves imports in cells; default the process's cwd (the notebook's directory under Jupyter). */
   rootDir?: string;
+  /** Where sessions' history files live; default `$HEARTH_KERNEL_HISTORY`, else `$HEARTH_HOME/kernel/history`. */
+  historyDir?: string;
 }
 
 /** Versions shown in kernel_info: hearth's and the TypeScript tslab compiles with. */
@@ -35,11 +38,19 @@ export async function runKernel(opts: RunKernelOptions): Promise<number> {
   const info = readConnectionFile(opts.connectionFile);
   const sockets = await KernelSockets.bind(info);
   const versions = kernelVersions();
+  let history: HistoryStore | null = null;
+  try {
+    history = HistoryStore.open(opts.historyDir ?? process.env.HEARTH_KERNEL_HISTORY ?? defaultHistoryDir());
+  } catch (err) {
+    // A read-only home must not stop the kernel: it runs without history.
+    log(`history disabled: ${String(err)}`);
+  }
   const handler = new TypeScriptHandler({
     rootDir: opts.rootDir ?? process.cwd(),
     log,
     typescriptVersion: versions.typescript,
     implementationVersion: versions.hearth,
+    history,
   });
   handler.install();
   const router = new Router(sockets, handler, log);

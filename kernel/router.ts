@@ -5,9 +5,12 @@
  * once, even while a cell runs. A failed cell never aborts later requests.
  */
 import type { Channel, KernelSockets } from "./sockets.js";
-import type { KernelHandler, RequestContext } from "./handler.js";
+import type { HistoryRequest, KernelHandler, PendingInput, RequestContext } from "./handler.js";
 import { PROTOCOL_VERSION, replyTo, type JupyterMessage } from "./wire.js";
 import { randomUUID } from "node:crypto";
+
+/** Shell messages of comms: they have no reply. */
+const COMM_MESSAGES = new Set(["comm_open", "comm_msg", "comm_close"]);
 
 /** Why the router stopped: the client asked for a shutdown (and maybe a restart). */
 export interface ShutdownRequest {
@@ -23,6 +26,10 @@ export class Router {
   readonly shutdown = new Promise<ShutdownRequest>((resolve) => (this.resolveShutdown = resolve));
   /** The most recent request, parent of output produced outside any request (background promises). */
   lastParent: JupyterMessage | null = null;
+  /** The input_request waiting for its input_reply (one cell runs at a time, so at most one). */
+  private waitingInput: { resolve: (value: string) => void; reject: (err: Error) => void } | null = null;
+  /** True while an execute_request runs. */
+  private executing = false;
 
   constructor(
     private readonly sockets: KernelSockets,
@@ -37,18 +44,69 @@ export class Router {
       onMessage: (channel, msg) => {
         if (channel === "control") {
           this.handle(channel, msg).catch((err: unknown) => this.log(`control reply failed: ${String(err)}`));
+        } else if (this.executing && COMM_MESSAGES.has(msg.header.msg_type)) {
+          // A widget event (a stop button) must reach the running cell between its awaits, not wait behind it.
+          // The kernel is already busy, so no status of its own (a busy/idle pair would show the kernel idle mid-cell).
+          this.comm(msg);
         } else {
           this.shellQueue = this.shellQueue.then(() => this.handle(channel, msg)).catch((err: unknown) => this.log(`shell reply failed: ${String(err)}`));
         }
       },
+      onStdin: (msg) => this.onStdin(msg),
       onBadMessage: (channel, err) => this.log(`dropped a message on ${channel}: ${err.message}`),
     });
   }
 
   /** Publishes an iopub message whose parent is `parent` (or the last request when null). */
-  publish(parent: JupyterMessage | null, msgType: string, content: Record<string, unknown>): void {
-    const msg = replyTo(parent ?? this.lastParent, msgType, content, this.session, []);
+  publish(parent: JupyterMessage | null, msgType: string, content: Record<string, unknown>, metadata: Record<string, unknown> = {}, buffers: Uint8Array[] = []): void {
+    const msg = { ...replyTo(parent ?? this.lastParent, msgType, content, this.session, []), metadata, buffers: buffers.map((b) => Buffer.from(b.buffer, b.byteOffset, b.byteLength)) };
     this.sockets.publish(msg).catch((err: unknown) => this.log(`iopub send failed: ${String(err)}`));
+  }
+
+  private context(msg: JupyterMessage): RequestContext {
+    return { publish: (type, content, metadata, buffers) => this.publish(msg, type, content, metadata, buffers), requestInput: null };
+  }
+
+  /** A comm message from the front end: no reply. */
+  private comm(msg: JupyterMessage): void {
+    this.handler.comm(msg.header.msg_type as "comm_open" | "comm_msg" | "comm_close", msg.content, msg.buffers, this.context(msg));
+  }
+
+  /**
+   * An input_reply answers the pending input_request. jupyter_client sends it
+   * without a parent header, so it is matched by being the only one pending.
+   */
+  private onStdin(msg: JupyterMessage): void {
+    if (msg.header.msg_type !== "input_reply") {
+      this.log(`ignoring ${msg.header.msg_type} on stdin`);
+      return;
+    }
+    const waiting = this.waitingInput;
+    if (!waiting) {
+      this.log("ignoring an input_reply: no input_request is pending (interrupted?)");
+      return;
+    }
+    this.waitingInput = null;
+    waiting.resolve(String(msg.content.value ?? ""));
+  }
+
+  /** Sends an input_request to the client that sent `parent` (its stdin socket shares the shell identity). */
+  private requestInput(parent: JupyterMessage, prompt: string, password: boolean): PendingInput {
+    this.waitingInput?.reject(new Error("a newer input_request replaced this one"));
+    let entry!: { resolve: (value: string) => void; reject: (err: Error) => void };
+    const reply = new Promise<string>((resolve, reject) => (entry = { resolve, reject }));
+    this.waitingInput = entry;
+    this.sockets.sendStdin(replyTo(parent, "input_request", { prompt, password }, this.session)).catch((err: unknown) => {
+      if (this.waitingInput === entry) this.waitingInput = null;
+      entry.reject(new Error(`input_request could not be sent: ${String(err)}`));
+    });
+    return {
+      reply,
+      cancel: (reason) => {
+        if (this.waitingInput === entry) this.waitingInput = null;
+        entry.reject(reason);
+      },
+    };
   }
 
   private async handle(channel: Channel, msg: JupyterMessage): Promise<void> {
@@ -75,7 +133,10 @@ export class Router {
       case "kernel_info_request":
         return { status: "ok", protocol_version: PROTOCOL_VERSION, ...this.handler.kernelInfo() };
       case "execute_request": {
-        const ctx: RequestContext = { publish: (type, content) => this.publish(msg, type, content) };
+        const ctx: RequestContext = {
+          ...this.context(msg),
+          requestInput: c.allow_stdin ? (prompt, password) => this.requestInput(msg, prompt, password) : null,
+        };
         const req = {
           code: String(c.code ?? ""),
           silent: Boolean(c.silent),
@@ -84,7 +145,12 @@ export class Router {
           allow_stdin: Boolean(c.allow_stdin),
           stop_on_error: c.stop_on_error === undefined ? true : Boolean(c.stop_on_error),
         };
-        return { ...(await this.handler.execute(req, ctx)) };
+        this.executing = true;
+        try {
+          return { ...(await this.handler.execute(req, ctx)) };
+        } finally {
+          this.executing = false;
+        }
       }
       case "is_complete_request":
         return { ...this.handler.isComplete(String(c.code ?? "")) };
@@ -98,9 +164,14 @@ export class Router {
       case "shutdown_request":
         return { status: "ok", restart: Boolean(c.restart) };
       case "comm_info_request":
-        return { status: "ok", comms: {} };
+        return { status: "ok", comms: this.handler.commInfo(typeof c.target_name === "string" ? c.target_name : undefined) };
+      case "comm_open":
+      case "comm_msg":
+      case "comm_close":
+        this.comm(msg);
+        return null;
       case "history_request":
-        return { status: "ok", history: [] };
+        return { status: "ok", history: this.handler.history(c as unknown as HistoryRequest) };
       default:
         this.log(`ignoring unsupported ${msg.header.msg_type}`);
         return null;

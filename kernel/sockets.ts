@@ -17,7 +17,9 @@ export type Channel = "shell" | "control";
 /** Receives every valid message from shell and control; bad messages go to `onBadMessage`. */
 export interface SocketListener {
   onMessage(channel: Channel, msg: JupyterMessage): void;
-  onBadMessage(channel: Channel, err: Error): void;
+  /** An input_reply (or another message) from a client's stdin socket. */
+  onStdin(msg: JupyterMessage): void;
+  onBadMessage(channel: Channel | "stdin", err: Error): void;
 }
 
 /** Serializes sends on one socket, in call order. */
@@ -89,8 +91,9 @@ export class KernelSockets {
   private readonly shell = new zmq.Router();
   private readonly stdin = new zmq.Router();
   private readonly iopub = new zmq.Publisher();
-  private readonly queues: Record<"shell" | "iopub", SendQueue>;
+  private readonly queues: Record<"shell" | "iopub" | "stdin", SendQueue>;
   private shellLoop: Promise<void> = Promise.resolve();
+  private stdinLoop: Promise<void> = Promise.resolve();
   private closed = false;
 
   private constructor(
@@ -98,7 +101,7 @@ export class KernelSockets {
     private readonly control: ControlThread,
   ) {
     this.signer = new Signer(info.key ?? "");
-    this.queues = { shell: new SendQueue(this.shell), iopub: new SendQueue(this.iopub) };
+    this.queues = { shell: new SendQueue(this.shell), iopub: new SendQueue(this.iopub), stdin: new SendQueue(this.stdin) };
   }
 
   /** Binds all five sockets to the connection file's ports. */
@@ -117,7 +120,7 @@ export class KernelSockets {
 
   /** Starts receiving; messages go to `listener` until `close()`. */
   listen(listener: SocketListener): void {
-    const deliver = (channel: Channel, frames: Buffer[]) => {
+    const deliver = (channel: Channel | "stdin", frames: Buffer[]) => {
       let msg: JupyterMessage;
       try {
         msg = parseMessage(frames, this.signer);
@@ -125,7 +128,8 @@ export class KernelSockets {
         listener.onBadMessage(channel, err instanceof Error ? err : new WireError(String(err)));
         return;
       }
-      listener.onMessage(channel, msg);
+      if (channel === "stdin") listener.onStdin(msg);
+      else listener.onMessage(channel, msg);
     };
     this.control.onFrames((frames) => deliver("control", frames));
     this.shellLoop = (async () => {
@@ -134,6 +138,16 @@ export class KernelSockets {
       // The receive loop ends with an error when the socket closes; that is the normal end.
       if (!this.closed) throw err;
     });
+    this.stdinLoop = (async () => {
+      for await (const frames of this.stdin) deliver("stdin", frames);
+    })().catch((err: unknown) => {
+      if (!this.closed) throw err;
+    });
+  }
+
+  /** Signs and sends a request (input_request) to a client's stdin socket; `msg.ids` name the client. */
+  sendStdin(msg: JupyterMessage<unknown>): Promise<void> {
+    return this.queues.stdin.send(serializeMessage(msg, this.signer));
   }
 
   /** Signs and sends a reply on the channel the request came from. */
@@ -151,9 +165,9 @@ export class KernelSockets {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await Promise.all([this.queues.shell.drain(), this.queues.iopub.drain()]);
+    await Promise.all([this.queues.shell.drain(), this.queues.iopub.drain(), this.queues.stdin.drain()]);
     for (const s of [this.shell, this.stdin, this.iopub]) s.close();
-    await Promise.all([this.control.close(), this.shellLoop.catch(() => undefined)]);
+    await Promise.all([this.control.close(), this.shellLoop.catch(() => undefined), this.stdinLoop.catch(() => undefined)]);
   }
 
   /** The connection this kernel is bound to. */

@@ -8,12 +8,20 @@
  * `error("%s%d:%d - %s", …)` a type-check diagnostic. Nothing of tslab's
  * protocol layer is used (see docs/kernel.md).
  */
+import { createRequire } from "node:module";
 import { format } from "node:util";
 import { createConverter, isCompleteCode, type Converter } from "tslab/dist/converter.js";
 import { createExecutor, type ConverterSet, type Executor } from "tslab/dist/executor.js";
 import { printQuickInfo } from "tslab/dist/inspect.js";
+import { forwardHearthTypes } from "./hearth-imports.js";
 
 const DIAGNOSTIC_FORMAT = "%s%d:%d - %s";
+
+/** The TypeScript tslab compiles with (5.0.4), for syntax checks that must agree with its compiler. */
+const ts = createRequire(createRequire(import.meta.url).resolve("tslab/package.json"))("@tslab/typescript-for-tslab") as typeof import("typescript");
+
+/** Syntax errors that more input can still fix: an unterminated template literal or comment. */
+const CONTINUABLE = new Set([1160, 1010]);
 
 /** The error of a failed cell in the shape of a Jupyter error message. */
 export interface CellError {
@@ -39,9 +47,12 @@ export class TypeScriptExecutor {
   private readonly executor: Executor;
   private capture = { hasValue: false, value: undefined as unknown, errors: [] as unknown[], diagnostics: [] as string[] };
   private running = false;
+  private readonly unforward: () => void;
 
   /** `rootDir` resolves imports (node_modules, local .ts files); normally the notebook's directory. */
   constructor(rootDir: string) {
+    // tslab's converter type-checks relative to the process's cwd: `import "hearth"` must resolve there.
+    this.unforward = forwardHearthTypes(ts.sys, ts.sys.getCurrentDirectory());
     let browser: Converter | undefined;
     const node = createConverter({ isJS: false, isBrowser: false });
     const convs: ConverterSet = {
@@ -99,10 +110,18 @@ export class TypeScriptExecutor {
     this.executor.interrupt();
   }
 
-  /** Jupyter's is_complete: "incomplete" with an indent while brackets or statements are open. */
-  isComplete(code: string): { complete: boolean; indent?: string } {
+  /**
+   * Jupyter's is_complete: "incomplete" with an indent while brackets or
+   * statements are open, "invalid" when the parser reports an error that no
+   * further input can fix (`const = 1`, a stray `}`), else "complete".
+   */
+  isComplete(code: string): { status: "complete" | "incomplete" | "invalid"; indent?: string } {
     const r = isCompleteCode(code);
-    return { complete: r.completed, indent: r.indent };
+    if (!r.completed) return { status: "incomplete", indent: r.indent ?? "" };
+    const out = ts.transpileModule(code, { reportDiagnostics: true, compilerOptions: { target: ts.ScriptTarget.ES2020, module: ts.ModuleKind.ESNext } });
+    const syntax = (out.diagnostics ?? []).filter((d) => d.category === ts.DiagnosticCategory.Error);
+    if (syntax.length === 0) return { status: "complete" };
+    return syntax.every((d) => CONTINUABLE.has(d.code)) ? { status: "incomplete", indent: "" } : { status: "invalid" };
   }
 
   /** Completions at `cursor` from the TypeScript language service, seeing earlier cells' declarations. */
@@ -120,6 +139,7 @@ export class TypeScriptExecutor {
   /** Releases the TypeScript programs. */
   close(): void {
     this.executor.close();
+    this.unforward();
   }
 }
 

@@ -38,6 +38,12 @@ export interface DisplayOptions {
 /** The kernel side of the protocol: publishes a bundle as display_data or update_display_data. */
 export interface DisplaySink {
   display(bundle: MimeBundle, opts: DisplayOptions): void;
+  /** Clears the running cell's output (Jupyter clear_output); `wait` defers it until the next output arrives. */
+  clearOutput?(wait: boolean): void;
+  /** Shows `bundle` in the front end's pager (an execute_reply payload with source "page"). */
+  page?(bundle: MimeBundle): void;
+  /** Asks the front end for a line (Jupyter input_request); rejects at once when the cell may not read stdin. */
+  input?(prompt: string, password: boolean): Promise<string>;
 }
 
 /** True when `value` has a `Symbol.for("Jupyter.display")` method. */

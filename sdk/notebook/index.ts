@@ -29,9 +29,14 @@ export {
   type Displayable,
   type MimeBundle,
 } from "./display.js";
+export { InputTimeoutError, StdinNotAllowedError, input, password, type InputOptions } from "./input.js";
+export { COMM_SINK, CommClosedError, NoCommsError, commSink, commsAvailable, openComm, registerCommTarget, type Comm, type CommData, type CommSink, type OpenCommOptions } from "./comm.js";
+export { WIDGET_PROTOCOL_VERSION, WIDGET_TARGET, WIDGET_VIEW_MIME, WidgetModel, boxWidget, buttonWidget, htmlWidget, labelWidget, layoutModel } from "./widgets.js";
+export { TrainingMonitor, trainingMonitor, type TrainingMonitorOptions, type TrainingPoint } from "./training-monitor.js";
+export { clearOutput, page, type ClearOutputOptions } from "./output.js";
 export { DataTable, table, type TableOptions } from "./table.js";
 export { Figure, PLOTLY_MIME, barChart, figure, lineChart, type FigureOptions, type Layout, type Trace } from "./figure.js";
 export { ProgressBar, ProgressView, progress, withProgress, type ProgressOptions } from "./progress.js";
 export { StatusView, statusView } from "./status.js";
-export { compileServiceModule, type CompileServiceOptions } from "./service-module.js";
+export { ServiceTypeError, checkServiceModule, formatDiagnostic, isTypeScriptModule, typeCheckServiceModule, type ServiceDiagnostic } from "./service-module.js";
 export { cellText, escapeHtml, htmlTable, textTable } from "./text.js";

@@ -16,6 +16,14 @@ from jupyter_client.manager import KernelManager
 
 km = None
 kc = None
+# iopub messages read by iopub_wait and not yet returned by collect.
+backlog = []
+
+
+def next_iopub(timeout):
+    if backlog:
+        return backlog.pop(0)
+    return kc.get_iopub_msg(timeout=timeout)
 
 
 def collect(msg_id, timeout):
@@ -26,7 +34,7 @@ def collect(msg_id, timeout):
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"no idle status for {msg_id} within {timeout}s; got {outputs}")
-        msg = kc.get_iopub_msg(timeout=left)
+        msg = next_iopub(left)
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         if msg["msg_type"] == "status":
@@ -62,9 +70,37 @@ def handle(req):
         info = kc.kernel_info(reply=True, timeout=timeout)["content"]
         return {"startup_s": time.monotonic() - t0, "kernel_info": info}
     if op == "execute":
-        return collect(kc.execute(req["code"], stop_on_error=req.get("stop_on_error", True)), timeout)
+        return collect(kc.execute(req["code"], stop_on_error=req.get("stop_on_error", True), allow_stdin=req.get("allow_stdin", True)), timeout)
     if op == "send_execute":
-        return {"msg_id": kc.execute(req["code"])}
+        return {"msg_id": kc.execute(req["code"], allow_stdin=req.get("allow_stdin", True))}
+    if op == "stdin_request":
+        msg = kc.get_stdin_msg(timeout=timeout)
+        return {"msg_type": msg["msg_type"], "content": msg["content"], "parent_msg_id": msg["parent_header"].get("msg_id")}
+    if op == "comm_send":
+        # comm_open / comm_msg / comm_close from the "front end", on shell; they have no reply.
+        msg = kc.session.msg(req["msg_type"], req["content"])
+        kc.shell_channel.send(msg)
+        return {"msg_id": msg["header"]["msg_id"]}
+    if op == "iopub_wait":
+        # Reads iopub until `count` messages of `msg_type` (and, if given, comm_id) arrived; they stay for collect.
+        deadline = time.monotonic() + timeout
+        seen, matched = [], 0
+        while matched < req["count"]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{matched}/{req['count']} {req['msg_type']} within {timeout}s; saw {[m['msg_type'] for m in seen]}")
+            msg = kc.get_iopub_msg(timeout=left)
+            seen.append(msg)
+            if msg["msg_type"] == req["msg_type"] and req.get("comm_id") in (None, msg["content"].get("comm_id")):
+                matched += 1
+        backlog.extend(seen)
+        return {"messages": [{"msg_type": m["msg_type"], "content": m["content"], "metadata": m["metadata"], "parent_msg_id": m["parent_header"].get("msg_id")} for m in seen]}
+    if op == "comm_info":
+        msg_id = kc.comm_info(req.get("target_name"))
+        return {"reply": shell_reply(msg_id, timeout)}
+    if op == "input_reply":
+        kc.input(req["value"])
+        return {}
     if op == "collect":
         return collect(req["msg_id"], timeout)
     if op == "heartbeat":

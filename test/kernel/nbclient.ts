@@ -4,6 +4,7 @@
  * cell's outputs.
  */
 import { spawn } from "node:child_process";
+import assert from "node:assert/strict";
 import path from "node:path";
 import { PYTHON, REPO_ROOT, type TempKernelspec } from "./bridge.js";
 
@@ -12,7 +13,9 @@ export interface CellSummary {
   index: number;
   execution_count: number | null;
   source: string;
-  outputs: Array<{ output_type: string; mime?: string[]; text?: string; name?: string; ename?: string; evalue?: string; traceback?: string[] }>;
+  /** The cell's metadata tags ("restart-kernel-before": run_notebook.py restarted the kernel first). */
+  tags: string[];
+  outputs: Array<{ output_type: string; mime?: string[]; text?: string; html?: string; name?: string; ename?: string; evalue?: string; traceback?: string[] }>;
 }
 
 /** Runs run_notebook.py (each cell gets `cellTimeoutS`); rejects past `limitMs` (the child is killed). */
@@ -41,4 +44,39 @@ export function runNotebook(notebook: string, spec: TempKernelspec, env: Record<
 /** Every error output, as "cell N (source…): name: message" with its traceback. */
 export function errorOutputs(cells: CellSummary[]): string[] {
   return cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "error").map((o) => `cell ${c.index} (${c.source}…): ${o.ename}: ${o.evalue}\n${(o.traceback ?? []).join("\n")}`));
+}
+
+/** The rows of a text table (header, rule, rows) as objects keyed by the header's columns. */
+export function textRows(text: string, headerAt: number): Array<Record<string, string>> {
+  const lines = text.split("\n");
+  const header = lines[headerAt]!;
+  const rule = lines[headerAt + 1]!;
+  // Column spans come from the rule line ("----  -----"), so values with spaces stay whole.
+  const spans = [...rule.matchAll(/-+/g)].map((m) => [m.index!, m.index! + m[0].length] as const);
+  const cut = (line: string, i: number) => line.slice(spans[i]![0], i + 1 < spans.length ? spans[i + 1]![0] : undefined).trim();
+  const names = spans.map((_, i) => cut(header, i));
+  return lines.slice(headerAt + 2).filter((l) => l.trim() !== "").map((l) => Object.fromEntries(names.map((n, i) => [n || "key", cut(l, i)])));
+}
+
+/** The text/plain of the outputs of one cell, found by a line of its source. */
+export function cellText(cells: CellSummary[], sourceStart: string): string[] {
+  const cell = cells.find((c) => c.source.startsWith(sourceStart));
+  assert.ok(cell, `a cell starting with ${JSON.stringify(sourceStart)}`);
+  return cell.outputs.filter((o) => o.mime).map((o) => o.text ?? "");
+}
+
+/** The rows of the first HTML table in `html` (arquero's or htmlTable's) as objects keyed by its header cells; text unescaped. */
+export function htmlRows(html: string): Array<Record<string, string>> {
+  const unescape = (t: string) => t.replace(/<[^>]*>/g, "").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&amp;/g, "&").trim();
+  const table = /<table[\s\S]*?<\/table>/.exec(html)?.[0] ?? "";
+  const rows = [...table.matchAll(/<tr[^>]*>([\s\S]*?)<\/tr>/g)].map((m) => [...m[1]!.matchAll(/<t[hd][^>]*>([\s\S]*?)<\/t[hd]>/g)].map((c) => unescape(c[1]!)));
+  const [head, ...body] = rows;
+  return body.map((r) => Object.fromEntries((head ?? []).map((h, i) => [h, r[i] ?? ""])));
+}
+
+/** The HTML of the outputs of one cell, found by a line of its source. */
+export function cellHtml(cells: CellSummary[], sourceStart: string): string[] {
+  const cell = cells.find((c) => c.source.startsWith(sourceStart));
+  assert.ok(cell, `a cell starting with ${JSON.stringify(sourceStart)}`);
+  return cell.outputs.filter((o) => o.html).map((o) => o.html!);
 }

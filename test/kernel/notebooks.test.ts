@@ -1,15 +1,16 @@
 // Runs notebooks/02-runtime-tour.ipynb with Debian's nbclient through the
-// hearth kernel against a head and agent of its own, and checks: no error
-// outputs, the expected MIME types, and (through the notebook's own asserts)
-// what the notebook shows.
+// hearth kernel against a head and agent of its own, from a copy in a
+// temporary folder outside the checkout (so its `import … from "hearth"`
+// must resolve through the kernelspec), and checks: no error outputs, the
+// expected MIME types, and what the notebook shows.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 import { REPO_ROOT, TempKernelspec } from "./bridge.js";
-import { errorOutputs, runNotebook } from "./nbclient.js";
+import { cellHtml, cellText, errorOutputs, htmlRows, runNotebook } from "./nbclient.js";
 import { CHROMIUM, exportHtml, pngStats, renderedDom, screenshot } from "./render.js";
 
 let cluster: TestCluster;
@@ -32,10 +33,15 @@ let executed: string | undefined;
 
 test("02-runtime-tour.ipynb runs under nbclient with no errors and renders tables, a figure, progress, objects and status", async () => {
   const outFile = path.join(home, "02-runtime-tour.out.ipynb");
-  const result = await runNotebook(path.join(REPO_ROOT, "notebooks/02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
+  // A folder of the user's, outside the checkout: the notebook and the services beside it.
+  const folder = path.join(home, "my-project");
+  cpSync(path.join(REPO_ROOT, "notebooks", "02-runtime-tour.ipynb"), path.join(folder, "02-runtime-tour.ipynb"));
+  cpSync(path.join(REPO_ROOT, "notebooks", "services"), path.join(folder, "services"), { recursive: true });
+  assert.ok(path.relative(REPO_ROOT, folder).startsWith(".."), `${folder} is outside the checkout`);
+  const result = await runNotebook(path.join(folder, "02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
   console.log(`# 02-runtime-tour.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
 
-  assert.deepEqual(errorOutputs(result.cells), [], "no cell fails (the notebook's own asserts included)");
+  assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");
   const stderr = result.cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "stream" && o.name === "stderr").map((o) => o.text));
   assert.deepEqual(stderr, [], "no cell writes to stderr");
   for (const c of result.cells) assert.ok(c.execution_count !== null, `cell ${c.index} ran`);
@@ -55,6 +61,23 @@ test("02-runtime-tour.ipynb runs under nbclient with no errors and renders table
   assert.ok(status.length >= 2, "status views are shown");
   assert.match(status[0]!.text, /squares \[pool/);
   assert.match(status[0]!.text, /ring \[gang/);
+
+  // What each section shows (the notebook asserts nothing itself: it reads as a tutorial).
+  assert.match(cellText(result.cells, "import { connect }")[0]!, /^'connected to tcp:\/\/[^:]+:\d+: [1-9]\d* agent\(s\)'$/);
+  assert.deepEqual(cellText(result.cells, "const pool = await app.service"), ["9"], "square(3) on the pool");
+  const gang = htmlRows(cellHtml(result.cells, "const gang = await app.service")[0]!);
+  assert.deepEqual(gang.map((m) => [m.rank, m.worldSize]), [["0", "2"], ["1", "2"]], "gang members are ranked 0 and 1 of 2");
+  const peak = Number(/peak (\d+) executors, 12\/12 answers right/.exec(bars[0]!.text)?.[1]);
+  assert.ok(peak > 1, `the pool grew under load (${bars[0]!.text})`);
+  const served = htmlRows(cellHtml(result.cells, "const servedBy")[0]!);
+  assert.ok(served.length > 1, `more than one executor answered: ${JSON.stringify(served)}`);
+  assert.equal(served.reduce((n, r) => n + Number(r.calls), 0), 12);
+  const versions = Object.fromEntries(htmlRows(cellHtml(result.cells, "const objects = app.objects;")[0]!).map((r) => [r.step!.replace(/^sum on .*/, "sum"), r]));
+  assert.deepEqual(["put [1, 2, 3]", "patch [4, 5]", "patch [6]"].map((k) => versions[k]!.version), ["1", "2", "3"]);
+  assert.equal(versions.get!.result, "[1,2,3,4,5]", "the first get: base and patch");
+  assert.equal(versions["get again"]!.result, "[1,2,3,4,5,6], 1 patch fetched", "the second get fetched only the new patch");
+  assert.equal(versions["update if version is 1"]!.result, "VersionConflictError");
+  assert.deepEqual([versions.sum!.result, versions.sum!.version], ["sum 21", "3"], "the executor summed version 3");
   executed = outFile;
 });
 

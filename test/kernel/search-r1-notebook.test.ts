@@ -1,9 +1,11 @@
 // Runs notebooks/01-search-r1.ipynb with Debian's nbclient through the hearth
 // kernel against a head and agent of its own (a real Search-R1 run with the
-// tiny model), and checks: no error outputs, the expected MIME types (HTML
-// tables, plotly figures, progress bars updated in place), what the notebook
-// asserts in its own cells, and that its HTML export draws the plots in
-// headless Chromium.
+// tiny model, across a kernel restart), and checks from the executed
+// outputs what each section shows (the notebook itself asserts nothing: it
+// reads as a tutorial): no error outputs, the expected MIME types (HTML
+// tables, plotly figures, progress bars updated in place), the values in its
+// tables, the same executors before and after the restart, and that its HTML
+// export draws the plots in headless Chromium.
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,7 +13,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 import { REPO_ROOT, TempKernelspec } from "./bridge.js";
-import { errorOutputs, runNotebook } from "./nbclient.js";
+import { cellHtml, cellText, errorOutputs, htmlRows, runNotebook, textRows } from "./nbclient.js";
 import { CHROMIUM, exportHtml, pngStats, renderedDom, screenshot } from "./render.js";
 
 const PLOTLY = "application/vnd.plotly.v1+json";
@@ -20,6 +22,12 @@ let cluster: TestCluster;
 let spec: TempKernelspec;
 let home: string;
 let executed: string | undefined;
+
+/** A step summary's metrics (its text table: metric, value). */
+function summaryMetrics(text: string): Record<string, number> {
+  return Object.fromEntries(textRows(text, 1).map((r) => [r.key!, Number(r.value)]));
+}
+
 
 before(async () => {
   cluster = await startCluster({ agents: [{ id: "sr1-nb-agent", cpus: 4, mem: "8g" }] });
@@ -33,12 +41,12 @@ after(async () => {
   if (home) rmSync(home, { recursive: true, force: true });
 });
 
-test("01-search-r1.ipynb trains end to end under nbclient: tables, trajectory spans, figures, progress bars, its own asserts", async () => {
+test("01-search-r1.ipynb trains end to end under nbclient, across a kernel restart: tables, trajectory spans, figures, progress bars, the values each section shows", async () => {
   const outFile = path.join(home, "01-search-r1.out.ipynb");
-  const result = await runNotebook(path.join(REPO_ROOT, "notebooks/01-search-r1.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 420_000, 240);
+  const result = await runNotebook(path.join(REPO_ROOT, "notebooks/01-search-r1.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 540_000, 240);
   console.log(`# 01-search-r1.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
 
-  assert.deepEqual(errorOutputs(result.cells), [], "no cell fails (the notebook's own asserts included)");
+  assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");
   const stderr = result.cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "stream" && o.name === "stderr").map((o) => o.text));
   assert.deepEqual(stderr, [], "no cell writes to stderr");
   for (const c of result.cells) assert.ok(c.execution_count !== null, `cell ${c.index} ran`);
@@ -51,8 +59,9 @@ test("01-search-r1.ipynb trains end to end under nbclient: tables, trajectory sp
   assert.equal(warmup.length, 1, "the warm-up bar is one output, updated in place");
   assert.match(warmup[0]!.text, /4\/4 100%/);
   const train = html(/^train \[/);
-  assert.equal(train.length, 1, "the training bar is one output, updated in place");
+  assert.equal(train.length, 2, "each train(n) shows one bar, updated in place (before and after the restart)");
   assert.match(train[0]!.text, /20\/20 100% .*step 21: reward/);
+  assert.match(train[1]!.text, /2\/2 100% .*step 25: reward/);
 
   assert.equal(html(/^step 1: 32 samples/).length, 1, "the first step's summary");
   assert.equal(html(/^step 21: 32 samples/).length, 1, "the last trained step's summary");
@@ -69,6 +78,48 @@ test("01-search-r1.ipynb trains end to end under nbclient: tables, trajectory sp
   );
   for (const f of figures) assert.ok(f.mime.includes("text/html"), "each figure has an HTML fallback");
   assert.match(figures[1]!.text, /train reward \(scatter, 21 points\)/);
+
+  // One step: every metric a number, 8 prompt groups kept or dropped, 32 samples.
+  const first = summaryMetrics(html(/^step 1: 32 samples/)[0]!.text);
+  for (const k of ["reward_mean", "em", "searches_per_sample", "groups_kept", "groups_dropped", "samples_trained", "tokens", "rollout_s", "update_s", "step_s"]) {
+    assert.ok(Number.isFinite(first[k]), `step 1 shows ${k} as a number (${first[k]})`);
+  }
+  assert.equal(first.step, 1);
+  assert.equal(first.groups_kept! + first.groups_dropped!, 8);
+
+  // The trajectory table: 32 rows with every column.
+  const [trajectories] = cellText(result.cells, "run.trajectories()");
+  assert.deepEqual(Object.keys(textRows(trajectories!, 1)[0]!), ["i", "question", "golds", "response", "searches", "answer", "reward", "advantage", "kept", "tokens", "masked"]);
+  assert.match(trajectories!, /^step 1: 32 trajectories/);
+
+  // F1 never scores below exact match, so the mean cannot fall.
+  const rescore = summaryMetrics(html(/^rescored step 1:/)[0]!.text);
+  assert.ok(rescore["reward mean after"]! >= rescore["reward mean before"]!, JSON.stringify(rescore));
+
+  const [evaluation] = cellText(result.cells, "const evaluation");
+  assert.equal(textRows(evaluation!, 1)[0]!.held_out, "40");
+
+  // Error messages are longer than the text table's cells: read the HTML table.
+  const [misuse] = cellHtml(result.cells, "const outcome");
+  const outcomes = Object.fromEntries(htmlRows(misuse!).map((r) => [r.attempt!, r.outcome!]));
+  assert.match(outcomes["a second step while one runs"]!, /a step is already running/);
+  assert.match(outcomes["a step whose reward returns NaN"]!, /^RangeError: .*returned NaN for sample 0 of '/);
+  assert.match(outcomes["a rescore whose reward throws"]!, /threw on sample 0/);
+  assert.match(outcomes["the next step, F1 again"]!, /^ran as step 23; 23 steps in history/, "the failed step left no trace (else this would be step 24)");
+
+  // Across the restart: a new kernel (its count starts again), the same executors, the run resumed at step 23.
+  const [before] = cellText(result.cells, "const checkpoint");
+  assert.match(before!, /^before the restart: step 23, checkpoint in /);
+  const restarted = result.cells.find((c) => c.tags.includes("restart-kernel-before"));
+  assert.ok(restarted, "a cell runs after a kernel restart");
+  assert.equal(restarted.execution_count, 1, "the cell after the restart ran in a fresh kernel");
+  const after = restarted.outputs.filter((o) => o.mime).map((o) => o.text ?? "")[0]!;
+  assert.match(after, /^after the restart: resumed at step 23 with 23 steps of history/);
+  const executorsOf = (text: string) => textRows(text, 1).map((r) => `${r.service} ${r.executor} ${r.pid}`).sort();
+  assert.equal(executorsOf(before!).length, 4, "2 rollout executors and 2 trainers");
+  assert.deepEqual(executorsOf(after), executorsOf(before!), "the same executors, same processes, answer after the restart");
+  const continued = cellText(result.cells, "await run.train(2);");
+  assert.ok(continued.some((t) => /^step 25: 32 samples/.test(t)), "training continues from step 23");
   executed = outFile;
 });
 

@@ -1,23 +1,11 @@
 /**
- * The service class of 02-runtime-tour.ipynb. It stays self-contained (node
- * built-ins only): the notebook transpiles this one file with
- * `compileServiceModule` for its executors, and the kernel type-checks it as a
- * local import, which must not reach outside the notebook's directory.
+ * The service class of 02-runtime-tour.ipynb. Executors load it as
+ * TypeScript (through tsx, no build step), with its relative imports; the
+ * kernel type-checks it and what it imports before the notebook's
+ * `app.service("./services/tour.ts#Tour", …)` starts any executor.
  */
-
-/** The part of hearth's object cache client this service uses. */
-export interface TourObjects {
-  get<T>(ref: { key: string } | string): Promise<T>;
-  heldVersion(ref: { key: string } | string): number | undefined;
-}
-
-/** The part of hearth's ExecutorContext this service reads (structurally compatible). */
-export interface TourContext {
-  executorId: string;
-  rank: number | null;
-  worldSize: number | null;
-  objects: TourObjects;
-}
+import { squareOf, sum } from "./arith.js";
+import type { TourContext } from "./context.js";
 
 /** What an executor says about itself. */
 export interface Whoami {
@@ -41,14 +29,14 @@ export class Tour {
   /** x², answered at once. */
   square(x: number): number {
     this.callsDone++;
-    return x * x;
+    return squareOf(x);
   }
 
   /** x², after `ms` milliseconds: enough queued slow calls make the pool grow. */
   async slowSquare(x: number, ms: number): Promise<{ x: number; square: number; executorId: string }> {
     await new Promise((r) => setTimeout(r, ms));
     this.callsDone++;
-    return { x, square: x * x, executorId: this.ctx.executorId };
+    return { x, square: squareOf(x), executorId: this.ctx.executorId };
   }
 
   /** Identity of this executor; gang members report their rank. */
@@ -60,7 +48,7 @@ export class Tour {
   async sumObject(ref: { key: string }): Promise<{ sum: number; version: number | undefined; executorId: string }> {
     const xs = await this.ctx.objects.get<number[]>(ref);
     this.callsDone++;
-    return { sum: xs.reduce((a, b) => a + b, 0), version: this.ctx.objects.heldVersion(ref), executorId: this.ctx.executorId };
+    return { sum: sum(xs), version: this.ctx.objects.heldVersion(ref), executorId: this.ctx.executorId };
   }
 
   /** Milliseconds since init: the same executor answers with a growing number (it stayed warm). */
