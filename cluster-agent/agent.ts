@@ -2,7 +2,9 @@
  * The agent: one per node. Registers its resources with the head, starts and
  * supervises executor processes (one per service instance) with their GPUs
  * pinned through CUDA_VISIBLE_DEVICES, heartbeats, and reports every
- * executor exit. Executors exit on their own if the agent dies (IPC channel).
+ * executor exit. Executors exit on their own if the agent dies (a watchdog
+ * thread in each executor polls its parent pid), and the agent exits on its
+ * own when its head has been silent past a grace period.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, mkdirSync } from "node:fs";
@@ -36,7 +38,15 @@ export interface AgentOptions {
   cacheMem?: number;
   /** Exit after hosting no executor for this long (agents of Slurm jobs: the job ends). Default: never. */
   exitWhenIdleMs?: number;
+  /**
+   * Exit (stopping every executor) when nothing was heard from the head for
+   * this long: a crashed head leaves no agent behind. Default 60 s.
+   */
+  headGraceMs?: number;
 }
+
+/** Default of AgentOptions.headGraceMs. */
+export const HEAD_GRACE_MS = 60_000;
 
 const EXECUTOR_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "executor-main.js");
 
@@ -67,6 +77,7 @@ export class Agent {
   private readonly cancelled = new Set<string>();
   private readonly log: (line: string) => void;
   private heartbeat?: NodeJS.Timeout;
+  private lastHeard = Date.now();
   private closed = false;
   private done!: () => void;
   /** Resolves when the agent has stopped (head said bye, or close()). */
@@ -101,8 +112,15 @@ export class Agent {
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
     let idleSince = Date.now();
+    const headGraceMs = opts.headGraceMs ?? HEAD_GRACE_MS;
     agent.heartbeat = setInterval(() => {
       agent.channel.send([encode({ t: "hb" })]);
+      const silent = Date.now() - agent.lastHeard;
+      if (silent > headGraceMs) {
+        agent.log(`nothing heard from the head at ${opts.head} for ${Math.round(silent / 1000)} s (grace ${headGraceMs / 1000} s); stopping executors and exiting`);
+        void agent.close(2000);
+        return;
+      }
       if (agent.children.size > 0 || agent.settingUp.size > 0) idleSince = Date.now();
       else if (opts.exitWhenIdleMs !== undefined && Date.now() - idleSince >= opts.exitWhenIdleMs) {
         agent.log(`no executor for ${opts.exitWhenIdleMs} ms; exiting`);
@@ -118,7 +136,10 @@ export class Agent {
   }
 
   private onMessage(h: Header, frames: Buffer[]): void {
+    this.lastHeard = Date.now();
     switch (h.t) {
+      case "hb":
+        return;
       case "rep":
         this.headRequests.deliver(h, frames);
         return;
@@ -243,6 +264,7 @@ export class Agent {
       HEARTH_EXECUTOR_ID: id,
       HEARTH_EXECUTOR_CONTEXT: JSON.stringify(context),
       HEARTH_AGENT_CACHE: this.cacheEndpoint,
+      HEARTH_AGENT_PID: String(process.pid),
       CUDA_VISIBLE_DEVICES: gpus.join(","),
     };
     if (context.rank !== null && context.rendezvous) {
@@ -283,6 +305,11 @@ export class Agent {
     }
     if (!child) {
       this.channel.send([encode({ t: "exit", executor: id, code: null, signal: null, detail: "not running on this agent" })]);
+      return;
+    }
+    if (graceMs <= 0) {
+      // A recycle: the executor may be wedged in synchronous code, so close() could never run.
+      child.proc.kill("SIGKILL");
       return;
     }
     child.proc.kill("SIGTERM");

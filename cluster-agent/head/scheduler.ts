@@ -9,13 +9,20 @@ import type { Frames } from "../../sdk/wire/channel.js";
 import type { WireError } from "../../sdk/wire/errors.js";
 import { formatResources } from "../../sdk/runtime/resreq.js";
 import { CallRouter, isServing } from "./call-router.js";
-import type { AgentRecord, AppRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
+import type { AgentRecord, AppRecord, CallRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
 import { agentAccepts, everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
 
 /** How many executors of a service may die while starting, in a row, before it fails. */
 export const MAX_START_FAILURES = 3;
 /** How long an executor gets to run `close()` after a stop before it is killed. */
 export const STOP_GRACE_MS = 10_000;
+/**
+ * How long the head still accepts results from an executor whose exit was
+ * reported. The agent's exit report and the executor's last result travel on
+ * different sockets, so the report may overtake a result that was sent; such a
+ * result is accepted (not re-run) if it arrives within this window.
+ */
+export const LATE_RESULT_GRACE_MS = 1_000;
 
 /** What the scheduler needs from the head's sockets. */
 export interface SchedulerTransport {
@@ -41,12 +48,14 @@ export class Scheduler {
   readonly apps = new Map<string, AppRecord>();
   readonly services = new Map<string, ServiceRecord>();
   readonly executors = new Map<string, ExecutorRecord>();
+  /** Executors whose exit was reported while they held calls, kept for LATE_RESULT_GRACE_MS to accept late results. */
+  readonly draining = new Map<string, ExecutorRecord>();
   readonly router: CallRouter;
   private nextExecutor = 1;
   private nextService = 1;
 
   constructor(private readonly transport: SchedulerTransport) {
-    this.router = new CallRouter(transport);
+    this.router = new CallRouter(transport, (call) => this.onCallDeadline(call));
   }
 
   /**
@@ -345,10 +354,7 @@ export class Scheduler {
           rank: e.rank,
         }, e);
       } else {
-        this.router.evacuate(s, e, (call) => ({
-          name: "ExecutorLostError",
-          message: `call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`,
-        }));
+        if (e.inflight.size > 0) this.drain(s, e, how);
         if (wasStarting && ++s.startFailures >= MAX_START_FAILURES) {
           this.failService(s, {
             name: "ServiceStartError",
@@ -359,6 +365,168 @@ export class Scheduler {
     }
     this.forgetIfDone(s);
     this.schedule();
+  }
+
+  /**
+   * Keeps a dead executor's calls for LATE_RESULT_GRACE_MS: a result that was
+   * already on its way is accepted; the rest are requeued (they really died).
+   */
+  private drain(s: ServiceRecord, e: ExecutorRecord, how: string): void {
+    this.draining.set(e.id, e);
+    setTimeout(() => {
+      this.draining.delete(e.id);
+      if (e.inflight.size === 0) return;
+      if (s.state === "failed" || s.state === "stopped") {
+        for (const call of e.inflight.values()) this.router.fail(call, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+        e.inflight.clear();
+        return;
+      }
+      this.router.evacuate(s, e, (call) => this.lostCallError(s, call, e.id, how));
+      this.schedule();
+    }, LATE_RESULT_GRACE_MS).unref();
+  }
+
+  private lostCallError(s: ServiceRecord, call: CallRecord, id: string, how: string): WireError {
+    return {
+      name: "ExecutorLostError",
+      message: `call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`,
+      service: s.spec.name,
+      executorId: id,
+    };
+  }
+
+  /** A call's deadline passed: it fails with TimeoutError; the executor running it (maybe wedged) is killed and replaced. */
+  private onCallDeadline(call: CallRecord): void {
+    const s = this.services.get(call.serviceId);
+    const name = s?.spec.name ?? call.serviceId;
+    const secs = `${(call.timeoutMs ?? 0) / 1000} s`;
+    const e = call.executorId !== undefined ? (this.executors.get(call.executorId) ?? this.draining.get(call.executorId)) : undefined;
+    if (!e) {
+      if (s) s.queue = s.queue.filter((c) => c !== call);
+      this.router.fail(call, {
+        name: "TimeoutError",
+        message: `call ${call.cid} to ${name}.${call.method} timed out after ${secs} while queued: ${s ? this.whyQueued(s) : "its service is gone"}`,
+        service: name,
+        callId: call.cid,
+      });
+      return;
+    }
+    e.inflight.delete(call.hid);
+    call.executorId = undefined;
+    const gang = s?.kind === "gang";
+    this.router.fail(call, {
+      name: "TimeoutError",
+      message:
+        `call ${call.cid} to ${name}.${call.method} timed out after ${secs} on executor ${e.id} (agent ${e.agentId}); ` +
+        (gang ? `the executor was killed and gang '${name}' fails (declare it again to restart it)` : "the executor was killed and is being replaced"),
+      service: name,
+      executorId: e.id,
+      callId: call.cid,
+    });
+    if (s && e.state !== "dead") this.recycle(s, e, `call ${call.cid} (${name}.${call.method}) passed its ${secs} deadline`);
+  }
+
+  /** Kills an executor that may be wedged (no close()); a pool requeues its other calls and replaces it, a gang fails. */
+  private recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void {
+    this.transport.log(`recycling executor ${e.id} of '${s.spec.name}': ${reason}`);
+    if (s.kind === "gang") {
+      this.failService(s, {
+        name: "GangFailedError",
+        message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId} was killed: ${reason}); declare the service again to restart it`,
+        service: s.spec.name,
+        rank: e.rank,
+      });
+    } else {
+      this.router.evacuate(s, e, (call) => this.lostCallError(s, call, e.id, `killed: ${reason}`));
+    }
+    this.killExecutor(e);
+    this.schedule();
+  }
+
+  /** Asks the agent to SIGKILL an executor now (graceMs 0: no close(), it may be stuck). */
+  private killExecutor(e: ExecutorRecord): void {
+    if (e.state === "dead") return;
+    e.state = "stopping";
+    const agent = this.agents.get(e.agentId);
+    if (agent) this.transport.toAgent(agent, [encode({ t: "stop", executor: e.id, graceMs: 0 })]);
+    else this.onExecutorExit(e.id, null, "agent-lost", "");
+  }
+
+  /** Why a queued call of `s` has not reached an executor, for timeout messages. */
+  private whyQueued(s: ServiceRecord): string {
+    const live = liveExecutors(s);
+    const starting = live.filter((e) => e.state === "starting").length;
+    if (live.length === 0) {
+      return s.blocked || this.agentsFor(s).length === 0
+        ? `no executor of '${s.spec.name}' is running and none can be placed (${this.agentsFor(s).length} agent(s) registered that may host it; an agent may have been lost)`
+        : `no executor of '${s.spec.name}' is running yet`;
+    }
+    if (starting === live.length) return `the ${starting} executor(s) of '${s.spec.name}' are still starting (init running)`;
+    return `all ${live.length - starting} ready executor(s) of '${s.spec.name}' were busy${starting > 0 ? `, ${starting} starting` : ""}${s.blocked ? ", and the pool cannot grow (resources or max)" : ""}`;
+  }
+
+  /** The driver stopped waiting for call `cid` (abort or its own deadline). */
+  cancelCall(driver: Buffer, cid: number): void {
+    const call = this.router.find(driver, cid);
+    if (call) this.router.cancel(this.services.get(call.serviceId), call);
+  }
+
+  /**
+   * Deadlines the head enforces on its tick: executors that do not become
+   * ready within their service's init timeout, `ready` waits past their
+   * deadline, and queued calls of a pool no registered agent can host any more
+   * (its only agent was lost), which end after `orphanGraceMs`.
+   */
+  checkDeadlines(now: number, orphanGraceMs: number): void {
+    for (const e of [...this.executors.values()]) {
+      if (e.state !== "starting") continue;
+      const s = this.services.get(e.serviceId)!;
+      if (now - e.startedAt <= s.spec.initTimeoutMs) continue;
+      const secs = s.spec.initTimeoutMs / 1000;
+      this.failService(s, {
+        name: "ServiceStartError",
+        message: `service '${s.spec.name}': executor ${e.id} on agent ${e.agentId} was not ready within its init timeout of ${secs} s (module load, project setup or init() still running); it was killed. Raise initTimeoutMs if init is legitimately slow.`,
+        service: s.spec.name,
+        executorId: e.id,
+      });
+      this.killExecutor(e);
+    }
+    for (const s of this.services.values()) {
+      const late = s.waiters.filter((w) => w.deadline !== undefined && now >= w.deadline);
+      if (late.length > 0) {
+        s.waiters = s.waiters.filter((w) => !late.includes(w));
+        for (const w of late) {
+          const error: WireError = {
+            name: "TimeoutError",
+            message: `service '${s.spec.name}' was not ready within ${(w.timeoutMs ?? 0) / 1000} s: ${this.describeStart(s)}. It stays declared (declaring it again waits again; app.stopService('${s.spec.name}') stops it).`,
+            service: s.spec.name,
+          };
+          this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
+        }
+      }
+      if (s.kind !== "pool" || s.spec.elastic || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.agentsFor(s), s.spec.resources)) {
+        s.orphanedSince = undefined;
+        continue;
+      }
+      s.orphanedSince ??= now;
+      if (now - s.orphanedSince < orphanGraceMs) continue;
+      const n = s.queue.length;
+      this.router.failQueued(s, {
+        name: "ExecutorLostError",
+        message: `no agent can run service '${s.spec.name}' (${this.agents.size === 0 ? "no agent is registered" : "no registered agent is big enough"}; its agent was lost or left): ${n} queued call(s) ended after ${orphanGraceMs / 1000} s. Start an agent and call again.`,
+        service: s.spec.name,
+      });
+      s.orphanedSince = undefined;
+    }
+  }
+
+  /** A short account of where a service's start stands (for ready timeouts). */
+  private describeStart(s: ServiceRecord): string {
+    const live = liveExecutors(s);
+    const ready = live.filter(isServing).length;
+    const starting = live.filter((e) => e.state === "starting").length;
+    const want = s.kind === "gang" ? `${s.spec.warmup} gang members` : `${s.spec.warmup} warm executor(s)`;
+    return `state ${s.state}, ${ready} ready and ${starting} starting of ${want}${s.blocked ? "; waiting for free resources (another service may hold them)" : ""}`;
   }
 
   /** An agent stopped heartbeating or re-registered: everything on it is gone. */
@@ -400,8 +568,8 @@ export class Scheduler {
   }
 
   /** Registers a driver request to be answered when `s` is ready (or fails). */
-  awaitReady(s: ServiceRecord, routingId: Buffer, rid: number): void {
-    s.waiters.push({ routingId, rid });
+  awaitReady(s: ServiceRecord, routingId: Buffer, rid: number, timeoutMs?: number): void {
+    s.waiters.push({ routingId, rid, timeoutMs, deadline: timeoutMs === undefined ? undefined : Date.now() + timeoutMs });
     if (s.state === "failed" || s.state === "stopped") {
       this.rejectWaiters(s, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
     } else {
@@ -427,6 +595,9 @@ export class Scheduler {
     return {
       ...serviceSummary(s),
       concurrency: s.spec.concurrency,
+      callTimeoutMs: s.spec.callTimeoutMs,
+      initTimeoutMs: s.spec.initTimeoutMs,
+      maxQueued: s.spec.maxQueued,
       module: s.spec.module,
       export: s.spec.exportName,
       members: s.kind === "gang" ? members : undefined,
