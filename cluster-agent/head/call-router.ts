@@ -65,6 +65,24 @@ export class CallRouter {
     return call;
   }
 
+  /**
+   * True when this driver already used `cid` (in flight or recently
+   * answered): the message is a replay, counted and ignored, so it neither
+   * runs again nor gets a second answer (not even an error).
+   */
+  isReplay(driver: Buffer, cid: number): boolean {
+    const key = driverCidKey(driver, cid);
+    if (!this.byDriverCid.has(key) && !this.answered.has(key)) return false;
+    this.stats.replays++;
+    return true;
+  }
+
+  /** Records `cid` as answered without a call record (the head refused it on arrival), so a replay is recognised too. */
+  remember(driver: Buffer, cid: number): void {
+    this.answered.add(driverCidKey(driver, cid));
+    if (this.answered.size > REMEMBERED_ANSWERS) this.answered.delete(this.answered.values().next().value!);
+  }
+
   /** The call a driver has in flight under `cid`, if any. */
   find(driver: Buffer, cid: number): CallRecord | undefined {
     return this.byDriverCid.get(driverCidKey(driver, cid));
@@ -189,4 +207,9 @@ function driverCidKey(driver: Buffer, cid: number): string {
 /** An executor that can take calls now (ready, not stopping). */
 export function isServing(e: ExecutorRecord): boolean {
   return e.state === "idle" || e.state === "busy";
+}
+
+/** Executors that exist or are on their way (not stopping, not dead). */
+export function liveExecutors(s: ServiceRecord): ExecutorRecord[] {
+  return [...s.executors.values()].filter((e) => e.state !== "stopping" && e.state !== "dead");
 }

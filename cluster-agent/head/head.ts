@@ -154,6 +154,7 @@ export class Head {
       const app = this.requireApp(key);
       this.seen(app, key);
       const cid = num(h, "cid");
+      if (this.scheduler.router.isReplay(id, cid)) return;
       const size = messageSize(frames);
       const serviceId = str(h, "svc");
       const s = this.scheduler.services.get(serviceId);
@@ -169,14 +170,14 @@ export class Head {
       if (timeoutMs !== undefined && !(timeoutMs > 0 && timeoutMs <= SERVICE_LIMITS.timeoutMs)) {
         return this.failCall(id, cid, { name: "ProtocolError", message: `call timeoutMs must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${timeoutMs}` });
       }
-      if (s.queue.length >= s.spec.maxQueued && !this.scheduler.router.find(id, cid)) {
+      if (s.queue.length >= s.spec.maxQueued) {
         return this.failCall(id, cid, {
           name: "QueueFullError",
           message: `service '${s.spec.name}' already has ${s.queue.length} calls queued (its maxQueued); wait for results before sending more (pool.map keeps a bounded window), or declare it with a larger maxQueued`,
           service: s.spec.name,
         });
       }
-      if (!this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined, timeoutMs)) return;
+      this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined, timeoutMs);
       this.scheduler.onCallsChanged(s);
       return;
     }
@@ -285,6 +286,7 @@ export class Head {
   }
 
   private failCall(id: Buffer, cid: number, error: WireError): void {
+    this.scheduler.router.remember(id, cid);
     this.channel.sendTo(id, [encode({ t: "failed", cid, error })]);
   }
 
@@ -457,7 +459,7 @@ export class Head {
         this.releaseApp(app, `no driver for ${Math.round((now - app.goneSince) / 1000)} s (keep-alive ${app.keepAliveMs / 1000} s)`);
       }
     }
-    sched.checkDeadlines(now, this.agentTimeoutMs);
+    sched.deadlines.check(now, this.agentTimeoutMs);
     sched.shrinkIdle(now);
     this.objects.expire(now);
     sched.schedule();

@@ -8,7 +8,10 @@ import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
 import type { WireError } from "../../sdk/wire/errors.js";
 import { formatResources } from "../../sdk/runtime/resreq.js";
-import { CallRouter, isServing } from "./call-router.js";
+import { CallRouter, isServing, liveExecutors } from "./call-router.js";
+
+export { liveExecutors };
+import { Deadlines } from "./deadlines.js";
 import type { AgentRecord, AppRecord, CallRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
 import { agentAccepts, everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
 
@@ -51,11 +54,14 @@ export class Scheduler {
   /** Executors whose exit was reported while they held calls, kept for LATE_RESULT_GRACE_MS to accept late results. */
   readonly draining = new Map<string, ExecutorRecord>();
   readonly router: CallRouter;
+  /** Init, ready, call and lost-agent deadlines (deadlines.ts). */
+  readonly deadlines: Deadlines;
   private nextExecutor = 1;
   private nextService = 1;
 
   constructor(private readonly transport: SchedulerTransport) {
-    this.router = new CallRouter(transport, (call) => this.onCallDeadline(call));
+    this.router = new CallRouter(transport, (call) => this.deadlines.onCallDeadline(call));
+    this.deadlines = new Deadlines(this, transport);
   }
 
   /**
@@ -234,7 +240,7 @@ export class Scheduler {
   }
 
   /** Agents this service may run on (see agentAccepts). */
-  private agentsFor(s: ServiceRecord): AgentRecord[] {
+  agentsFor(s: ServiceRecord): AgentRecord[] {
     return [...this.agents.values()].filter((a) => agentAccepts(a.labels, { id: s.id, elastic: s.spec.elastic }));
   }
 
@@ -395,39 +401,8 @@ export class Scheduler {
     };
   }
 
-  /** A call's deadline passed: it fails with TimeoutError; the executor running it (maybe wedged) is killed and replaced. */
-  private onCallDeadline(call: CallRecord): void {
-    const s = this.services.get(call.serviceId);
-    const name = s?.spec.name ?? call.serviceId;
-    const secs = `${(call.timeoutMs ?? 0) / 1000} s`;
-    const e = call.executorId !== undefined ? (this.executors.get(call.executorId) ?? this.draining.get(call.executorId)) : undefined;
-    if (!e) {
-      if (s) s.queue = s.queue.filter((c) => c !== call);
-      this.router.fail(call, {
-        name: "TimeoutError",
-        message: `call ${call.cid} to ${name}.${call.method} timed out after ${secs} while queued: ${s ? this.whyQueued(s) : "its service is gone"}`,
-        service: name,
-        callId: call.cid,
-      });
-      return;
-    }
-    e.inflight.delete(call.hid);
-    call.executorId = undefined;
-    const gang = s?.kind === "gang";
-    this.router.fail(call, {
-      name: "TimeoutError",
-      message:
-        `call ${call.cid} to ${name}.${call.method} timed out after ${secs} on executor ${e.id} (agent ${e.agentId}); ` +
-        (gang ? `the executor was killed and gang '${name}' fails (declare it again to restart it)` : "the executor was killed and is being replaced"),
-      service: name,
-      executorId: e.id,
-      callId: call.cid,
-    });
-    if (s && e.state !== "dead") this.recycle(s, e, `call ${call.cid} (${name}.${call.method}) passed its ${secs} deadline`);
-  }
-
   /** Kills an executor that may be wedged (no close()); a pool requeues its other calls and replaces it, a gang fails. */
-  private recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void {
+  recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void {
     this.transport.log(`recycling executor ${e.id} of '${s.spec.name}': ${reason}`);
     if (s.kind === "gang") {
       this.failService(s, {
@@ -444,7 +419,7 @@ export class Scheduler {
   }
 
   /** Asks the agent to SIGKILL an executor now (graceMs 0: no close(), it may be stuck). */
-  private killExecutor(e: ExecutorRecord): void {
+  killExecutor(e: ExecutorRecord): void {
     if (e.state === "dead") return;
     e.state = "stopping";
     const agent = this.agents.get(e.agentId);
@@ -452,81 +427,10 @@ export class Scheduler {
     else this.onExecutorExit(e.id, null, "agent-lost", "");
   }
 
-  /** Why a queued call of `s` has not reached an executor, for timeout messages. */
-  private whyQueued(s: ServiceRecord): string {
-    const live = liveExecutors(s);
-    const starting = live.filter((e) => e.state === "starting").length;
-    if (live.length === 0) {
-      return s.blocked || this.agentsFor(s).length === 0
-        ? `no executor of '${s.spec.name}' is running and none can be placed (${this.agentsFor(s).length} agent(s) registered that may host it; an agent may have been lost)`
-        : `no executor of '${s.spec.name}' is running yet`;
-    }
-    if (starting === live.length) return `the ${starting} executor(s) of '${s.spec.name}' are still starting (init running)`;
-    return `all ${live.length - starting} ready executor(s) of '${s.spec.name}' were busy${starting > 0 ? `, ${starting} starting` : ""}${s.blocked ? ", and the pool cannot grow (resources or max)" : ""}`;
-  }
-
   /** The driver stopped waiting for call `cid` (abort or its own deadline). */
   cancelCall(driver: Buffer, cid: number): void {
     const call = this.router.find(driver, cid);
     if (call) this.router.cancel(this.services.get(call.serviceId), call);
-  }
-
-  /**
-   * Deadlines the head enforces on its tick: executors that do not become
-   * ready within their service's init timeout, `ready` waits past their
-   * deadline, and queued calls of a pool no registered agent can host any more
-   * (its only agent was lost), which end after `orphanGraceMs`.
-   */
-  checkDeadlines(now: number, orphanGraceMs: number): void {
-    for (const e of [...this.executors.values()]) {
-      if (e.state !== "starting") continue;
-      const s = this.services.get(e.serviceId)!;
-      if (now - e.startedAt <= s.spec.initTimeoutMs) continue;
-      const secs = s.spec.initTimeoutMs / 1000;
-      this.failService(s, {
-        name: "ServiceStartError",
-        message: `service '${s.spec.name}': executor ${e.id} on agent ${e.agentId} was not ready within its init timeout of ${secs} s (module load, project setup or init() still running); it was killed. Raise initTimeoutMs if init is legitimately slow.`,
-        service: s.spec.name,
-        executorId: e.id,
-      });
-      this.killExecutor(e);
-    }
-    for (const s of this.services.values()) {
-      const late = s.waiters.filter((w) => w.deadline !== undefined && now >= w.deadline);
-      if (late.length > 0) {
-        s.waiters = s.waiters.filter((w) => !late.includes(w));
-        for (const w of late) {
-          const error: WireError = {
-            name: "TimeoutError",
-            message: `service '${s.spec.name}' was not ready within ${(w.timeoutMs ?? 0) / 1000} s: ${this.describeStart(s)}. It stays declared (declaring it again waits again; app.stopService('${s.spec.name}') stops it).`,
-            service: s.spec.name,
-          };
-          this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
-        }
-      }
-      if (s.kind !== "pool" || s.spec.elastic || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.agentsFor(s), s.spec.resources)) {
-        s.orphanedSince = undefined;
-        continue;
-      }
-      s.orphanedSince ??= now;
-      if (now - s.orphanedSince < orphanGraceMs) continue;
-      const n = s.queue.length;
-      this.router.failQueued(s, {
-        name: "ExecutorLostError",
-        message: `no agent can run service '${s.spec.name}' (${this.agents.size === 0 ? "no agent is registered" : "no registered agent is big enough"}; its agent was lost or left): ${n} queued call(s) ended after ${orphanGraceMs / 1000} s. Start an agent and call again.`,
-        service: s.spec.name,
-      });
-      s.orphanedSince = undefined;
-    }
-  }
-
-  /** A short account of where a service's start stands (for ready timeouts). */
-  private describeStart(s: ServiceRecord): string {
-    const live = liveExecutors(s);
-    const ready = live.filter(isServing).length;
-    const starting = live.filter((e) => e.state === "starting").length;
-    const want = s.kind === "gang" ? `${s.spec.warmup} gang members` : `${s.spec.warmup} warm executor(s)`;
-    return `state ${s.state}, ${ready} ready and ${starting} starting of ${want}${s.blocked ? "; waiting for free resources (another service may hold them)" : ""}`;
   }
 
   /** An agent stopped heartbeating or re-registered: everything on it is gone. */
@@ -536,7 +440,7 @@ export class Scheduler {
   }
 
   /** Fails a service and everything in it; its remaining executors are stopped. */
-  private failService(s: ServiceRecord, error: WireError, dead?: ExecutorRecord): void {
+  failService(s: ServiceRecord, error: WireError, dead?: ExecutorRecord): void {
     if (s.state === "failed" || s.state === "stopped") return;
     s.state = "failed";
     s.error = error;
@@ -620,10 +524,6 @@ export function serviceSummary(s: ServiceRecord): { id: string; name: string; ki
   };
 }
 
-/** Executors that exist or are on their way (not stopping, not dead). */
-export function liveExecutors(s: ServiceRecord): ExecutorRecord[] {
-  return [...s.executors.values()].filter((e) => e.state !== "stopping" && e.state !== "dead");
-}
 
 function sameSpec(a: ServiceSpec, b: ServiceSpec): boolean {
   return JSON.stringify({ ...a, max: String(a.max) }) === JSON.stringify({ ...b, max: String(b.max) });

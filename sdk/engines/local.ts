@@ -7,7 +7,7 @@
  * spawned, so `hearth down` can stop them even after the head crashed.
  */
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -107,7 +107,9 @@ export function findLocalCluster(home?: string): LocalCluster | undefined {
 /** Finds the local head and agent, or starts them in the background. */
 export async function ensureLocalCluster(opts: LocalClusterOptions = {}): Promise<LocalCluster> {
   const home = hearthHome(opts.home);
-  mkdirSync(path.join(home, "logs"), { recursive: true });
+  // Private to this user: it holds endpoints, pids, logs and (with CURVE) keys.
+  mkdirSync(path.join(home, "logs"), { recursive: true, mode: 0o700 });
+  chmodSync(home, 0o700);
   const found = findLocalCluster(home);
   if (found) return found;
   const release = await lock(path.join(home, "local.lock"));
