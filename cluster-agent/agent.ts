@@ -278,10 +278,21 @@ export class Agent {
     const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"] });
     const child: Child = { app: context.app, proc, stderrTail: "" };
     this.children.set(id, child);
-    const logFile = createWriteStream(path.join(this.workDir, "logs", `${id}.log`));
+    const logPath = path.join(this.workDir, "logs", `${id}.log`);
+    const logFile = createWriteStream(logPath);
+    let logBroken = false;
+    // A log that cannot be opened or written (full disk, permissions) must not take the agent down:
+    // the executor keeps running, its output is drained and dropped, and the stderr tail is still kept.
+    logFile.on("error", (err) => {
+      if (logBroken) return;
+      logBroken = true;
+      this.log(`executor ${id}: cannot write its log ${logPath} (${err.message}); its output is dropped`);
+      proc.stdout!.unpipe(logFile);
+      proc.stdout!.resume();
+    });
     proc.stdout!.pipe(logFile, { end: false });
     proc.stderr!.on("data", (d: Buffer) => {
-      logFile.write(d);
+      if (!logBroken) logFile.write(d);
       child.stderrTail = (child.stderrTail + d.toString()).slice(-2000);
     });
     proc.on("error", (err) => this.log(`executor ${id} could not start: ${err.message}`));

@@ -3,11 +3,12 @@
  * synchronous code exits when its agent dies (and the call pending on the
  * only agent ends with a clear error); an agent exits when its head is gone
  * past its grace period; `hearth down` stops what `hearth up` started even
- * after the head crashed. Every wait polls with a deadline.
+ * after the head crashed; an agent survives an executor log it cannot open.
+ * Every wait polls with a deadline.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -79,5 +80,23 @@ test("`hearth down` stops the agent `hearth up` started even after the head cras
     assert.equal(existsSync(path.join(home, "processes.json")), false, "the record is removed once they are stopped");
   } finally {
     for (const pid of pids) if (pidAlive(pid)) process.kill(pid, "SIGKILL");
+  }
+});
+
+test("an agent survives an executor log it cannot open, and the executor still serves", async () => {
+  const cluster = await startCluster({ agents: [{ id: "nolog", cpus: 1, mem: "2g" }] });
+  const app = await connect({ name: "nolog", head: cluster.endpoint });
+  try {
+    // The head numbers executors from x000001: make that log path a directory, so opening it fails (EISDIR).
+    mkdirSync(path.join(cluster.dir, "nolog", "logs", "x000001.log"), { recursive: true });
+    const pool = await app.service<Sleeper>({ module: LIVENESS, export: "Sleeper" }, { name: "s", warmup: 1, max: 1 });
+    const me = await pool.call("whoami");
+    assert.equal(me.executorId, "x000001");
+    assert.equal((await pool.call("whoami")).pid, me.pid);
+    assert.ok(pidAlive(cluster.agents.get("nolog")!.pid!), "the agent is still running");
+    assert.match(cluster.headLog(), /executor x000001: cannot write its log .*x000001\.log \(EISDIR/);
+  } finally {
+    await app.close();
+    await cluster.stop();
   }
 });
