@@ -35,7 +35,7 @@ export interface HeadOptions {
   dataDir?: string;
   /** Accept only CURVE clients holding `keys.publicKey` (the head uses the server pair). Default: no CURVE. */
   curve?: CurveKeys;
-  /** The longest keep-alive a driver may ask for in `hello`; longer requests are capped. Default 24 h. */
+  /** The longest keep-alive a driver may ask for in `hello`; longer requests are capped. Default 24 h (or keepAliveMs, if longer). */
   maxKeepAliveMs?: number;
   /** Apps the head holds at most; a `hello` for a new app beyond this is refused. Default 1000. */
   maxApps?: number;
@@ -70,7 +70,7 @@ export class Head {
     this.keepAliveMs = opts.keepAliveMs ?? 30 * 60_000;
     this.driverTimeoutMs = opts.driverTimeoutMs ?? 5_000;
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
-    this.maxKeepAliveMs = opts.maxKeepAliveMs ?? 24 * 3_600_000;
+    this.maxKeepAliveMs = opts.maxKeepAliveMs ?? Math.max(24 * 3_600_000, this.keepAliveMs);
     this.maxApps = opts.maxApps ?? 1000;
     this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
     this.channel = new RouterChannel({
@@ -132,7 +132,7 @@ export class Head {
       const error = toWireError(err);
       this.log(`rejected message from ${printable(id)}: ${error.name}: ${error.message}`);
       const rid = typeof h?.rid === "number" ? h.rid : undefined;
-      this.channel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error } : { t: "err", error })]);
+      this.channel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error, head: this.id } : { t: "err", error, head: this.id })]);
     }
   }
 
@@ -273,9 +273,9 @@ export class Head {
   private answerObject(id: Buffer, rid: number, work: () => ServiceReply): void {
     try {
       const r = work();
-      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value }), ...(r.frames ?? [])]);
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value, head: this.id }), ...(r.frames ?? [])]);
     } catch (err) {
-      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error: toWireError(err) })]);
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error: toWireError(err), head: this.id })]);
     }
   }
 
