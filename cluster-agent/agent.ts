@@ -14,7 +14,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
-import { toWireError } from "../sdk/wire/errors.js";
+import { toWireError, truncateLogLine } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { download } from "../sdk/cache/transfer.js";
@@ -89,7 +89,8 @@ export class Agent {
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
-    this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
+    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
+    this.log = (line) => sink(truncateLogLine(line));
     this.channel = new DealerChannel(`a.${this.id}`, {
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),

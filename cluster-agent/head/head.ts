@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { RouterChannel } from "../../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decodeHeader, encode, messageSize, num, obj, optNum, str, type Header } from "../../sdk/wire/codec.js";
-import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
+import { MessageTooLargeError, ProtocolError, toWireError, truncateLogLine, type WireError } from "../../sdk/wire/errors.js";
 import os from "node:os";
 import { ObjectService, type ServiceReply } from "../object-service.js";
 import { ObjectStore } from "./object-store.js";
@@ -72,7 +72,8 @@ export class Head {
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
     this.maxKeepAliveMs = opts.maxKeepAliveMs ?? Math.max(24 * 3_600_000, this.keepAliveMs);
     this.maxApps = opts.maxApps ?? 1000;
-    this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
+    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
+    this.log = (line) => sink(truncateLogLine(line));
     this.channel = new RouterChannel({
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),

@@ -280,6 +280,15 @@ export function fromWireError(w: WireError): Error {
   return new HearthError(`${w.name}: ${w.message}`);
 }
 
+/** Longest log line the head and agents write; peers control much of what is logged (names, bad fields). */
+export const LOG_LINE_LIMIT = 4096;
+
+/** Cuts `line` to LOG_LINE_LIMIT characters, saying how much was dropped, and keeps it on one line. */
+export function truncateLogLine(line: string, limit = LOG_LINE_LIMIT): string {
+  const flat = line.replace(/[\r\n]+/g, " ⏎ ");
+  return flat.length <= limit ? flat : `${flat.slice(0, limit)}… [${flat.length - limit} more characters]`;
+}
+
 /** Human-readable byte count: 131072 → "128 KiB". */
 export function formatBytes(n: number): string {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -33,6 +33,8 @@ export {
   ObjectEvictedError,
   CacheFullError,
   formatBytes,
+  truncateLogLine,
+  LOG_LINE_LIMIT,
   fromWireError,
   toWireError,
   type RemoteOrigin,

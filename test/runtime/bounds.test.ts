@@ -2,13 +2,15 @@
  * Bounds, each with a clear error, on a real head: a service's queue limit
  * (backpressure), resreq minimums and maximums, maxima for warmup, max and
  * concurrency, and keep-alive and app count capped by the head's
- * configuration rather than the client's.
+ * configuration rather than the client's, and log lines cut to a bounded
+ * length.
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect, type App } from "../../sdk/runtime/app.js";
 import { QueueFullError, ResreqError, ServiceConfigError } from "../../sdk/wire/errors.js";
-import { LIVENESS, rejection, startCluster, type TestCluster } from "../helpers/cluster.js";
+import { pack } from "msgpackr";
+import { LIVENESS, rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { RawClient } from "../helpers/raw-client.js";
 import type { Sleeper } from "../helpers/liveness-services.js";
 
@@ -71,5 +73,19 @@ test("keep-alive and the number of apps are capped by the head's configuration",
     await b.request("close-app");
   } finally {
     for (const r of raws) await r.close();
+  }
+});
+
+test("a log line built from a peer's input is truncated", async () => {
+  const raw = new RawClient(cluster.endpoint);
+  try {
+    const huge = "T".repeat(50_000);
+    await raw.sendFrames([pack({ t: huge, rid: 7 })]);
+    const reply = await raw.waitFor((m) => m.header.rid === 7);
+    assert.equal(reply.header.ok, false);
+    await waitFor("the rejection in the head's log", () => (/rejected message from .*… \[\d+ more characters\]/.test(cluster.headLog()) ? true : undefined), 5000);
+    assert.ok(!cluster.headLog().includes(huge), "the 50 000-character type never reaches the log whole");
+  } finally {
+    await raw.close();
   }
 });
