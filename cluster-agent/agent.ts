@@ -2,7 +2,9 @@
  * The agent: one per node. Registers its resources with the head, starts and
  * supervises executor processes (one per service instance) with their GPUs
  * pinned through CUDA_VISIBLE_DEVICES, heartbeats, and reports every
- * executor exit. Executors exit on their own if the agent dies (IPC channel).
+ * executor exit. Executors exit on their own if the agent dies (a watchdog
+ * thread in each executor polls its parent pid), and the agent exits on its
+ * own when its head has been silent past a grace period.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, mkdirSync } from "node:fs";
@@ -12,7 +14,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
-import { toWireError } from "../sdk/wire/errors.js";
+import { toWireError, truncateLogLine } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { download } from "../sdk/cache/transfer.js";
@@ -36,7 +38,15 @@ export interface AgentOptions {
   cacheMem?: number;
   /** Exit after hosting no executor for this long (agents of Slurm jobs: the job ends). Default: never. */
   exitWhenIdleMs?: number;
+  /**
+   * Exit (stopping every executor) when nothing was heard from the head for
+   * this long: a crashed head leaves no agent behind. Default 60 s.
+   */
+  headGraceMs?: number;
 }
+
+/** Default of AgentOptions.headGraceMs. */
+export const HEAD_GRACE_MS = 60_000;
 
 const EXECUTOR_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "executor-main.js");
 
@@ -67,6 +77,7 @@ export class Agent {
   private readonly cancelled = new Set<string>();
   private readonly log: (line: string) => void;
   private heartbeat?: NodeJS.Timeout;
+  private lastHeard = Date.now();
   private closed = false;
   private done!: () => void;
   /** Resolves when the agent has stopped (head said bye, or close()). */
@@ -78,7 +89,8 @@ export class Agent {
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
-    this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
+    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
+    this.log = (line) => sink(truncateLogLine(line));
     this.channel = new DealerChannel(`a.${this.id}`, {
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),
@@ -101,8 +113,15 @@ export class Agent {
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
     let idleSince = Date.now();
+    const headGraceMs = opts.headGraceMs ?? HEAD_GRACE_MS;
     agent.heartbeat = setInterval(() => {
       agent.channel.send([encode({ t: "hb" })]);
+      const silent = Date.now() - agent.lastHeard;
+      if (silent > headGraceMs) {
+        agent.log(`nothing heard from the head at ${opts.head} for ${Math.round(silent / 1000)} s (grace ${headGraceMs / 1000} s); stopping executors and exiting`);
+        void agent.close(2000);
+        return;
+      }
       if (agent.children.size > 0 || agent.settingUp.size > 0) idleSince = Date.now();
       else if (opts.exitWhenIdleMs !== undefined && Date.now() - idleSince >= opts.exitWhenIdleMs) {
         agent.log(`no executor for ${opts.exitWhenIdleMs} ms; exiting`);
@@ -118,7 +137,10 @@ export class Agent {
   }
 
   private onMessage(h: Header, frames: Buffer[]): void {
+    this.lastHeard = Date.now();
     switch (h.t) {
+      case "hb":
+        return;
       case "rep":
         this.headRequests.deliver(h, frames);
         return;
@@ -243,6 +265,7 @@ export class Agent {
       HEARTH_EXECUTOR_ID: id,
       HEARTH_EXECUTOR_CONTEXT: JSON.stringify(context),
       HEARTH_AGENT_CACHE: this.cacheEndpoint,
+      HEARTH_AGENT_PID: String(process.pid),
       CUDA_VISIBLE_DEVICES: gpus.join(","),
     };
     if (context.rank !== null && context.rendezvous) {
@@ -256,10 +279,21 @@ export class Agent {
     const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"] });
     const child: Child = { app: context.app, proc, stderrTail: "" };
     this.children.set(id, child);
-    const logFile = createWriteStream(path.join(this.workDir, "logs", `${id}.log`));
+    const logPath = path.join(this.workDir, "logs", `${id}.log`);
+    const logFile = createWriteStream(logPath);
+    let logBroken = false;
+    // A log that cannot be opened or written (full disk, permissions) must not take the agent down:
+    // the executor keeps running, its output is drained and dropped, and the stderr tail is still kept.
+    logFile.on("error", (err) => {
+      if (logBroken) return;
+      logBroken = true;
+      this.log(`executor ${id}: cannot write its log ${logPath} (${err.message}); its output is dropped`);
+      proc.stdout!.unpipe(logFile);
+      proc.stdout!.resume();
+    });
     proc.stdout!.pipe(logFile, { end: false });
     proc.stderr!.on("data", (d: Buffer) => {
-      logFile.write(d);
+      if (!logBroken) logFile.write(d);
       child.stderrTail = (child.stderrTail + d.toString()).slice(-2000);
     });
     proc.on("error", (err) => this.log(`executor ${id} could not start: ${err.message}`));
@@ -283,6 +317,11 @@ export class Agent {
     }
     if (!child) {
       this.channel.send([encode({ t: "exit", executor: id, code: null, signal: null, detail: "not running on this agent" })]);
+      return;
+    }
+    if (graceMs <= 0) {
+      // A recycle: the executor may be wedged in synchronous code, so close() could never run.
+      child.proc.kill("SIGKILL");
       return;
     }
     child.proc.kill("SIGTERM");

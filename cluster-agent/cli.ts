@@ -24,10 +24,12 @@ const USAGE = `usage: hearth <command> [options]
 commands:
   head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F] [--agent-timeout 6s]
           [--curve-keys FILE]   accept only CURVE clients with the keys in FILE (created if missing)
+          [--max-keep-alive 24h] [--max-apps 1000]   caps on what drivers may ask for
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
           [--curve-keys FILE]   connect with CURVE (also HEARTH_CURVE_KEYS; executors inherit it)
           [--exit-when-idle 5m] exit after hosting no executor for that long
+          [--head-grace 60s]    exit (stopping executors) when the head is silent that long
           run an agent that starts executors on this node
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
@@ -47,6 +49,13 @@ export function parseDuration(text: string): number {
   return Number(m[1]) * scale;
 }
 
+/** Parses a positive whole-number flag. */
+function positiveInt(flag: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) throw new HearthError(`${flag} must be a positive whole number; got '${text}'`);
+  return n;
+}
+
 /** Parses repeated `--label key=value` flags (agents started for a Slurm job carry hearth.job and hearth.service). */
 function parseLabels(items: string[]): Record<string, string> {
   const out: Record<string, string> = {};
@@ -64,7 +73,7 @@ async function main(argv: string[]): Promise<number> {
     case "head": {
       const { values } = parseArgs({
         args: rest,
-        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" } },
+        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" }, "max-keep-alive": { type: "string" }, "max-apps": { type: "string" } },
       });
       const head = await Head.start({
         bind: values.bind,
@@ -73,6 +82,8 @@ async function main(argv: string[]): Promise<number> {
         memLimit: values["mem-limit"] ? parseMem(values["mem-limit"]) : undefined,
         agentTimeoutMs: values["agent-timeout"] ? parseDuration(values["agent-timeout"]) : undefined,
         curve: values["curve-keys"] ? ensureCurveKeys(values["curve-keys"]) : undefined,
+        maxKeepAliveMs: values["max-keep-alive"] ? parseDuration(values["max-keep-alive"]) : undefined,
+        maxApps: values["max-apps"] ? positiveInt("--max-apps", values["max-apps"]) : undefined,
       });
       console.log(`hearth head listening on ${head.endpoint}`);
       if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint);
@@ -94,6 +105,7 @@ async function main(argv: string[]): Promise<number> {
           label: { type: "string", multiple: true },
           "curve-keys": { type: "string" },
           "exit-when-idle": { type: "string" },
+          "head-grace": { type: "string" },
         },
       });
       if (values["curve-keys"]) process.env[CURVE_KEYS_ENV] = values["curve-keys"];
@@ -108,6 +120,7 @@ async function main(argv: string[]): Promise<number> {
         workDir: values["work-dir"],
         labels: parseLabels(values.label ?? []),
         exitWhenIdleMs: values["exit-when-idle"] ? parseDuration(values["exit-when-idle"]) : undefined,
+        headGraceMs: values["head-grace"] ? parseDuration(values["head-grace"]) : undefined,
         resources: {
           cpu: cpus,
           mem: values.mem !== undefined ? parseMem(values.mem) : undefined,

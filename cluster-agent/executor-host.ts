@@ -7,6 +7,7 @@
  * files resolved, no build step); JavaScript is imported as it is.
  */
 import path from "node:path";
+import { Worker } from "node:worker_threads";
 import { pathToFileURL } from "node:url";
 import type { ExecutorContext, ServiceInstance } from "../sdk/runtime/types.js";
 import { DealerChannel } from "../sdk/wire/channel.js";
@@ -23,6 +24,34 @@ export interface ExecutorLaunch extends Omit<ExecutorContext, "objects"> {
 }
 
 const RESERVED = new Set(["constructor", "init", "close"]);
+
+/** How often the parent watchdog looks at the parent pid, and how long SIGTERM (close()) gets before SIGKILL. */
+export const PARENT_POLL_MS = 200;
+export const ORPHAN_GRACE_MS = 2_000;
+
+// Runs in its own thread, so it notices a dead agent even while the main
+// thread is stuck in synchronous user code (where the IPC 'disconnect' event
+// could never be delivered).
+const WATCHDOG_SOURCE = `
+const { workerData } = require("node:worker_threads");
+const timer = setInterval(() => {
+  if (process.ppid === workerData.parent) return;
+  clearInterval(timer);
+  process.kill(process.pid, "SIGTERM");
+  setTimeout(() => process.kill(process.pid, "SIGKILL"), workerData.graceMs);
+}, workerData.pollMs);
+`;
+
+/**
+ * Starts a thread that ends this process when its parent (the agent, pid
+ * `parent`) is gone: SIGTERM (close() runs if the event loop is free), then
+ * SIGKILL after ORPHAN_GRACE_MS. The thread does not keep the process alive.
+ */
+export function watchParent(parent: number): Worker {
+  const worker = new Worker(WATCHDOG_SOURCE, { eval: true, workerData: { parent, pollMs: PARENT_POLL_MS, graceMs: ORPHAN_GRACE_MS } });
+  worker.unref();
+  return worker;
+}
 
 /** Lists the callable methods of a service instance. */
 export function serviceMethods(instance: object): string[] {
@@ -93,6 +122,8 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   process.on("SIGINT", () => void shutdown(0));
   // The agent holds our IPC channel: if it dies, so do we (no orphan holding a GPU).
   process.on("disconnect", () => void shutdown(0));
+  const agentPid = Number(process.env.HEARTH_AGENT_PID);
+  watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid);
 
   try {
     const mod = await importServiceModule(launch.module);

@@ -13,6 +13,7 @@
  *   { resreq: "cpu=1", warmup: 2, max: 8 },               // a pool that grows under load
  * );
  * await pool.call("add", 5);
+ * await pool.withOptions({ timeoutMs: 5_000 }).call("add", 1); // TimeoutError after 5 s
  * const gang = await app.service<Counter>("./counter.js#Counter", { name: "g", warmup: 2, autoscale: false });
  * await gang.broadcast("add", [[1], [2]]);                 // one argument list per rank
  * const ref = await app.objects.put(new Float32Array(1_000_000)); // large data travels by reference
@@ -23,6 +24,7 @@
  */
 export { App, connect, type AppStatus, type ConnectOptions, type ServiceOptions, type ServiceRef } from "./runtime/app.js";
 export { GangHandle, PoolHandle, type GangMember, type MapOptions, type ServiceInfo } from "./runtime/handles.js";
+export { CALL_DEADLINE_SLACK_MS, type CallOptions } from "./runtime/head-client.js";
 export { DEFAULT_RESOURCES, formatResources, parseMem, parseResreq, type Resources } from "./runtime/resreq.js";
 export type { ExecutorContext, MethodArgs, MethodNames, MethodResult, ServiceInstance } from "./runtime/types.js";
 export { ObjectCache, isObjectRef, type ObjectRef, type Fold, type GetOptions, type PutOptions, type WriteOptions } from "./cache/object-cache.js";
@@ -43,6 +45,9 @@ export {
   ServiceNotFoundError,
   ServiceStartError,
   TimeoutError,
+  HeadRestartedError,
+  QueueFullError,
+  type TimeoutOrigin,
   VersionConflictError,
   ObjectNotFoundError,
   ObjectEvictedError,

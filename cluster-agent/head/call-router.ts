@@ -2,7 +2,10 @@
  * Call routing inside the head: queue calls per service, hand them to
  * executors with free concurrency, forward results to the driver that asked,
  * and requeue a dead executor's calls. Each call is answered exactly once:
- * a result from an executor that no longer owns the call is dropped.
+ * a result from an executor that no longer owns the call is dropped, and a
+ * call id a driver sends again (in flight, or recently answered) is ignored,
+ * so a replayed call runs once. Calls with a deadline get a timer; what
+ * happens when it fires (fail, recycle the executor) is the scheduler's.
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
@@ -11,6 +14,8 @@ import type { CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
 
 /** How many executors may die under one call before it fails. */
 export const MAX_CALL_ATTEMPTS = 3;
+/** Answered call ids remembered (head-wide) so that a replay is recognised and not run again. */
+export const REMEMBERED_ANSWERS = 100_000;
 
 /** Where the router sends frames. */
 export interface CallTransport {
@@ -21,18 +26,77 @@ export interface CallTransport {
 /** Routes calls; owns the table of calls in flight. */
 export class CallRouter {
   readonly calls = new Map<number, CallRecord>();
+  /** Calls in flight by driver routing id (hex) and driver call id. */
+  private readonly byDriverCid = new Map<string, CallRecord>();
+  /** Recently answered driver call ids (insertion order = age), at most REMEMBERED_ANSWERS. */
+  private readonly answered = new Set<string>();
   private nextHid = 1;
   /** Counters for status and tests. */
-  readonly stats = { submitted: 0, answered: 0, retried: 0, staleResults: 0 };
+  readonly stats = { submitted: 0, answered: 0, retried: 0, staleResults: 0, replays: 0, timedOut: 0, cancelled: 0 };
 
-  constructor(private readonly transport: CallTransport) {}
+  constructor(
+    private readonly transport: CallTransport,
+    /** Called when a call's deadline passes while it is still unanswered. */
+    private readonly onDeadline: (call: CallRecord) => void = () => {},
+  ) {}
 
-  /** Accepts a call from a driver and queues it on its service. */
-  submit(s: ServiceRecord, driver: Buffer, cid: number, method: string, args: Buffer, rank?: number, target?: string): void {
+  /**
+   * Accepts a call from a driver and queues it on its service. Returns
+   * undefined (and runs nothing) when this driver already sent this call id.
+   * A pool call with `target` waits for that executor only.
+   */
+  submit(s: ServiceRecord, driver: Buffer, cid: number, method: string, args: Buffer, rank?: number, timeoutMs?: number, target?: string): CallRecord | undefined {
+    const key = driverCidKey(driver, cid);
+    if (this.byDriverCid.has(key) || this.answered.has(key)) {
+      this.stats.replays++;
+      return undefined;
+    }
     this.stats.submitted++;
-    const call: CallRecord = { hid: this.nextHid++, driver, cid, serviceId: s.id, method, args, rank, target, attempts: 0 };
+    const call: CallRecord = { hid: this.nextHid++, driver, cid, serviceId: s.id, method, args, rank, target, attempts: 0, timeoutMs };
     this.calls.set(call.hid, call);
+    this.byDriverCid.set(key, call);
+    if (timeoutMs !== undefined) {
+      call.timer = setTimeout(() => {
+        if (this.calls.get(call.hid) !== call) return;
+        this.stats.timedOut++;
+        this.onDeadline(call);
+      }, timeoutMs);
+    }
     s.queue.push(call);
+    return call;
+  }
+
+  /**
+   * True when this driver already used `cid` (in flight or recently
+   * answered): the message is a replay, counted and ignored, so it neither
+   * runs again nor gets a second answer (not even an error).
+   */
+  isReplay(driver: Buffer, cid: number): boolean {
+    const key = driverCidKey(driver, cid);
+    if (!this.byDriverCid.has(key) && !this.answered.has(key)) return false;
+    this.stats.replays++;
+    return true;
+  }
+
+  /** Records `cid` as answered without a call record (the head refused it on arrival), so a replay is recognised too. */
+  remember(driver: Buffer, cid: number): void {
+    this.answered.add(driverCidKey(driver, cid));
+    if (this.answered.size > REMEMBERED_ANSWERS) this.answered.delete(this.answered.values().next().value!);
+  }
+
+  /** The call a driver has in flight under `cid`, if any. */
+  find(driver: Buffer, cid: number): CallRecord | undefined {
+    return this.byDriverCid.get(driverCidKey(driver, cid));
+  }
+
+  /** The driver stopped waiting: a queued call is dropped, a running one runs on but its answer is not sent. */
+  cancel(s: ServiceRecord | undefined, call: CallRecord): void {
+    this.stats.cancelled++;
+    call.cancelled = true;
+    if (call.executorId === undefined) {
+      if (s) s.queue = s.queue.filter((c) => c !== call);
+      this.answer(call, { error: { name: "ClosedError", message: "cancelled by the driver" } });
+    }
   }
 
   /** Hands queued calls of `s` to executors with free slots. */
@@ -137,7 +201,13 @@ export class CallRouter {
 
   private answer(call: CallRecord, outcome: { value: Buffer } | { error: WireError }): void {
     if (!this.calls.delete(call.hid)) return;
+    clearTimeout(call.timer);
+    const key = driverCidKey(call.driver, call.cid);
+    this.byDriverCid.delete(key);
+    this.answered.add(key);
+    if (this.answered.size > REMEMBERED_ANSWERS) this.answered.delete(this.answered.values().next().value!);
     this.stats.answered++;
+    if (call.cancelled) return;
     if ("value" in outcome) {
       this.transport.toDriver(call.driver, [encode({ t: "result", cid: call.cid }), outcome.value]);
     } else {
@@ -153,7 +223,16 @@ function leastLoaded(serving: ExecutorRecord[], concurrency: number): ExecutorRe
   return best;
 }
 
+function driverCidKey(driver: Buffer, cid: number): string {
+  return `${driver.toString("hex")}:${cid}`;
+}
+
 /** An executor that can take calls now (ready, not stopping). */
 export function isServing(e: ExecutorRecord): boolean {
   return e.state === "idle" || e.state === "busy";
+}
+
+/** Executors that exist or are on their way (not stopping, not dead). */
+export function liveExecutors(s: ServiceRecord): ExecutorRecord[] {
+  return [...s.executors.values()].filter((e) => e.state !== "stopping" && e.state !== "dead");
 }

@@ -7,14 +7,14 @@
 import { randomUUID } from "node:crypto";
 import { RouterChannel } from "../../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decodeHeader, encode, messageSize, num, obj, optNum, str, type Header } from "../../sdk/wire/codec.js";
-import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
+import { MessageTooLargeError, ProtocolError, toWireError, truncateLogLine, type WireError } from "../../sdk/wire/errors.js";
 import os from "node:os";
 import { ObjectService, type ServiceReply } from "../object-service.js";
 import { isServing } from "./call-router.js";
 import { ObjectStore } from "./object-store.js";
 import type { AgentRecord, AppRecord } from "./records.js";
 import { DeclareError, Scheduler } from "./scheduler.js";
-import { parseServiceSpec } from "./spec.js";
+import { parseServiceSpec, SERVICE_LIMITS } from "./spec.js";
 import { buildStatus } from "./status.js";
 import { startZapHandler, type CurveKeys } from "../../sdk/wire/curve.js";
 
@@ -36,6 +36,10 @@ export interface HeadOptions {
   dataDir?: string;
   /** Accept only CURVE clients holding `keys.publicKey` (the head uses the server pair). Default: no CURVE. */
   curve?: CurveKeys;
+  /** The longest keep-alive a driver may ask for in `hello`; longer requests are capped. Default 24 h (or keepAliveMs, if longer). */
+  maxKeepAliveMs?: number;
+  /** Apps the head holds at most; a `hello` for a new app beyond this is refused. Default 1000. */
+  maxApps?: number;
 }
 
 /** A running head. Create with `Head.start()`. */
@@ -48,6 +52,8 @@ export class Head {
   private readonly keepAliveMs: number;
   private readonly driverTimeoutMs: number;
   private readonly agentTimeoutMs: number;
+  private readonly maxKeepAliveMs: number;
+  private readonly maxApps: number;
   private readonly log: (line: string) => void;
   private ticker?: NodeJS.Timeout;
   private serving?: Promise<void>;
@@ -65,7 +71,10 @@ export class Head {
     this.keepAliveMs = opts.keepAliveMs ?? 30 * 60_000;
     this.driverTimeoutMs = opts.driverTimeoutMs ?? 5_000;
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
-    this.log = opts.log ?? ((line) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
+    this.maxKeepAliveMs = opts.maxKeepAliveMs ?? Math.max(24 * 3_600_000, this.keepAliveMs);
+    this.maxApps = opts.maxApps ?? 1000;
+    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
+    this.log = (line) => sink(truncateLogLine(line));
     this.channel = new RouterChannel({
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),
@@ -125,7 +134,7 @@ export class Head {
       const error = toWireError(err);
       this.log(`rejected message from ${printable(id)}: ${error.name}: ${error.message}`);
       const rid = typeof h?.rid === "number" ? h.rid : undefined;
-      this.channel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error } : { t: "err", error })]);
+      this.channel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error, head: this.id } : { t: "err", error, head: this.id })]);
     }
   }
 
@@ -136,13 +145,18 @@ export class Head {
     if (h.t === "hb") {
       const app = this.appOf(key);
       if (app) this.seen(app, key);
-      this.channel.sendTo(id, [encode({ t: "hb" })]);
+      this.channel.sendTo(id, [encode({ t: "hb", head: this.id })]);
+      return;
+    }
+    if (h.t === "cancel") {
+      this.scheduler.cancelCall(id, num(h, "cid"));
       return;
     }
     if (h.t === "call") {
       const app = this.requireApp(key);
       this.seen(app, key);
       const cid = num(h, "cid");
+      if (this.scheduler.router.isReplay(id, cid)) return;
       const size = messageSize(frames);
       const serviceId = str(h, "svc");
       const s = this.scheduler.services.get(serviceId);
@@ -159,7 +173,18 @@ export class Head {
         return this.failCall(id, cid, { name: "ExecutorNotFoundError", message: `service '${s.spec.name}' has no executor '${exe}' (list them with members())`, service: s.spec.name, executorId: exe });
       }
       if (frames.length !== 2) throw new ProtocolError("'call' message needs exactly one payload frame (msgpack args array)");
-      this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined, exe);
+      const timeoutMs = optNum(h, "timeoutMs") ?? s.spec.callTimeoutMs ?? undefined;
+      if (timeoutMs !== undefined && !(timeoutMs > 0 && timeoutMs <= SERVICE_LIMITS.timeoutMs)) {
+        return this.failCall(id, cid, { name: "ProtocolError", message: `call timeoutMs must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${timeoutMs}` });
+      }
+      if (s.queue.length >= s.spec.maxQueued) {
+        return this.failCall(id, cid, {
+          name: "QueueFullError",
+          message: `service '${s.spec.name}' already has ${s.queue.length} calls queued (its maxQueued); wait for results before sending more (pool.map keeps a bounded window), or declare it with a larger maxQueued`,
+          service: s.spec.name,
+        });
+      }
+      this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined, timeoutMs, exe);
       this.scheduler.onCallsChanged(s);
       return;
     }
@@ -173,10 +198,10 @@ export class Head {
     }
     try {
       const value = this.onDriverRequest(id, key, op, h, rid);
-      if (value !== DEFERRED) this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value })]);
+      if (value !== DEFERRED) this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value, head: this.id })]);
     } catch (err) {
       const error = err instanceof DeclareError ? err.wire : toWireError(err);
-      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error })]);
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error, head: this.id })]);
     }
   }
 
@@ -190,12 +215,18 @@ export class Head {
         }
         let app = sched.apps.get(name);
         const reattached = app !== undefined;
+        const asked = optNum(h, "keepAliveMs");
+        if (asked !== undefined && !(asked >= 0)) throw new ProtocolError(`keepAliveMs must be a non-negative number of milliseconds; got ${asked}`);
+        const keepAliveMs = Math.min(asked ?? this.keepAliveMs, this.maxKeepAliveMs);
         if (!app) {
-          app = { name, keepAliveMs: optNum(h, "keepAliveMs") ?? this.keepAliveMs, drivers: new Map(), services: new Map(), createdAt: Date.now() };
+          if (sched.apps.size >= this.maxApps) {
+            throw new ProtocolError(`the head holds its maximum of ${this.maxApps} apps; close apps you no longer need (app.close(), or \`hearth status\` to see them) or start the head with a larger --max-apps`);
+          }
+          app = { name, keepAliveMs, drivers: new Map(), services: new Map(), createdAt: Date.now() };
           sched.apps.set(name, app);
           this.log(`app '${name}' created`);
-        } else if (h.keepAliveMs !== undefined) {
-          app.keepAliveMs = num(h, "keepAliveMs");
+        } else if (asked !== undefined) {
+          app.keepAliveMs = keepAliveMs;
         }
         for (const other of sched.apps.values()) other.drivers.delete(key);
         this.seen(app, key);
@@ -224,7 +255,9 @@ export class Head {
       }
       case "ready": {
         const s = this.serviceOf(app, str(h, "service"));
-        sched.awaitReady(s, id, rid);
+        const timeoutMs = optNum(h, "timeoutMs");
+        if (timeoutMs !== undefined && !(timeoutMs > 0)) throw new ProtocolError(`ready timeoutMs must be a positive number of milliseconds; got ${timeoutMs}`);
+        sched.awaitReady(s, id, rid, timeoutMs);
         return DEFERRED;
       }
       case "members": {
@@ -255,9 +288,9 @@ export class Head {
   private answerObject(id: Buffer, rid: number, work: () => ServiceReply): void {
     try {
       const r = work();
-      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value }), ...(r.frames ?? [])]);
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value, head: this.id }), ...(r.frames ?? [])]);
     } catch (err) {
-      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error: toWireError(err) })]);
+      this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error: toWireError(err), head: this.id })]);
     }
   }
 
@@ -268,6 +301,7 @@ export class Head {
   }
 
   private failCall(id: Buffer, cid: number, error: WireError): void {
+    this.scheduler.router.remember(id, cid);
     this.channel.sendTo(id, [encode({ t: "failed", cid, error })]);
   }
 
@@ -336,7 +370,11 @@ export class Head {
       return;
     }
     agent.lastSeen = Date.now();
-    if (h.t === "hb") return;
+    if (h.t === "hb") {
+      // Answered so the agent can tell its head is alive (and exit after a grace period when it is not).
+      this.channel.sendTo(id, [encode({ t: "hb", head: this.id })]);
+      return;
+    }
     if (h.t === "req") {
       const op = str(h, "op");
       if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an agent`);
@@ -359,6 +397,15 @@ export class Head {
 
   private onExecutorMessage(executorId: string, h: Header, frames: Buffer[]): void {
     const sched = this.scheduler;
+    const late = sched.draining.get(executorId);
+    if (late && (h.t === "result" || h.t === "failed")) {
+      if (h.t === "result" && frames.length !== 2) throw new ProtocolError("'result' message needs exactly one payload frame");
+      // Its exit report overtook this answer: accept it rather than run the call again.
+      const call = sched.router.complete(late, num(h, "hid"), h.t === "result" ? { value: frames[1]! } : { error: obj(h, "error") as unknown as WireError });
+      const s = sched.services.get(late.serviceId);
+      if (call && s) sched.onCallsChanged(s);
+      return;
+    }
     const e = sched.executors.get(executorId);
     if (!e) {
       this.log(`message '${h.t}' from unknown executor ${executorId}; telling it to exit`);
@@ -427,6 +474,7 @@ export class Head {
         this.releaseApp(app, `no driver for ${Math.round((now - app.goneSince) / 1000)} s (keep-alive ${app.keepAliveMs / 1000} s)`);
       }
     }
+    sched.deadlines.check(now, this.agentTimeoutMs);
     sched.shrinkIdle(now);
     this.objects.expire(now);
     sched.schedule();

@@ -34,6 +34,12 @@ export interface ServiceSpec {
   max: number;
   idleTimeoutMs: number;
   concurrency: number;
+  /** Default deadline of a call (ms from when the head accepts it); null: calls have no deadline unless the driver gives one. */
+  callTimeoutMs: number | null;
+  /** An executor not ready this long after the head created it (module load, project setup, `init`) is killed and the service fails. */
+  initTimeoutMs: number;
+  /** Calls waiting for an executor at most; more are refused with QueueFullError (backpressure). */
+  maxQueued: number;
   /**
    * Agents are brought for this service by an engine (Slurm jobs): declaring
    * it does not need a registered agent, and it runs only on agents labelled
@@ -49,6 +55,9 @@ export type ExecutorState = "starting" | "idle" | "busy" | "stopping" | "dead";
 export interface ReadyWaiter {
   routingId: Buffer;
   rid: number;
+  /** When the waiter gives up with a TimeoutError (epoch ms); undefined: never. */
+  deadline?: number;
+  timeoutMs?: number;
 }
 
 /** A service instance of an app: a pool or a gang. */
@@ -65,6 +74,8 @@ export interface ServiceRecord {
   waiters: ReadyWaiter[];
   /** Executors that died before becoming ready, in a row. */
   startFailures: number;
+  /** Since when this (non-elastic) service has had queued calls, no live executor and no agent that could ever hold one. */
+  orphanedSince?: number;
   /** Executors that died unexpectedly, most recent last (kept for status, at most 10). */
   dead: Array<{ id: string; agentId: string; rank?: number; code: number | null; signal: string | null; diedAt: number; detail: string }>;
   /** True when the last scheduling pass could not place an executor this service wanted. */
@@ -105,6 +116,11 @@ export interface CallRecord {
   target?: string;
   attempts: number;
   executorId?: string;
+  /** The deadline in ms from acceptance, and its timer (cleared when the call is answered). */
+  timeoutMs?: number;
+  timer?: NodeJS.Timeout;
+  /** The driver stopped waiting (abort): run to completion or deadline, but answer nothing. */
+  cancelled?: boolean;
 }
 
 /** An app: a named group of services owned by drivers that come and go. */

@@ -8,14 +8,24 @@ import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
 import type { WireError } from "../../sdk/wire/errors.js";
 import { formatResources } from "../../sdk/runtime/resreq.js";
-import { CallRouter, isServing } from "./call-router.js";
-import type { AgentRecord, AppRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
+import { CallRouter, isServing, liveExecutors } from "./call-router.js";
+
+export { liveExecutors };
+import { Deadlines } from "./deadlines.js";
+import type { AgentRecord, AppRecord, CallRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
 import { agentAccepts, everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
 
 /** How many executors of a service may die while starting, in a row, before it fails. */
 export const MAX_START_FAILURES = 3;
 /** How long an executor gets to run `close()` after a stop before it is killed. */
 export const STOP_GRACE_MS = 10_000;
+/**
+ * How long the head still accepts results from an executor whose exit was
+ * reported. The agent's exit report and the executor's last result travel on
+ * different sockets, so the report may overtake a result that was sent; such a
+ * result is accepted (not re-run) if it arrives within this window.
+ */
+export const LATE_RESULT_GRACE_MS = 1_000;
 
 /** What the scheduler needs from the head's sockets. */
 export interface SchedulerTransport {
@@ -41,12 +51,17 @@ export class Scheduler {
   readonly apps = new Map<string, AppRecord>();
   readonly services = new Map<string, ServiceRecord>();
   readonly executors = new Map<string, ExecutorRecord>();
+  /** Executors whose exit was reported while they held calls, kept for LATE_RESULT_GRACE_MS to accept late results. */
+  readonly draining = new Map<string, ExecutorRecord>();
   readonly router: CallRouter;
+  /** Init, ready, call and lost-agent deadlines (deadlines.ts). */
+  readonly deadlines: Deadlines;
   private nextExecutor = 1;
   private nextService = 1;
 
   constructor(private readonly transport: SchedulerTransport) {
-    this.router = new CallRouter(transport);
+    this.router = new CallRouter(transport, (call) => this.deadlines.onCallDeadline(call));
+    this.deadlines = new Deadlines(this, transport);
   }
 
   /**
@@ -225,7 +240,7 @@ export class Scheduler {
   }
 
   /** Agents this service may run on (see agentAccepts). */
-  private agentsFor(s: ServiceRecord): AgentRecord[] {
+  agentsFor(s: ServiceRecord): AgentRecord[] {
     return [...this.agents.values()].filter((a) => agentAccepts(a.labels, { id: s.id, elastic: s.spec.elastic }));
   }
 
@@ -345,10 +360,7 @@ export class Scheduler {
           rank: e.rank,
         }, e);
       } else {
-        this.router.evacuate(s, e, (call) => ({
-          name: "ExecutorLostError",
-          message: `call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`,
-        }));
+        if (e.inflight.size > 0) this.drain(s, e, how);
         if (wasStarting && ++s.startFailures >= MAX_START_FAILURES) {
           this.failService(s, {
             name: "ServiceStartError",
@@ -361,6 +373,66 @@ export class Scheduler {
     this.schedule();
   }
 
+  /**
+   * Keeps a dead executor's calls for LATE_RESULT_GRACE_MS: a result that was
+   * already on its way is accepted; the rest are requeued (they really died).
+   */
+  private drain(s: ServiceRecord, e: ExecutorRecord, how: string): void {
+    this.draining.set(e.id, e);
+    setTimeout(() => {
+      this.draining.delete(e.id);
+      if (e.inflight.size === 0) return;
+      if (s.state === "failed" || s.state === "stopped") {
+        for (const call of e.inflight.values()) this.router.fail(call, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+        e.inflight.clear();
+        return;
+      }
+      this.router.evacuate(s, e, (call) => this.lostCallError(s, call, e.id, how));
+      this.schedule();
+    }, LATE_RESULT_GRACE_MS).unref();
+  }
+
+  private lostCallError(s: ServiceRecord, call: CallRecord, id: string, how: string): WireError {
+    return {
+      name: "ExecutorLostError",
+      message: `call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`,
+      service: s.spec.name,
+      executorId: id,
+    };
+  }
+
+  /** Kills an executor that may be wedged (no close()); a pool requeues its other calls and replaces it, a gang fails. */
+  recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void {
+    this.transport.log(`recycling executor ${e.id} of '${s.spec.name}': ${reason}`);
+    if (s.kind === "gang") {
+      this.failService(s, {
+        name: "GangFailedError",
+        message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId} was killed: ${reason}); declare the service again to restart it`,
+        service: s.spec.name,
+        rank: e.rank,
+      });
+    } else {
+      this.router.evacuate(s, e, (call) => this.lostCallError(s, call, e.id, `killed: ${reason}`));
+    }
+    this.killExecutor(e);
+    this.schedule();
+  }
+
+  /** Asks the agent to SIGKILL an executor now (graceMs 0: no close(), it may be stuck). */
+  killExecutor(e: ExecutorRecord): void {
+    if (e.state === "dead") return;
+    e.state = "stopping";
+    const agent = this.agents.get(e.agentId);
+    if (agent) this.transport.toAgent(agent, [encode({ t: "stop", executor: e.id, graceMs: 0 })]);
+    else this.onExecutorExit(e.id, null, "agent-lost", "");
+  }
+
+  /** The driver stopped waiting for call `cid` (abort or its own deadline). */
+  cancelCall(driver: Buffer, cid: number): void {
+    const call = this.router.find(driver, cid);
+    if (call) this.router.cancel(this.services.get(call.serviceId), call);
+  }
+
   /** An agent stopped heartbeating or re-registered: everything on it is gone. */
   onAgentLost(agent: AgentRecord): void {
     this.agents.delete(agent.id);
@@ -368,7 +440,7 @@ export class Scheduler {
   }
 
   /** Fails a service and everything in it; its remaining executors are stopped. */
-  private failService(s: ServiceRecord, error: WireError, dead?: ExecutorRecord): void {
+  failService(s: ServiceRecord, error: WireError, dead?: ExecutorRecord): void {
     if (s.state === "failed" || s.state === "stopped") return;
     s.state = "failed";
     s.error = error;
@@ -400,8 +472,8 @@ export class Scheduler {
   }
 
   /** Registers a driver request to be answered when `s` is ready (or fails). */
-  awaitReady(s: ServiceRecord, routingId: Buffer, rid: number): void {
-    s.waiters.push({ routingId, rid });
+  awaitReady(s: ServiceRecord, routingId: Buffer, rid: number, timeoutMs?: number): void {
+    s.waiters.push({ routingId, rid, timeoutMs, deadline: timeoutMs === undefined ? undefined : Date.now() + timeoutMs });
     if (s.state === "failed" || s.state === "stopped") {
       this.rejectWaiters(s, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
     } else {
@@ -427,6 +499,9 @@ export class Scheduler {
     return {
       ...serviceSummary(s),
       concurrency: s.spec.concurrency,
+      callTimeoutMs: s.spec.callTimeoutMs,
+      initTimeoutMs: s.spec.initTimeoutMs,
+      maxQueued: s.spec.maxQueued,
       module: s.spec.module,
       export: s.spec.exportName,
       members: s.kind === "gang" ? members : undefined,
@@ -449,10 +524,6 @@ export function serviceSummary(s: ServiceRecord): { id: string; name: string; ki
   };
 }
 
-/** Executors that exist or are on their way (not stopping, not dead). */
-export function liveExecutors(s: ServiceRecord): ExecutorRecord[] {
-  return [...s.executors.values()].filter((e) => e.state !== "stopping" && e.state !== "dead");
-}
 
 function sameSpec(a: ServiceSpec, b: ServiceSpec): boolean {
   return JSON.stringify({ ...a, max: String(a.max) }) === JSON.stringify({ ...b, max: String(b.max) });

@@ -8,7 +8,10 @@ import { parseResreq } from "../../sdk/runtime/resreq.js";
 import type { ServiceSpec } from "./records.js";
 
 /** Defaults applied to options a driver leaves out. */
-export const SERVICE_DEFAULTS = { warmup: 1, autoscale: true, idleTimeoutMs: 60_000, concurrency: 1 } as const;
+export const SERVICE_DEFAULTS = { warmup: 1, autoscale: true, idleTimeoutMs: 60_000, concurrency: 1, initTimeoutMs: 10 * 60_000, maxQueued: 10_000 } as const;
+
+/** Upper bounds a declaration may ask for (a typo like warmup: 10000 is refused, not attempted). */
+export const SERVICE_LIMITS = { warmup: 1024, max: 4096, concurrency: 1024, maxQueued: 1_000_000, timeoutMs: 7 * 24 * 3_600_000 } as const;
 
 /** Parses and checks a wire service spec; throws ServiceConfigError or ResreqError. */
 export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
@@ -32,14 +35,17 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
   if (typeof resreq !== "string") throw new ServiceConfigError(`service '${name}': resreq must be a string like "cpu=8,mem=64g,gpu=1"`);
   const autoscale = raw.autoscale ?? SERVICE_DEFAULTS.autoscale;
   if (typeof autoscale !== "boolean") throw new ServiceConfigError(`service '${name}': autoscale must be true or false`);
-  const warmup = intOption(name, "warmup", raw.warmup, SERVICE_DEFAULTS.warmup, autoscale ? 0 : 1);
-  const max = raw.max === undefined || raw.max === null ? Infinity : intOption(name, "max", raw.max, 0, 1);
+  const warmup = intOption(name, "warmup", raw.warmup, SERVICE_DEFAULTS.warmup, autoscale ? 0 : 1, SERVICE_LIMITS.warmup);
+  const max = raw.max === undefined || raw.max === null ? Infinity : intOption(name, "max", raw.max, 0, 1, SERVICE_LIMITS.max);
   if (max < warmup) throw new ServiceConfigError(`service '${name}': max (${max}) is below warmup (${warmup})`);
   if (!autoscale && raw.max !== undefined && raw.max !== null && max !== warmup) {
     throw new ServiceConfigError(`service '${name}': a gang (autoscale: false) has exactly warmup members; drop 'max'`);
   }
   const idleTimeoutMs = numOption(name, "idleTimeout", raw.idleTimeoutMs, SERVICE_DEFAULTS.idleTimeoutMs);
-  const concurrency = intOption(name, "concurrency", raw.concurrency, SERVICE_DEFAULTS.concurrency, 1);
+  const concurrency = intOption(name, "concurrency", raw.concurrency, SERVICE_DEFAULTS.concurrency, 1, SERVICE_LIMITS.concurrency);
+  const callTimeoutMs = raw.callTimeoutMs === undefined || raw.callTimeoutMs === null ? null : deadlineOption(name, "callTimeoutMs", raw.callTimeoutMs);
+  const initTimeoutMs = raw.initTimeoutMs === undefined || raw.initTimeoutMs === null ? SERVICE_DEFAULTS.initTimeoutMs : deadlineOption(name, "initTimeoutMs", raw.initTimeoutMs);
+  const maxQueued = intOption(name, "maxQueued", raw.maxQueued, SERVICE_DEFAULTS.maxQueued, 1, SERVICE_LIMITS.maxQueued);
   const elastic = raw.elastic ?? false;
   if (typeof elastic !== "boolean") throw new ServiceConfigError(`service '${name}': elastic must be true or false`);
   return {
@@ -54,14 +60,25 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
     max: autoscale ? max : warmup,
     idleTimeoutMs,
     concurrency,
+    callTimeoutMs,
+    initTimeoutMs,
+    maxQueued,
     elastic,
   };
 }
 
-function intOption(service: string, key: string, v: unknown, dflt: number, min: number): number {
+function intOption(service: string, key: string, v: unknown, dflt: number, min: number, max: number): number {
   if (v === undefined || v === null) return dflt;
-  if (typeof v !== "number" || !Number.isInteger(v) || v < min) {
-    throw new ServiceConfigError(`service '${service}': ${key} must be a whole number ≥ ${min}; got ${JSON.stringify(v)}`);
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
+    throw new ServiceConfigError(`service '${service}': ${key} must be a whole number from ${min} to ${max}; got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/** A deadline in ms: positive and finite (at most a week), so a timer can hold it. */
+function deadlineOption(service: string, key: string, v: unknown): number {
+  if (typeof v !== "number" || !Number.isFinite(v) || v <= 0 || v > SERVICE_LIMITS.timeoutMs) {
+    throw new ServiceConfigError(`service '${service}': ${key} must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${JSON.stringify(v)}`);
   }
   return v;
 }

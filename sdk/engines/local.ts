@@ -2,10 +2,12 @@
  * The local engine (the embedded default): a head and one agent started as
  * background processes on this machine, found again by later drivers through
  * a state file under HEARTH_HOME (default ~/.hearth). They outlive the
- * notebook or CLI that started them; `hearth down` stops them.
+ * notebook or CLI that started them; `hearth down` stops them. Every
+ * process started is recorded in HEARTH_HOME/processes.json the moment it is
+ * spawned, so `hearth down` can stop them even after the head crashed.
  */
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -44,6 +46,42 @@ function stateFile(home: string): string {
   return path.join(home, "local.json");
 }
 
+function processesFile(home: string): string {
+  return path.join(home, "processes.json");
+}
+
+/** A process `hearth up` started, as recorded in processes.json. */
+interface StartedProcess {
+  role: "head" | "agent";
+  pid: number;
+}
+
+function readProcesses(home: string): StartedProcess[] {
+  try {
+    const list = JSON.parse(readFileSync(processesFile(home), "utf8")) as StartedProcess[];
+    return Array.isArray(list) ? list.filter((p) => Number.isInteger(p?.pid) && p.pid > 0) : [];
+  } catch {
+    return [];
+  }
+}
+
+function recordProcess(home: string, p: StartedProcess): void {
+  writeFileSync(processesFile(home), JSON.stringify([...readProcesses(home), p]));
+}
+
+/**
+ * True when `pid` is alive and still runs hearth's CLI: a recorded pid the
+ * system reused for an unrelated process is never signalled.
+ */
+function isHearthProcess(pid: number): boolean {
+  if (!alive(pid)) return false;
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").includes(CLI);
+  } catch {
+    return process.platform !== "linux"; // no /proc: trust the record
+  }
+}
+
 /** True while a process id exists. */
 export function alive(pid: number): boolean {
   try {
@@ -69,7 +107,9 @@ export function findLocalCluster(home?: string): LocalCluster | undefined {
 /** Finds the local head and agent, or starts them in the background. */
 export async function ensureLocalCluster(opts: LocalClusterOptions = {}): Promise<LocalCluster> {
   const home = hearthHome(opts.home);
-  mkdirSync(path.join(home, "logs"), { recursive: true });
+  // Private to this user: it holds endpoints, pids, logs and (with CURVE) keys.
+  mkdirSync(path.join(home, "logs"), { recursive: true, mode: 0o700 });
+  chmodSync(home, 0o700);
   const found = findLocalCluster(home);
   if (found) return found;
   const release = await lock(path.join(home, "local.lock"));
@@ -87,6 +127,7 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
   const endpointFile = path.join(home, "head.endpoint");
   rmSync(endpointFile, { force: true });
   const head = spawnDetached(["head", "--endpoint-file", endpointFile], path.join(home, "logs", "head.log"));
+  recordProcess(home, { role: "head", pid: head });
   const endpoint = await poll(timeoutMs, () => (existsSync(endpointFile) ? readFileSync(endpointFile, "utf8").trim() || undefined : undefined));
   if (!endpoint) throw new ConnectError(`the local head did not start within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "head.log")}`);
   const agentArgs = ["agent", "--head", endpoint, "--id", "local", "--work-dir", path.join(home, "agent")];
@@ -94,6 +135,7 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
   if (opts.mem !== undefined) agentArgs.push("--mem", opts.mem);
   if (opts.gpus !== undefined) agentArgs.push("--gpus", opts.gpus);
   const agent = spawnDetached(agentArgs, path.join(home, "logs", "agent.log"));
+  recordProcess(home, { role: "agent", pid: agent });
   const { client } = await HeadClient.open(endpoint, { app: "_hearth-local" }, { timeoutMs });
   try {
     const registered = await poll(timeoutMs, async () => {
@@ -110,23 +152,37 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
   return cluster;
 }
 
-/** Stops the local head and agent if running. Returns false when none was running. */
+/**
+ * Stops the local head and agent: asks a live head to shut down, then signals
+ * every process `hearth up` recorded that still runs (SIGTERM: an agent stops
+ * its executors; SIGKILL after `timeoutMs`). Works after a head crash too.
+ * Returns false when nothing was running.
+ */
 export async function stopLocalCluster(home?: string, timeoutMs = 20_000): Promise<boolean> {
   const h = hearthHome(home);
   const c = findLocalCluster(h);
   rmSync(stateFile(h), { force: true });
-  if (!c) return false;
-  try {
-    const { client } = await HeadClient.open(c.endpoint, { app: "_hearth-local" }, { timeoutMs: 5000 });
-    await client.control("shutdown", {}).catch(() => undefined);
-    client.close();
-  } catch {
-    // Not answering: fall through to signals.
+  const recorded = readProcesses(h);
+  const pids = [...new Set([...recorded.map((p) => p.pid), ...(c ? [c.headPid, c.agentPid] : [])])].filter(isHearthProcess);
+  if (c) {
+    try {
+      const { client } = await HeadClient.open(c.endpoint, { app: "_hearth-local" }, { timeoutMs: 5000 });
+      await client.control("shutdown", {}).catch(() => undefined);
+      client.close();
+    } catch {
+      // Not answering: fall through to signals.
+    }
   }
-  const gone = await poll(timeoutMs, () => (!alive(c.headPid) && !alive(c.agentPid) ? true : undefined));
-  if (!gone) {
-    for (const pid of [c.headPid, c.agentPid]) if (alive(pid)) process.kill(pid, "SIGKILL");
+  if (!c && pids.length === 0) {
+    rmSync(processesFile(h), { force: true });
+    return false;
   }
+  // A crashed head cannot say bye: the survivors get SIGTERM (the agent stops its executors and exits).
+  const early = c ? await poll(Math.min(timeoutMs, 5000), () => (pids.every((pid) => !alive(pid)) ? true : undefined)) : undefined;
+  if (!early) for (const pid of pids) if (isHearthProcess(pid)) process.kill(pid, "SIGTERM");
+  const gone = early ?? (await poll(timeoutMs, () => (pids.every((pid) => !alive(pid)) ? true : undefined)));
+  if (!gone) for (const pid of pids) if (isHearthProcess(pid)) process.kill(pid, "SIGKILL");
+  rmSync(processesFile(h), { force: true });
   return true;
 }
 

@@ -43,7 +43,31 @@ export interface ServiceOptions {
   replace?: boolean;
   /** Resolve as soon as the head accepted the declaration, without waiting for warm executors. */
   wait?: boolean;
+  /**
+   * How long `service()` waits for the warm executors (a gang: all members)
+   * before failing with TimeoutError; the service stays declared. Default
+   * 10 min; for Slurm-engine services (jobs can queue for hours) no deadline.
+   */
+  readyTimeoutMs?: number;
+  /**
+   * Each executor's deadline to become ready (module load, project setup,
+   * `init`); past it the executor is killed and the service fails with
+   * ServiceStartError. Default 10 min.
+   */
+  initTimeoutMs?: number;
+  /**
+   * Default deadline of every call (ms); a call past it fails with
+   * TimeoutError and its executor is killed and replaced. Default: none,
+   * since calls such as a training step may legitimately run long; a call
+   * can still set its own with `handle.withOptions({ timeoutMs })`.
+   */
+  callTimeoutMs?: number;
+  /** Calls that may wait for a free executor at most; more fail with QueueFullError. Default 10 000. */
+  maxQueued?: number;
 }
+
+/** Default of ServiceOptions.readyTimeoutMs. */
+export const READY_TIMEOUT_MS = 10 * 60_000;
 
 /** Options of `connect()`. */
 export interface ConnectOptions {
@@ -163,10 +187,18 @@ export class App {
       max: opts.max,
       idleTimeoutMs: opts.idleTimeout,
       concurrency: opts.concurrency,
+      callTimeoutMs: opts.callTimeoutMs,
+      initTimeoutMs: opts.initTimeoutMs,
+      maxQueued: opts.maxQueued,
       elastic: this.engine !== undefined ? true : undefined,
     };
     let info: ServiceInfo = await this.client.control("service", { spec, replace: opts.replace === true });
-    if (opts.wait !== false) info = await this.client.control("ready", { service: info.name }, null);
+    if (opts.wait !== false) {
+      const readyTimeoutMs = opts.readyTimeoutMs ?? (this.engine !== undefined ? undefined : READY_TIMEOUT_MS);
+      if (readyTimeoutMs !== undefined && !(readyTimeoutMs > 0)) throw new ServiceConfigError(`readyTimeoutMs must be a positive number of milliseconds; got ${readyTimeoutMs}`);
+      // The head answers TimeoutError at the deadline (describing where the start stands); the local timer is a backstop.
+      info = await this.client.control("ready", { service: info.name, timeoutMs: readyTimeoutMs }, readyTimeoutMs === undefined ? null : readyTimeoutMs + 5_000);
+    }
     return info.kind === "gang" ? new GangHandle<S>(this.client, info) : new PoolHandle<S>(this.client, info);
   }
 

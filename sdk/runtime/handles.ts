@@ -2,8 +2,17 @@
  * Service handles. Their types carry what a service can do: a pool has
  * `call` and `map` (any executor may answer), a gang has `broadcast` and
  * `members` (every rank answers), and neither has the other's methods.
+ *
+ * Deadlines and cancellation: methods keep their positional arguments typed
+ * from the service class, so options cannot trail them. Instead
+ * `withOptions({ timeoutMs, signal })` returns a view of the same service
+ * whose calls carry them:
+ *
+ * ```ts
+ * const r = await pool.withOptions({ timeoutMs: 5_000 }).call("search", query);
+ * ```
  */
-import type { HeadClient } from "./head-client.js";
+import type { CallOptions, HeadClient } from "./head-client.js";
 import type { MethodArgs, MethodNames, MethodResult } from "./types.js";
 
 /** The description of a service the head sends back. */
@@ -16,6 +25,12 @@ export interface ServiceInfo {
   warmup: number;
   max: number | null;
   concurrency: number;
+  /** The service's default call deadline (ms), null when calls have none unless given. */
+  callTimeoutMs?: number | null;
+  /** How long an executor may take to become ready before it is killed and the service fails. */
+  initTimeoutMs?: number;
+  /** Calls that may wait for an executor at most (QueueFullError beyond). */
+  maxQueued?: number;
   module: string;
   export: string;
   members?: GangMember[];
@@ -52,7 +67,14 @@ abstract class BaseHandle {
   constructor(
     protected readonly client: HeadClient,
     protected infoValue: ServiceInfo,
+    /** Options every call through this handle carries (see withOptions). */
+    protected readonly callOptions: CallOptions = {},
   ) {}
+
+  /** The options of this view merged with `opts` (later wins). */
+  protected merged(opts: CallOptions): CallOptions {
+    return { ...this.callOptions, ...opts };
+  }
 
   /** The service's name in its app. */
   get name(): string {
@@ -74,9 +96,14 @@ abstract class BaseHandle {
 export class PoolHandle<S = any> extends BaseHandle {
   readonly kind = "pool" as const;
 
+  /** A view of this pool whose calls (and `map`) carry `opts`: a deadline (TimeoutError) and/or an abort signal. */
+  withOptions(opts: CallOptions): PoolHandle<S> {
+    return new PoolHandle<S>(this.client, this.infoValue, this.merged(opts));
+  }
+
   /** Calls `method` on some executor of the pool. */
   call<M extends MethodNames<S>>(method: M, ...args: MethodArgs<S, M>): Promise<MethodResult<S, M>> {
-    return this.client.call(this.infoValue.id, method, args) as Promise<MethodResult<S, M>>;
+    return this.client.call(this.infoValue.id, method, args, undefined, this.callOptions) as Promise<MethodResult<S, M>>;
   }
 
   /** The pool's executors that take calls now (ready or busy), by executor id. */
@@ -91,7 +118,7 @@ export class PoolHandle<S = any> extends BaseHandle {
    * with ExecutorLostError if it dies, instead of moving elsewhere.
    */
   callMember<M extends MethodNames<S>>(executorId: string, method: M, ...args: MethodArgs<S, M>): Promise<MethodResult<S, M>> {
-    return this.client.call(this.infoValue.id, method, args, undefined, executorId) as Promise<MethodResult<S, M>>;
+    return this.client.call(this.infoValue.id, method, args, undefined, this.callOptions, executorId) as Promise<MethodResult<S, M>>;
   }
 
   /** Calls `method` once on every current member; results in `members()` order, each with its executor id. */
@@ -126,6 +153,11 @@ export class PoolHandle<S = any> extends BaseHandle {
 export class GangHandle<S = any> extends BaseHandle {
   readonly kind = "gang" as const;
 
+  /** A view of this gang whose calls (`broadcast`, `callRank`) carry `opts`: a deadline and/or an abort signal. */
+  withOptions(opts: CallOptions): GangHandle<S> {
+    return new GangHandle<S>(this.client, this.infoValue, this.merged(opts));
+  }
+
   /** Members by rank (rank follows sorted executor id). */
   get members(): GangMember[] {
     return this.infoValue.members ?? [];
@@ -141,13 +173,13 @@ export class GangHandle<S = any> extends BaseHandle {
     if (argsPerRank.length !== this.size) {
       return Promise.reject(new RangeError(`broadcast to gang '${this.name}' needs ${this.size} argument lists (one per rank); got ${argsPerRank.length}`));
     }
-    return Promise.all(argsPerRank.map((args, rank) => this.client.call(this.infoValue.id, method, args, rank))) as Promise<
+    return Promise.all(argsPerRank.map((args, rank) => this.client.call(this.infoValue.id, method, args, rank, this.callOptions))) as Promise<
       Array<MethodResult<S, M>>
     >;
   }
 
   /** Calls `method` on one rank. */
   callRank<M extends MethodNames<S>>(rank: number, method: M, ...args: MethodArgs<S, M>): Promise<MethodResult<S, M>> {
-    return this.client.call(this.infoValue.id, method, args, rank) as Promise<MethodResult<S, M>>;
+    return this.client.call(this.infoValue.id, method, args, rank, this.callOptions) as Promise<MethodResult<S, M>>;
   }
 }

@@ -6,14 +6,32 @@
 import { randomUUID } from "node:crypto";
 import { DealerChannel } from "../wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, type Header } from "../wire/codec.js";
-import { ClosedError, ConnectError, MessageTooLargeError, ProtocolError, TimeoutError, fromWireError, type WireError } from "../wire/errors.js";
+import { ClosedError, ConnectError, HeadRestartedError, HearthError, MessageTooLargeError, ProtocolError, TimeoutError, fromWireError, type WireError } from "../wire/errors.js";
 import { PendingRequests, type Reply, type Requester } from "../wire/requests.js";
 import { curveClientFromEnv, type CurveClientKeys } from "../wire/curve.js";
 
 interface Pending {
   resolve: (v: unknown) => void;
   reject: (e: Error) => void;
+  /** Clears the driver-side deadline timer and the abort listener. */
+  cleanup?: () => void;
 }
+
+/** Per-call controls: a deadline and a way out. */
+export interface CallOptions {
+  /**
+   * Fail the call with TimeoutError this long after it was sent. The head
+   * enforces it (and kills and replaces the executor running it); the driver
+   * gives up on its own CALL_DEADLINE_SLACK_MS later if the head never answers.
+   * Default: the service's `callTimeoutMs`, else no deadline.
+   */
+  timeoutMs?: number;
+  /** Aborting rejects the call at once with the signal's reason; a queued call is dropped, a running one finishes unanswered. */
+  signal?: AbortSignal;
+}
+
+/** How much later than a call's deadline the driver stops waiting for the head's TimeoutError. */
+export const CALL_DEADLINE_SLACK_MS = 1_000;
 
 /** Options for opening a client. */
 export interface HeadClientOptions {
@@ -34,6 +52,10 @@ export class HeadClient implements Requester {
   private lastHeard = Date.now();
   private heartbeat?: NodeJS.Timeout;
   private closed = false;
+  /** The head instance this connection said hello to; a different one answering means the head restarted. */
+  private headId: string | undefined;
+  /** Set once the head was seen to restart: every later call fails at once with it. */
+  private restarted?: HeadRestartedError;
   /** Replies that arrived for a call no longer pending (tests check this stays 0). */
   duplicateReplies = 0;
 
@@ -54,6 +76,7 @@ export class HeadClient implements Requester {
     const timeoutMs = opts.timeoutMs ?? 10_000;
     try {
       const reply = await client.control("hello", hello, timeoutMs);
+      client.headId = typeof reply.headId === "string" ? reply.headId : undefined;
       client.heartbeat = setInterval(() => client.beat(), 1000);
       client.heartbeat.unref();
       return { client, hello: reply };
@@ -71,27 +94,68 @@ export class HeadClient implements Requester {
   /** Sends a control request and resolves with its value; `timeoutMs` null waits for ever (e.g. for a gang). */
   async control<T = any>(op: string, fields: Record<string, unknown> = {}, timeoutMs: number | null = 30_000): Promise<T> {
     if (this.closed) throw new ClosedError(`the connection to ${this.endpoint} is closed`);
+    if (this.restarted) throw this.restarted;
     return (await this.requests.request<T>(op, fields, [], timeoutMs)).value;
   }
 
   /** Sends a request with payload frames and resolves with the reply's value and frames. */
   request<T = any>(op: string, fields: Record<string, unknown> = {}, frames: Array<Buffer | Uint8Array> = [], timeoutMs: number | null = 30_000): Promise<Reply<T>> {
     if (this.closed) return Promise.reject(new ClosedError(`the connection to ${this.endpoint} is closed`));
+    if (this.restarted) return Promise.reject(this.restarted);
     return this.requests.request<T>(op, fields, frames, timeoutMs);
   }
 
-  /** Sends one call; rejects at once with MessageTooLargeError if the arguments are too big. */
-  call(serviceId: string, method: string, args: unknown[], rank?: number, executor?: string): Promise<unknown> {
+  /**
+   * Sends one call; rejects at once with MessageTooLargeError if the arguments
+   * are too big. `opts.timeoutMs` travels to the head, which enforces it;
+   * `executor` pins a pool call to one member.
+   */
+  call(serviceId: string, method: string, args: unknown[], rank?: number, opts: CallOptions = {}, executor?: string): Promise<unknown> {
     if (this.closed) return Promise.reject(new ClosedError(`the connection to ${this.endpoint} is closed`));
+    if (this.restarted) return Promise.reject(this.restarted);
+    const { timeoutMs, signal } = opts;
+    if (timeoutMs !== undefined && !(timeoutMs > 0 && Number.isFinite(timeoutMs))) {
+      return Promise.reject(new RangeError(`call timeoutMs must be a positive number of milliseconds; got ${timeoutMs}`));
+    }
+    if (signal?.aborted) return Promise.reject(abortReason(signal, method));
     const cid = this.nextCid++;
-    const header = encode(executor === undefined ? { t: "call", cid, svc: serviceId, method, rank } : { t: "call", cid, svc: serviceId, method, exe: executor });
+    const header = encode(executor === undefined ? { t: "call", cid, svc: serviceId, method, rank, timeoutMs } : { t: "call", cid, svc: serviceId, method, timeoutMs, exe: executor });
     const payload = encode(args);
     const size = header.byteLength + payload.byteLength;
     if (size > MESSAGE_LIMIT) return Promise.reject(new MessageTooLargeError(size, MESSAGE_LIMIT, `the arguments of ${method}()`));
     return new Promise((resolve, reject) => {
-      this.calls.set(cid, { resolve, reject });
+      const p: Pending = { resolve, reject };
+      const giveUp = (err: Error): void => {
+        if (this.calls.get(cid) !== p) return;
+        this.calls.delete(cid);
+        p.cleanup?.();
+        this.channel.send([encode({ t: "cancel", cid })]);
+        reject(err);
+      };
+      let timer: NodeJS.Timeout | undefined;
+      if (timeoutMs !== undefined) {
+        // The head answers TimeoutError at the deadline; this backstop covers a head that cannot.
+        timer = setTimeout(
+          () => giveUp(new TimeoutError(`call ${cid} (${method}) got no answer from the head at ${this.endpoint} within ${timeoutMs / 1000} s`, { callId: cid })),
+          timeoutMs + CALL_DEADLINE_SLACK_MS,
+        );
+      }
+      const onAbort = (): void => giveUp(abortReason(signal!, method));
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timer || signal) {
+        p.cleanup = () => {
+          clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
+        };
+      }
+      this.calls.set(cid, p);
       this.channel.send([header, payload]);
     });
+  }
+
+  /** The head instance id this connection said hello to. */
+  get head(): string | undefined {
+    return this.headId;
   }
 
   /** Calls waiting for an answer. */
@@ -110,6 +174,7 @@ export class HeadClient implements Requester {
   private onMessage(frames: Buffer[]): void {
     this.lastHeard = Date.now();
     const h: Header = decodeHeader(frames[0]);
+    if (typeof h.head === "string" && this.headId !== undefined && h.head !== this.headId) return this.onHeadRestarted(h.head);
     switch (h.t) {
       case "rep":
         this.requests.deliver(h, frames);
@@ -145,12 +210,33 @@ export class HeadClient implements Requester {
       return undefined;
     }
     map.delete(id);
+    p.cleanup?.();
     return p;
+  }
+
+  /**
+   * Another head instance answered on our endpoint: the one we said hello to
+   * is gone with everything pending on it. Fail it all now (retryable) rather
+   * than wait for deadlines, and refuse later work on this connection.
+   */
+  private onHeadRestarted(newHeadId: string): void {
+    if (this.restarted) return;
+    const pending = this.calls.size + this.requests.size;
+    this.restarted = new HeadRestartedError(
+      `the head at ${this.endpoint} restarted (instance ${this.headId} → ${newHeadId}); ${pending} pending call(s)/request(s) on the old head were lost. ` +
+        "Retryable: connect() again, declare the services again, and retry the work.",
+      this.headId ?? "?",
+      newHeadId,
+    );
+    this.failAll(this.restarted);
   }
 
   private failAll(err: Error, closeForGood = false): void {
     this.requests.failAll(err, closeForGood);
-    for (const p of this.calls.values()) p.reject(err);
+    for (const p of this.calls.values()) {
+      p.cleanup?.();
+      p.reject(err);
+    }
     this.calls.clear();
   }
 
@@ -163,8 +249,19 @@ export class HeadClient implements Requester {
     this.channel.close();
   }
 
+  /** True once another head instance answered on this endpoint (see HeadRestartedError). */
+  get headRestarted(): boolean {
+    return this.restarted !== undefined;
+  }
+
   /** Waits until queued messages are handed to ZeroMQ. */
   flush(): Promise<void> {
     return this.channel.flush();
   }
+}
+
+/** The error an aborted call rejects with: the signal's reason when it is an Error. */
+function abortReason(signal: AbortSignal, method: string): Error {
+  const r: unknown = signal.reason;
+  return r instanceof Error ? r : new HearthError(`call ${method}() was aborted${r === undefined ? "" : `: ${String(r)}`}`);
 }

@@ -12,6 +12,15 @@ export interface Resources {
   gpu: number;
 }
 
+/**
+ * The smallest cpu share an executor may ask for. `cpu=0` would let any
+ * number of executors pile onto one node (placement never runs out), so it is
+ * refused; 0.01 still packs a hundred light executors per core.
+ */
+export const MIN_CPU = 0.01;
+/** Upper bounds per executor (no node has more; a typo like cpu=8000 is refused with a clear error). */
+export const MAX_RESOURCES: Readonly<Resources> = { cpu: 4096, mem: 64 * 1024 ** 4, gpu: 64 };
+
 /** What a service gets when its resreq leaves a key out. */
 export const DEFAULT_RESOURCES: Readonly<Resources> = { cpu: 1, mem: 0, gpu: 0 };
 
@@ -75,7 +84,15 @@ export function parseResreq(text: string | undefined): Resources {
       if (key === "gpu" && !Number.isInteger(n)) {
         throw new ResreqError(`gpu must be a whole number of devices, got '${value}' in resreq "${text}"`);
       }
+      if (key === "cpu" && n < MIN_CPU) {
+        throw new ResreqError(`cpu must be at least ${MIN_CPU} (a share of one core), got '${value}' in resreq "${text}"; cpu=0 would let executors pile up without limit`);
+      }
       out[key as "cpu" | "gpu"] = n;
+    }
+  }
+  for (const key of KEYS) {
+    if (out[key] > MAX_RESOURCES[key]) {
+      throw new ResreqError(`${key} in resreq "${text}" is over the per-executor maximum (${key === "mem" ? formatMem(MAX_RESOURCES.mem) : MAX_RESOURCES[key]})`);
     }
   }
   return out;

@@ -4,7 +4,10 @@
  * frame.ts. Requests are served in order; each resolves with its typed result
  * or rejects with an `EngineError` (Python's code and traceback). If the
  * process dies, every pending and later request rejects with code
- * `engine_exited` and the tail of its stderr.
+ * `engine_exited` and the tail of its stderr. Every request has a deadline
+ * (default `DEFAULT_REQUEST_TIMEOUT_MS`): requests are served in order, so one
+ * that overruns means the engine is wedged; it is killed, the request fails
+ * with code `timeout`, and restarting it is up to the owner (the service).
  */
 
 import { spawn, type ChildProcessByStdio } from "node:child_process";
@@ -30,12 +33,19 @@ export interface TensorEngineOptions {
   onStderr?: (text: string) => void;
   /** Milliseconds to wait for the first ping (default 120 000). */
   startTimeoutMs?: number;
+  /** Deadline of a request that gives none (default DEFAULT_REQUEST_TIMEOUT_MS; null: none). */
+  requestTimeoutMs?: number | null;
 }
+
+/** Default request deadline: generous (a big generate or train step on CPU takes minutes), but finite. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30 * 60_000;
 
 /** Per-request controls. */
 export interface RequestOptions {
+  /** Aborting rejects the request (code `aborted`); the engine still finishes it and its reply is dropped. */
   signal?: AbortSignal;
-  timeoutMs?: number;
+  /** Past this the engine is killed (it is wedged: later requests queue behind this one) and the request fails with code `timeout`; null: no deadline. */
+  timeoutMs?: number | null;
 }
 
 interface Pending {
@@ -92,7 +102,11 @@ export class TensorEngine {
   private closing: Promise<void> | undefined;
   private readonly exited: Promise<void>;
 
-  private constructor(private readonly child: EngineProcess, private readonly onStderr?: (text: string) => void) {
+  private constructor(
+    private readonly child: EngineProcess,
+    private readonly onStderr?: (text: string) => void,
+    private readonly requestTimeoutMs: number | null = DEFAULT_REQUEST_TIMEOUT_MS,
+  ) {
     this.exited = new Promise((done) => child.once("close", () => done()));
   }
 
@@ -102,7 +116,7 @@ export class TensorEngine {
     const engineDir = findEngineDir(options.engineDir);
     const env = { ...process.env, ...options.env, PYTHONPATH: [engineDir, process.env.PYTHONPATH].filter(Boolean).join(":") };
     const child = spawn(python, ["-m", "hearth_engine"], { stdio: ["pipe", "pipe", "pipe"], env });
-    const engine = new TensorEngine(child, options.onStderr);
+    const engine = new TensorEngine(child, options.onStderr, options.requestTimeoutMs === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : options.requestTimeoutMs);
     engine.attach();
     try {
       await engine.ping({ timeoutMs: options.startTimeoutMs ?? 120_000 });
@@ -194,11 +208,13 @@ export class TensorEngine {
       });
       if (options.signal?.aborted) return onAbort();
       options.signal?.addEventListener("abort", onAbort, { once: true });
-      if (options.timeoutMs !== undefined) {
-        timer = setTimeout(
-          () => finish(() => reject(new EngineError({ code: "timeout", message: `no reply within ${options.timeoutMs} ms` }, { op }))),
-          options.timeoutMs,
-        );
+      const timeoutMs = options.timeoutMs === undefined ? this.requestTimeoutMs : options.timeoutMs;
+      if (timeoutMs !== null) {
+        timer = setTimeout(() => {
+          // Requests are served in order: an overdue one wedges every later one, so the engine goes.
+          this.fail({ code: "timeout", message: `engine request '${op}' got no reply within ${timeoutMs} ms; the engine (pid ${this.child.pid}) was killed as wedged; start a new one` });
+          this.child.kill("SIGKILL");
+        }, timeoutMs);
       }
       for (const buf of encodeFrame({ id, op, args: encoded }, payloads)) this.child.stdin.write(buf);
     });

@@ -47,9 +47,56 @@ export class ConnectError extends HearthError {
   override name = "ConnectError";
 }
 
-/** An operation did not finish within its deadline. */
+/** Where a timed-out operation was: the ids that matter (all optional: a request to the head has none). */
+export interface TimeoutOrigin {
+  /** The service the call or start belonged to. */
+  service?: string;
+  /** The executor that held the call (and was recycled), if it had reached one. */
+  executorId?: string;
+  /** The driver's call id. */
+  callId?: number;
+  cause?: unknown;
+}
+
+/**
+ * An operation did not finish within its deadline. A call's TimeoutError names
+ * its service, call id and the executor that was running it (that executor is
+ * killed and replaced, since it may be wedged).
+ */
 export class TimeoutError extends HearthError {
   override name = "TimeoutError";
+  readonly service?: string;
+  readonly executorId?: string;
+  readonly callId?: number;
+  constructor(message: string, origin: TimeoutOrigin = {}) {
+    super(message, origin.cause === undefined ? undefined : { cause: origin.cause });
+    this.service = origin.service;
+    this.executorId = origin.executorId;
+    this.callId = origin.callId;
+  }
+}
+
+/**
+ * The head this driver talked to was replaced by another instance (it
+ * restarted): calls and requests pending on the old one can never be answered.
+ * Retryable: `connect()` again and redeclare services, then retry the work.
+ */
+export class HeadRestartedError extends HearthError {
+  override name = "HeadRestartedError";
+  /** Always true: the work was not lost by the callee's fault; redo it on a fresh connection. */
+  readonly retryable = true;
+  constructor(
+    message: string,
+    readonly oldHeadId: string,
+    readonly newHeadId: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A service's queue is full (its `maxQueued`): wait for results before sending more (backpressure). */
+export class QueueFullError extends HearthError {
+  override name = "QueueFullError";
 }
 
 /** The handle, app or client was used after `close()`. */
@@ -70,7 +117,7 @@ export interface RemoteOrigin {
   service?: string;
   executorId?: string;
   method?: string;
-  callId?: string;
+  callId?: number;
 }
 
 /** An exception thrown by user code inside an executor, carried back with its remote stack. */
@@ -157,6 +204,8 @@ export interface WireError {
   service?: string;
   executorId?: string;
   method?: string;
+  /** For TimeoutError: the driver's call id. */
+  callId?: number;
   rank?: number;
   size?: number;
   limit?: number;
@@ -179,6 +228,9 @@ export function toWireError(err: unknown): WireError {
   if (err instanceof VersionConflictError) {
     return { name: err.name, message: err.message, key: err.key, expected: err.expected, actual: err.actual };
   }
+  if (err instanceof TimeoutError) {
+    return { name: err.name, message: err.message, service: err.service, executorId: err.executorId, callId: err.callId };
+  }
   if (err instanceof GangFailedError) {
     return { name: err.name, message: err.message, service: err.service, rank: err.rank };
   }
@@ -192,10 +244,10 @@ const KNOWN: Record<string, new (message: string) => HearthError> = {
   ServiceConfigError,
   ProtocolError,
   ConnectError,
-  TimeoutError,
   ClosedError,
   ExecutorLostError,
   ExecutorNotFoundError,
+  QueueFullError,
   ServiceStartError,
   ObjectNotFoundError,
   ObjectEvictedError,
@@ -217,6 +269,7 @@ export function fromWireError(w: WireError): Error {
     });
   }
   if (w.name === "VersionConflictError") return new VersionConflictError(w.message, w.key ?? "?", w.expected ?? -1, w.actual ?? -1);
+  if (w.name === "TimeoutError") return new TimeoutError(w.message, { service: w.service, executorId: w.executorId, callId: w.callId });
   if (w.name === "GangFailedError") return new GangFailedError(w.message, w.service ?? "?", w.rank ?? -1);
   if (w.name === "MessageTooLargeError" && w.size !== undefined && w.limit !== undefined) {
     const e = new MessageTooLargeError(w.size, w.limit, "message");
@@ -231,6 +284,15 @@ export function fromWireError(w: WireError): Error {
   const Ctor = KNOWN[w.name];
   if (Ctor) return new Ctor(w.message);
   return new HearthError(`${w.name}: ${w.message}`);
+}
+
+/** Longest log line the head and agents write; peers control much of what is logged (names, bad fields). */
+export const LOG_LINE_LIMIT = 4096;
+
+/** Cuts `line` to LOG_LINE_LIMIT characters, saying how much was dropped, and keeps it on one line. */
+export function truncateLogLine(line: string, limit = LOG_LINE_LIMIT): string {
+  const flat = line.replace(/[\r\n]+/g, " ⏎ ");
+  return flat.length <= limit ? flat : `${flat.slice(0, limit)}… [${flat.length - limit} more characters]`;
 }
 
 /** Human-readable byte count: 131072 → "128 KiB". */

@@ -3,7 +3,7 @@
  * and stops them, leaving no process behind.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdtempSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -15,6 +15,8 @@ export const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 export const CLI = path.join(DIST, "cluster-agent/cli.js");
 /** The compiled fixture services module. */
 export const FIXTURES = path.join(DIST, "test/fixtures/services.js");
+/** The compiled services of the deadline/liveness/orphan tests. */
+export const LIVENESS = path.join(DIST, "test/helpers/liveness-services.js");
 
 /** One agent to start. */
 export interface AgentSpec {
@@ -25,6 +27,8 @@ export interface AgentSpec {
   /** Run the agent as this user id (and group id), with its own world-writable work dir. */
   uid?: number;
   gid?: number;
+  /** More `hearth agent` flags, e.g. ["--head-grace", "1s"]. */
+  args?: string[];
 }
 
 /** A running test cluster. */
@@ -80,7 +84,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     const args = [CLI, "agent", "--head", endpoint, "--id", spec.id, "--work-dir", workDir];
     if (spec.cpus !== undefined) args.push("--cpus", String(spec.cpus));
     if (spec.mem !== undefined) args.push("--mem", spec.mem);
-    args.push("--gpus", String(spec.gpus ?? 0));
+    args.push("--gpus", String(spec.gpus ?? 0), ...(spec.args ?? []));
     const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid });
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
     agents.set(spec.id, p);
@@ -98,7 +102,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     addAgent,
     status,
     async stop() {
-      await client.control("shutdown", {}, 5000).catch(() => undefined);
+      const headDown = head.exitCode !== null || head.signalCode !== null;
+      if (!headDown) await client.control("shutdown", {}, 5000).catch(() => undefined);
       client.close();
       const all = [head, ...agents.values()];
       const timer = setTimeout(() => all.forEach((p) => p.kill("SIGKILL")), 15_000);
@@ -114,12 +119,33 @@ export function executorsOf(status: any, app: string, service: string): any[] {
   return a?.services.find((s: any) => s.name === service)?.executors ?? [];
 }
 
-/** True while a process id exists. */
+/** True while a process id exists (a zombie, exited but not yet reaped, counts as gone). */
 export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
   }
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+/** Polls until process `pid` is gone; fails naming `what` after `timeoutMs`. Returns how long it took. */
+export async function waitForExit(what: string, pid: number, timeoutMs = 10_000): Promise<number> {
+  const t0 = Date.now();
+  await waitFor(`${what} (pid ${pid}) to exit`, () => (pidAlive(pid) ? undefined : true), timeoutMs);
+  return Date.now() - t0;
+}
+
+/** Settles `p` and returns its rejection (fails if it resolves), with how long it took from `t0`. */
+export async function rejection(p: Promise<unknown>, t0 = Date.now()): Promise<{ error: Error; ms: number }> {
+  const outcome = await p.then(
+    (v) => ({ ok: true as const, v }),
+    (e: unknown) => ({ ok: false as const, e }),
+  );
+  if (outcome.ok) throw new Error(`expected a rejection, got ${JSON.stringify(outcome.v)}`);
+  return { error: outcome.e as Error, ms: Date.now() - t0 };
 }

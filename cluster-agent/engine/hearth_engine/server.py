@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, fields
@@ -316,8 +317,29 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
             return 0
 
 
+def start_parent_watchdog(poll_s: float = 0.2) -> threading.Thread:
+    """Exit the moment the parent (the executor) is gone, even mid-request.
+
+    While a request computes, the main thread is not reading stdin, so it
+    would never see EOF; this thread polls the parent pid instead (a dead
+    parent reparents us) and ends the process, freeing its GPU memory.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    thread = threading.Thread(target=watch, name="hearth-parent-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> int:
     """Entry point: protocol on the original stdout; anything printed goes to stderr."""
+    start_parent_watchdog()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr

@@ -1,0 +1,66 @@
+/**
+ * Tensor engine liveness on the real Python process: a request past its
+ * deadline kills the (wedged) engine and fails with code `timeout`, and an
+ * engine whose parent dies while it computes exits on its own.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { test } from "node:test";
+import { EngineError, TensorEngine } from "../../sdk/tensor/index.js";
+import { findEngineDir, findPython } from "../../sdk/tensor/python.js";
+import { pidAlive, rejection, waitFor, waitForExit } from "../helpers/cluster.js";
+
+test("a request past its deadline fails with code timeout and the wedged engine is killed", { timeout: 60_000 }, async () => {
+  const engine = await TensorEngine.start();
+  const pid = engine.pid!;
+  try {
+    // SIGSTOP: the process exists but can never answer, like an engine stuck in a kernel.
+    process.kill(pid, "SIGSTOP");
+    const { error, ms } = await rejection(engine.ping({ timeoutMs: 300 }));
+    assert.ok(error instanceof EngineError, String(error));
+    assert.equal(error.code, "timeout");
+    assert.match(error.message, /'ping' got no reply within 300 ms; the engine \(pid \d+\) was killed/);
+    assert.ok(ms < 2000, `failed after ${ms} ms`);
+    await waitForExit("the wedged engine", pid, 5000);
+    assert.equal(engine.alive, false);
+    const later = await rejection(engine.ping());
+    assert.ok(later.error instanceof EngineError && later.error.code === "timeout", String(later.error));
+  } finally {
+    if (pidAlive(pid)) process.kill(pid, "SIGKILL");
+    await engine.close();
+  }
+});
+
+test("an engine exits when its parent dies while it is computing (not reading stdin)", { timeout: 60_000 }, async () => {
+  const python = await findPython();
+  const engineDir = findEngineDir();
+  // The engine's own watchdog (started by its main()), with the main thread busy in torch the whole time.
+  const code = [
+    "import sys, torch",
+    `sys.path.insert(0, ${JSON.stringify(engineDir)})`,
+    "from hearth_engine.server import start_parent_watchdog",
+    "start_parent_watchdog()",
+    "print('computing', flush=True)",
+    "a = torch.randn(128, 128)",
+    "while True: a = torch.tanh(a @ a)",
+  ].join("\n");
+  // The parent stands in for an executor: it holds the engine's pipes and dies with SIGKILL.
+  const parentSrc = `
+    const { spawn } = require("node:child_process");
+    const child = spawn(${JSON.stringify(python)}, ["-c", ${JSON.stringify(code)}], { stdio: ["pipe", "pipe", "inherit"] });
+    child.stdout.on("data", (d) => { if (String(d).includes("computing")) console.log("engine " + child.pid); });
+  `;
+  const parent = spawn(process.execPath, ["-e", parentSrc], { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  parent.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  let enginePid: number | undefined;
+  try {
+    enginePid = Number(await waitFor("the engine to start computing", () => /engine (\d+)/.exec(out)?.[1], 40_000));
+    parent.kill("SIGKILL");
+    const ms = await waitForExit("the orphaned engine", enginePid, 5000);
+    assert.ok(!pidAlive(enginePid), `engine gone ${ms} ms after its parent`);
+  } finally {
+    parent.kill("SIGKILL");
+    if (enginePid && pidAlive(enginePid)) process.kill(enginePid, "SIGKILL");
+  }
+});
