@@ -25,8 +25,9 @@ export interface ExecutorLaunch extends Omit<ExecutorContext, "objects"> {
 
 const RESERVED = new Set(["constructor", "init", "close"]);
 
-/** How often the parent watchdog looks at the parent pid, and how long SIGTERM (close()) gets before SIGKILL. */
+/** How often the parent watchdog looks at the parent pid. */
 export const PARENT_POLL_MS = 200;
+/** How long an orphaned executor's SIGTERM (close()) gets before the watchdog sends SIGKILL. */
 export const ORPHAN_GRACE_MS = 2_000;
 
 // Runs in its own thread, so it notices a dead agent even while the main
