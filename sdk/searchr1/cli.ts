@@ -50,7 +50,11 @@ const TEXT = {
   name: "name",
 } as const satisfies Record<string, keyof SearchR1Options>;
 
-const FLAGS = Object.fromEntries([...Object.keys(NUMERIC), ...Object.keys(TEXT)].map((k) => [k, { type: "string" as const }]));
+const FLAGS = {
+  ...Object.fromEntries([...Object.keys(NUMERIC), ...Object.keys(TEXT)].map((k) => [k, { type: "string" as const }])),
+  "no-checkpoint": { type: "boolean" as const },
+  help: { type: "boolean" as const },
+};
 
 /** Usage text of `hearth train search-r1`. */
 export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] [--data synthetic|hotpotqa.json] [--steps N]
@@ -59,7 +63,7 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
   [--bootstrap-steps N] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
-  [--resume CHECKPOINT_DIR] [--head tcp://HOST:PORT] [--name APP]
+  [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP]
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
 
 function num(flag: string, v: string): number {
@@ -77,6 +81,7 @@ export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
     throw new HearthError(`${(err as Error).message}\n${TRAIN_USAGE}`);
   }
   const out: Record<string, unknown> = {};
+  if (values["no-checkpoint"]) out.checkpoint = false;
   for (const [flag, key] of Object.entries(NUMERIC)) {
     const v = values[flag];
     if (v !== undefined) out[key] = num(flag, v);
@@ -94,6 +99,10 @@ function row(m: StepMetrics): string {
 export async function runTrainCommand(args: string[]): Promise<number> {
   const [workload, ...rest] = args;
   if (workload !== "search-r1") throw new HearthError(`unknown workload '${workload ?? ""}'\n${TRAIN_USAGE}`);
+  if (rest.includes("--help")) {
+    console.log(TRAIN_USAGE);
+    return 0;
+  }
   const given = parseTrainFlags(rest);
   const t0 = performance.now();
   // The CLI owns its app: other flags than last time replace its services instead of failing.
@@ -118,7 +127,7 @@ export async function runTrainCommand(args: string[]): Promise<number> {
       const ev = await run.evaluate();
       final = { em: ev.em, searches: ev.searchesPerSample };
     }
-    const dir = await run.saveCheckpoint();
+    const dir = opts.checkpoint ? await run.saveCheckpoint() : "(not written: --no-checkpoint)";
     const report = writeReport(opts.out, run.history, {
       start: startEval,
       final: { step: run.stepsDone, ...final },

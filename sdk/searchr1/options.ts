@@ -61,6 +61,8 @@ export interface SearchR1Options {
   rebaseEvery: number;
   /** …or once the patches outweigh this share of the base. */
   rebaseShare: number;
+  /** Write the standalone checkpoint at the end of a CLI run (model, trainer state, driver state). */
+  checkpoint: boolean;
   /** Replace this app's services when they were declared with other settings (the CLI owns its app). */
   replace: boolean;
   /** A checkpoint folder written by a previous run. */
@@ -74,7 +76,7 @@ export interface SearchR1Options {
 }
 
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace">>;
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace" | "checkpoint">>;
 
 /** The generic defaults (a recipe's own override them). */
 export const BASE_OPTIONS: SearchR1Options = {
@@ -110,6 +112,7 @@ export const BASE_OPTIONS: SearchR1Options = {
   rebaseEvery: 20,
   rebaseShare: 0.5,
   replace: false,
+  checkpoint: true,
   name: "search-r1",
   log: (line) => console.log(line),
 };
