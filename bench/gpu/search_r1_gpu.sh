@@ -113,7 +113,7 @@ else
   t0=$(date +%s%N)
   timeout "${SMOKE_TIMEOUT:-300}" node dist/cluster-agent/cli.js train search-r1 --model "$MODEL" --data "$OUT/hotpot.json" \
     --steps 2 --rollouts 1 --trainers 1 --rollout-resreq "$ROLLOUT_RESREQ" --trainer-resreq "$TRAINER_RESREQ" \
-    --prompts-per-step 8 --prompts-per-task 8 --group-size 4 --eval-size 8 --eval-every 0 \
+    --prompts-per-step 8 --prompts-per-task 8 --group-size 4 --eval-size 2 --eval-every 0 \
     --max-turn-tokens 128 --max-response-tokens 256 --no-checkpoint \
     --out "$WORK/smoke" >> "$OUT/smoke.log" 2>&1
   rc=$?

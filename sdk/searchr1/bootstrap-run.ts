@@ -39,6 +39,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {
     o.log(`bootstrap: using the cached warm start ${dir}`);
+    o.onEvent?.({ type: "warmstart", step: o.bootstrapSteps, total: o.bootstrapSteps, cached: true });
     return dir;
   }
   o.log(`bootstrap: ${o.bootstrapSteps} supervised steps on demonstrations (made once, cached in ${dir})`);
@@ -64,9 +65,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
     const refs = await Promise.all(buildSlices(rows, o.trainers).map((s) => app.objects.put(s)));
     const res = await trainer.broadcast("sft", refs.map((r) => [r] as [ObjectRef]));
     await Promise.all(refs.map((r) => app.objects.delete(r.key)));
-    if ((step + 1) % 50 === 0 || step === 0) {
-      o.log(`bootstrap step ${step + 1}/${o.bootstrapSteps}: token NLL ${(res[0]!.metrics.nll ?? NaN).toFixed(3)} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
-    }
+    o.onEvent?.({ type: "warmstart", step: step + 1, total: o.bootstrapSteps, nll: res[0]!.metrics.nll });
   }
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });

@@ -5,6 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import { HearthError } from "../wire/errors.js";
+import { terminalProgress } from "./events.js";
 import { writeReport } from "./report.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "./run.js";
 
@@ -106,7 +107,7 @@ export async function runTrainCommand(args: string[]): Promise<number> {
   const given = parseTrainFlags(rest);
   const t0 = performance.now();
   // The CLI owns its app: other flags than last time replace its services instead of failing.
-  const run = await SearchR1Run.create({ ...given, replace: true });
+  const run = await SearchR1Run.create({ ...given, replace: true, onEvent: terminalProgress() });
   const opts = run.opts;
   // Ctrl-C stops after the step in flight; the metrics, checkpoint and report are still written and the app released. A second Ctrl-C exits at once.
   const stop = new AbortController();

@@ -23,7 +23,8 @@ export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type Ste
 export { BASE_OPTIONS, layerOptions, validateOptions, type RecipeDefaults } from "./options.js";
 export { recipeFor, RECIPES, syntheticRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkChatModelFolder } from "./recipes/index.js";
 export type { TaskRecipe, PreparedTask, ModelShape, WarmStartContext } from "./recipe.js";
-export { StepStore, KEPT_STEPS, trainLoop, regroup, warmupProgress, type TrainOptions } from "./interactive.js";
+export { StepStore, KEPT_STEPS, trainLoop, regroup, type TrainOptions } from "./interactive.js";
+export { warmupProgress, terminalProgress, type RunEvent, type RunEventHandler } from "./events.js";
 export { SummaryView, stepSummary, withStepDisplay } from "./step-summary.js";
 export {
   TrajectoryView,

@@ -1,7 +1,7 @@
 /**
  * The interactive side of a Search-R1 run, as used from notebooks: a bounded
- * store of recent step results, a training loop with a progress bar that stops between steps, and
- * a warm-up with a progress bar over the phases of `SearchR1Run.create`.
+ * store of recent step results and a training loop with a progress bar that
+ * stops between steps (the warm-up's bar is events.ts).
  *
  * `SearchR1Run` delegates to these; they hold no executors themselves.
  */
@@ -112,32 +112,4 @@ export async function trainLoop(n: number, step: () => Promise<StepResult>, opts
     }
   }
   return out;
-}
-
-/** The phases `SearchR1Run.create` logs, in order, and how to recognise them. */
-const WARMUP_PHASES: Array<[RegExp, string]> = [
-  [/^task: /, "task prepared"],
-  [/^services ready/, "executors warm"],
-  [/^bootstrap: (done|using the cached)/, "bootstrap done"],
-  [/^trainers ready/, "weights published"],
-];
-
-/**
- * A `log` for `SearchR1Run.create` that drives a progress bar over the
- * warm-up phases (task, executors, bootstrap, weights); other lines are
- * passed on to `next` (default: dropped in notebooks, printed elsewhere).
- */
-export function warmupProgress(opts: { label?: string; next?: (line: string) => void } = {}): { log: (line: string) => void; bar: ProgressBar } {
-  const bar = progress(WARMUP_PHASES.length, { label: opts.label ?? "warm-up", intervalMs: 0 });
-  const next = opts.next ?? (inNotebook() ? () => undefined : (line: string) => console.log(line));
-  let at = 0;
-  const log = (line: string): void => {
-    const phase = WARMUP_PHASES.findIndex(([re]) => re.test(line));
-    if (phase >= at) {
-      at = phase + 1;
-      bar.update(at, WARMUP_PHASES[phase]![1]);
-    } else if (/^bootstrap/.test(line)) bar.update(at, line.replace(/ \(made once.*$/, ""));
-    next(line);
-  };
-  return { log, bar };
 }

@@ -8,6 +8,7 @@ import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs"
 import path from "node:path";
 import { parseResreq } from "../runtime/resreq.js";
 import { HearthError } from "../wire/errors.js";
+import type { RunEventHandler } from "./events.js";
 
 /** Options of a run (the CLI flags, with the reference system's meanings). */
 export interface SearchR1Options {
@@ -73,10 +74,12 @@ export interface SearchR1Options {
   name: string;
   /** Progress lines. */
   log: (line: string) => void;
+  /** Typed progress (events.ts): the task, executors, warm start, publications, syncs, steps, evaluations. */
+  onEvent?: RunEventHandler;
 }
 
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace" | "checkpoint">>;
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace" | "checkpoint" | "onEvent">>;
 
 /** The generic defaults (a recipe's own override them). */
 export const BASE_OPTIONS: SearchR1Options = {

@@ -32,6 +32,9 @@ export interface StepMetrics {
   publish_bytes: number;
   step_s: number;
   weights_version: number;
+  /** Weight bytes the rollouts fetched for this step, and how many executors fetched any. */
+  sync_bytes: number;
+  sync_executors: number;
   /** Live agreement checks from the trainers (absent when no sample was trained on): mean and max |sampler − trainer| logprob on generated tokens. */
   logprob_gap?: number;
   logprob_gap_max?: number;
@@ -155,6 +158,8 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
     publish_bytes: trained[0]?.publish?.bytes ?? 0,
     step_s: (t2 - t0) / 1000,
     weights_version: trained[0]?.publish?.cacheVersion ?? parts[0]?.r.weightsVersion ?? 0,
+    sync_bytes: parts.reduce((n, p) => n + p.r.syncBytes, 0),
+    sync_executors: new Set(parts.filter((p) => p.r.syncBytes > 0).map((p) => p.r.executorId)).size,
   };
   const tm = trained[0]?.metrics;
   if (tm && !tm.skipped) {

@@ -80,8 +80,11 @@ export class SearchR1Run {
     const resume = opts.resume ? readResume(opts.resume) : undefined;
     const log = opts.log;
     const task = await recipe.prepare(opts);
+    if (task.train.length === 0) throw new HearthError(`${opts.data}: no training questions are left once ${task.heldOut.length} are held out for evaluation; lower --eval-size or use a larger file`);
+    if (task.heldOut.length === 0) throw new HearthError(`${opts.data}: no held-out questions to evaluate on; raise --eval-size`);
     for (const note of task.notes) log(`note: ${note}`);
     log(`task: ${task.describe}`);
+    opts.onEvent?.({ type: "task", describe: task.describe, train: task.train.length, heldOut: task.heldOut.length, passages: task.corpus.length });
     const app = await connect({ name: opts.name, head: opts.head });
     try {
       await checkCapacity(app, opts);
@@ -121,7 +124,9 @@ export class SearchR1Run {
     if (prior && prior.fingerprint === fp.digest && (await run.trainersHold(prior.runId))) {
       run.reattach(prior);
       log(`reattached to run '${opts.name}' at step ${prior.step}: trainers, rollouts and their state are as they were`);
+      opts.onEvent?.({ type: "executors", rollouts: opts.rollouts, trainers: opts.trainers, reattached: true });
     } else {
+      opts.onEvent?.({ type: "executors", rollouts: opts.rollouts, trainers: opts.trainers, reattached: false });
       await run.start(resume);
     }
     await run.saveState();
@@ -192,6 +197,7 @@ export class SearchR1Run {
     const r0 = res[0]!;
     const from = checkpoint ? ` from ${checkpoint.dir} (${r0.inPlace ? "read in place" : "shipped file by file"})` : "";
     o.log(`trainers ready (${r0.params.toLocaleString()} parameters on ${r0.device ?? "?"}${from}); weights published (${r0.publish?.bytes ?? 0} bytes)`);
+    o.onEvent?.({ type: "published", version: r0.publish?.version ?? 0, bytes: r0.publish?.bytes ?? 0, kind: r0.publish?.kind ?? "full", params: r0.params });
   }
 
   /** The rollout pool (e.g. to address each member). */
@@ -235,10 +241,12 @@ export class SearchR1Run {
       const result = withStepDisplay(await runStep(this.svc, step, this.reward));
       this.stepNo = step;
       const m = result.metrics;
+      const emit = this.opts.onEvent;
+      emit?.({ type: "sync", step, bytes: m.sync_bytes, executors: m.sync_executors, version: m.weights_version });
       if (m.logprob_gap !== undefined && m.logprob_gap > this.opts.logprobGapWarn) {
-        this.opts.log(
-          `warning: step ${step}: the sampler's logprobs differ from the trainer's by ${m.logprob_gap.toFixed(4)} per token on average (max ${(m.logprob_gap_max ?? NaN).toFixed(4)}; warn above ${this.opts.logprobGapWarn}): a rollout may hold stale weights, or its numerics differ from the trainer's`,
-        );
+        const text = `the sampler's logprobs differ from the trainer's by ${m.logprob_gap.toFixed(4)} per token on average (max ${(m.logprob_gap_max ?? NaN).toFixed(4)}; warn above ${this.opts.logprobGapWarn}): a rollout may hold stale weights, or its numerics differ from the trainer's`;
+        this.opts.log(`warning: step ${step}: ${text}`);
+        emit?.({ type: "warning", step, text });
       }
       if (this.opts.evalEvery > 0 && step % this.opts.evalEvery === 0) {
         const ev = await this.evaluate();
@@ -251,6 +259,7 @@ export class SearchR1Run {
       writeCheckpointJson(this.opts.out, { step, app: this.app.name, weightsKey: this.svc.weightsKey, rolloutSetup: this.svc.rolloutSetup, lastTrajectories: result.trajectories });
       await this.saveState();
       this.results.add(result);
+      emit?.({ type: "step", step, metrics: m });
       return result;
     } finally {
       this.busy = false;
@@ -269,7 +278,9 @@ export class SearchR1Run {
 
   /** Greedy answers on the held-out questions; exact match. */
   async evaluate(): Promise<EvalResult> {
-    return evaluate(this.svc);
+    const ev = await evaluate(this.svc);
+    this.opts.onEvent?.({ type: "eval", step: this.stepNo, em: ev.em, searchesPerSample: ev.searchesPerSample });
+    return ev;
   }
 
   /**

@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { JUPYTER_DISPLAY, PLOTLY_MIME, toMimeBundle } from "../../sdk/notebook/index.js";
 import type { ScoredSample } from "../../sdk/searchr1/batch.js";
-import { StepStore, regroup, trainLoop, warmupProgress } from "../../sdk/searchr1/interactive.js";
+import { StepStore, regroup, trainLoop } from "../../sdk/searchr1/interactive.js";
+import { terminalProgress, warmupProgress } from "../../sdk/searchr1/events.js";
 import { plot } from "../../sdk/searchr1/notebook/plots.js";
 import { emReward, f1Reward, type RewardFn } from "../../sdk/searchr1/reward.js";
 import type { StepMetrics, StepResult } from "../../sdk/searchr1/run.js";
@@ -52,7 +53,7 @@ function step(): ScoredSample[] {
 }
 
 function metrics(n: number): StepMetrics {
-  return { step: n, reward_mean: n / 10, em: n / 20, searches_per_sample: 1, groups_kept: 1, groups_dropped: 1, samples_trained: 4, tokens: 100, rollout_s: 0.1, update_s: 0.1, publish_bytes: 10, step_s: 0.2, weights_version: n, ...(n % 2 === 0 ? { eval_em: 0.5, eval_searches: 1.5 } : {}) };
+  return { step: n, reward_mean: n / 10, em: n / 20, searches_per_sample: 1, groups_kept: 1, groups_dropped: 1, samples_trained: 4, tokens: 100, rollout_s: 0.1, update_s: 0.1, publish_bytes: 10, step_s: 0.2, weights_version: n, sync_bytes: 10, sync_executors: 2, ...(n % 2 === 0 ? { eval_em: 0.5, eval_searches: 1.5 } : {}) };
 }
 
 test("the trajectory table has the issue's columns, renders arquero HTML and aligned text", () => {
@@ -165,16 +166,32 @@ test("trainLoop stops between steps on abort and ends with a failing step's erro
   await assert.rejects(trainLoop(-1, ok), /whole number of steps/);
 });
 
-test("warmupProgress advances over create's phases and passes lines on", () => {
-  const seen: string[] = [];
-  const w = warmupProgress({ next: (l) => seen.push(l) });
-  for (const l of ["task: synthetic", "services ready: 2", "bootstrap: 30 supervised steps (made once, cached in /x)", "bootstrap: done in 20 s", "trainers ready (1 parameters)"]) w.log(l);
+test("warmupProgress advances on create's typed events, the warm start step by step", () => {
+  const w = warmupProgress({ next: () => undefined });
+  w.onEvent({ type: "task", describe: "synthetic", train: 10, heldOut: 2, passages: 5 });
+  assert.equal(w.bar.value, 1);
+  w.onEvent({ type: "executors", rollouts: 2, trainers: 2, reattached: false });
+  assert.equal(w.bar.value, 2);
+  w.onEvent({ type: "warmstart", step: 10, total: 30, nll: 1.5 });
+  assert.equal(w.bar.value, 2, "the warm start in progress");
+  assert.match(w.bar.view().note, /warm start 10\/30, token NLL 1\.500/);
+  w.onEvent({ type: "warmstart", step: 30, total: 30, nll: 0.2 });
+  assert.equal(w.bar.value, 3);
+  w.onEvent({ type: "published", version: 1, bytes: 1000, kind: "full" });
   assert.equal(w.bar.value, 4);
-  assert.equal(seen.length, 5);
-  const skip = warmupProgress({ next: () => undefined });
-  skip.log("task: x");
-  skip.log("trainers ready");
-  assert.equal(skip.bar.value, 4, "a cached or skipped bootstrap jumps ahead");
+  const again = warmupProgress({ next: () => undefined });
+  again.onEvent({ type: "executors", rollouts: 2, trainers: 2, reattached: true });
+  assert.equal(again.bar.value, 4, "a reattached run is warm at once");
+});
+
+test("terminalProgress writes plain lines, one per tenth of the warm start, when the stream is not a TTY", () => {
+  const lines: string[] = [];
+  const stream = { isTTY: false, write: (s: string) => (lines.push(s), true) } as unknown as NodeJS.WriteStream;
+  const on = terminalProgress(stream);
+  for (let i = 1; i <= 100; i++) on({ type: "warmstart", step: i, total: 100, nll: 1 / i });
+  assert.equal(lines.length, 10);
+  assert.equal(lines[0], "warm start 10/100: token NLL 0.100\n");
+  assert.equal(lines.at(-1), "warm start 100/100: token NLL 0.010\n");
 });
 
 test("plots: curves from history (held-out points where evaluated), advantage and length histograms", () => {

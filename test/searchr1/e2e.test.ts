@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
+import type { RunEvent } from "../../sdk/searchr1/events.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
 import { DIST, startCluster, type TestCluster } from "../helpers/cluster.js";
 
@@ -54,11 +55,20 @@ function options(out: string, extra: Partial<SearchR1Options> = {}): Partial<Sea
   };
 }
 
-test("three steps write every metrics field, and rollouts end bit-identical to the trainers", async () => {
-  const run = await SearchR1Run.create(options(outA));
+test("three steps write every metrics field, emit typed progress, and rollouts end bit-identical to the trainers", async () => {
+  const events: RunEvent[] = [];
+  const run = await SearchR1Run.create(options(outA, { onEvent: (e) => events.push(e) }));
   try {
     const results: StepMetrics[] = [];
     for (let i = 0; i < 3; i++) results.push((await run.step()).metrics);
+    const kinds = events.map((e) => e.type);
+    assert.deepEqual(kinds.slice(0, 2), ["task", "executors"]);
+    const warm = events.filter((e): e is Extract<RunEvent, { type: "warmstart" }> => e.type === "warmstart");
+    assert.ok(warm.length === 4 || (warm.length === 1 && warm[0]!.cached), "the warm start reports each of its 4 steps (or that it was cached)");
+    assert.equal(kinds.filter((k) => k === "published").length, 1);
+    assert.deepEqual(kinds.slice(kinds.indexOf("published") + 1), ["sync", "step", "sync", "step", "sync", "step"]);
+    const syncs = events.filter((e): e is Extract<RunEvent, { type: "sync" }> => e.type === "sync");
+    assert.ok(syncs[0]!.bytes > 0 && syncs[0]!.executors === 2, "step 1: both rollouts fetched the first publication");
     const lines = readFileSync(path.join(outA, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as StepMetrics);
     assert.deepEqual(lines.map((m) => m.step), [1, 2, 3]);
     for (const m of lines) {
