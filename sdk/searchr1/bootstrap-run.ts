@@ -34,7 +34,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   const batch = o.bootstrapBatch ?? 32;
   const lr = o.bootstrapLr ?? 3e-3;
   const mixedSteps = Math.round(o.bootstrapSteps * (o.mixedShare ?? 0.3));
-  const recipe = { v: 4, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
+  const recipe = { v: 5, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {
@@ -57,15 +57,28 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   // Phase 1 always searches (copying is learned); phase 2 mixes in poor behaviour, so RL starts
   // from a policy that knows the protocol but searches only some question kinds.
   const retrieve = (q: string, k: number) => index.search(q, k);
-  for (let step = 0; step < o.bootstrapSteps; step++) {
+  // Phase 1 ends early once it has converged (mean NLL of the last 25 steps under 0.05): the
+  // always-search demonstrations are then learned, and more steps of them change nothing.
+  const recent: number[] = [];
+  let phase1 = o.bootstrapSteps - mixedSteps;
+  for (let step = 0; step < phase1 + mixedSteps; step++) {
     // Made per step (cheap), so the driver never blocks long enough to miss its heartbeats.
-    const mix = step < o.bootstrapSteps - mixedSteps ? SEARCH_ALWAYS : DEFAULT_MIX;
+    const mix = step < phase1 ? SEARCH_ALWAYS : DEFAULT_MIX;
     const demos = demonstrations(synthetic, task.tokenizer, task.text, retrieve, batch, o.seed * 1_000_003 + step, mix);
     const rows = demos.map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
     const refs = await Promise.all(buildSlices(rows, o.trainers).map((s) => app.objects.put(s)));
     const res = await trainer.broadcast("sft", refs.map((r) => [r] as [ObjectRef]));
     await Promise.all(refs.map((r) => app.objects.delete(r.key)));
-    o.onEvent?.({ type: "warmstart", step: step + 1, total: o.bootstrapSteps, nll: res[0]!.metrics.nll });
+    const nll = res[0]!.metrics.nll ?? NaN;
+    if (step < phase1) {
+      recent.push(nll);
+      if (recent.length > 25) recent.shift();
+      if (step + 1 >= 100 && recent.length === 25 && recent.reduce((a, b) => a + b, 0) / 25 < 0.05) {
+        o.log(`bootstrap: the always-search phase converged after ${step + 1} steps (mean token NLL under 0.05); mixed demonstrations follow`);
+        phase1 = step + 1;
+      }
+    }
+    o.onEvent?.({ type: "warmstart", step: step + 1, total: phase1 + mixedSteps, nll });
   }
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });

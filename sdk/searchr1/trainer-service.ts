@@ -153,19 +153,10 @@ export class SearchR1Trainer {
     const t0 = performance.now();
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
-    // With old logprobs equal to the current ones the ratio is 1 and the clipped
-    // policy-gradient loss with advantage 1 is exactly cross-entropy on masked tokens.
-    const old = b.rows > 0 ? await engine.logprobs(b.tokens, b.rows, b.cols) : new Float32Array(0);
-    const metrics = await engine.trainStep({ ...b, advantages: new Float32Array(b.rows).fill(1), oldLogprobs: old });
-    let nll = 0;
-    let count = 0;
-    for (let i = 0; i < old.length; i++) {
-      if (b.mask[i] && i % b.cols !== 0) {
-        nll -= old[i]!;
-        count++;
-      }
-    }
-    metrics.nll = count > 0 ? nll / count : 0;
+    // Without old logprobs the engine uses the policy's own (ratio 1), so the clipped
+    // policy-gradient loss with advantage 1 is exactly cross-entropy on masked tokens;
+    // its `nll` is that cross-entropy before the step, in the same forward pass.
+    const metrics = await engine.trainStep({ rows: b.rows, cols: b.cols, tokens: b.tokens, mask: b.mask, advantages: new Float32Array(b.rows).fill(1) });
     this.ctx.objects.forget(slice);
     return { rank: this.ctx.rank!, metrics, seconds: (performance.now() - t0) / 1000 };
   }

@@ -283,7 +283,7 @@ export class TensorEngine {
       tokens: int32Tensor(batch.tokens, shape),
       mask: uint8Tensor(batch.mask, shape),
       advantages: float32Tensor(batch.advantages, advShape),
-      old_logprobs: float32Tensor(batch.oldLogprobs, shape),
+      old_logprobs: batch.oldLogprobs && float32Tensor(batch.oldLogprobs, shape),
       ref_logprobs: batch.refLogprobs && float32Tensor(batch.refLogprobs, shape),
     }, options);
   }

@@ -102,8 +102,8 @@ export interface TrainBatch {
   mask: Uint8Array;
   /** Per-token advantages (`rows * cols`) or one per row (`rows`). */
   advantages: Float32Array;
-  /** Rollout logprobs, aligned like tokens. */
-  oldLogprobs: Float32Array;
+  /** Rollout logprobs, aligned like tokens; absent: the policy's own (ratio 1, so with advantage 1 the loss is cross-entropy). */
+  oldLogprobs?: Float32Array;
   /** Reference logprobs; when absent and klCoef > 0 the engine's frozen reference computes them. */
   refLogprobs?: Float32Array;
 }

@@ -60,7 +60,8 @@ class TrainBatch:
     tokens: Tensor
     mask: Tensor
     advantages: Tensor
-    old_logprobs: Tensor
+    # None: the policy's own logprobs (ratio 1; with advantage 1 the loss is then cross-entropy).
+    old_logprobs: Optional[Tensor]
     ref_logprobs: Optional[Tensor] = None
 
 
@@ -92,7 +93,7 @@ def token_losses(logp: Tensor, old: Tensor, ref: Optional[Tensor], adv: Tensor, 
     clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
     pg = -torch.min(ratio * adv, clipped * adv)
     total = pg
-    out = {"pg": pg, "ratio": ratio.detach(), "gap": gap,
+    out = {"pg": pg, "ratio": ratio.detach(), "gap": gap, "nll": -logp_d,
            "clipped": ((ratio - clipped).abs() > 0).to(logp.dtype).detach()}
     if ref is not None:
         diff = torch.where(mask, ref, logp_d) - logp  # k3: e^(r-l) - (r-l) - 1 >= 0
@@ -184,7 +185,7 @@ class Trainer:
     def accumulate(self, batch: TrainBatch, global_tokens: float) -> Dict[str, float]:
         """Backward over micro-batches; gradients hold this rank's share of the loss."""
         cfg = self.cfg
-        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0, "clipped": 0.0, "gap": 0.0}
+        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0, "clipped": 0.0, "gap": 0.0, "nll": 0.0}
         self.last_max = {"ratio_max": 0.0, "gap_max": 0.0}
         n = batch.tokens.shape[0]
         for i in range(0, n, max(1, cfg.micro_batch_size)):
@@ -199,7 +200,8 @@ class Trainer:
                     ref, _ = sequence_logprobs(self.ref, tok)
             with self._autocast():
                 logp, ent = sequence_logprobs(self.model, tok, with_entropy=cfg.entropy_coef > 0 or cfg.track_entropy)
-            terms = token_losses(logp, batch.old_logprobs[rows, 1:].to(self.device), ref,
+            old = batch.old_logprobs[rows, 1:].to(self.device) if batch.old_logprobs is not None else logp.detach()
+            terms = token_losses(logp, old, ref,
                                  batch.advantages[rows, 1:].to(self.device), mask, ent, cfg)
             (terms["loss"].sum() / global_tokens).backward()
             for k in sums:
