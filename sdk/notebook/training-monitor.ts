@@ -74,8 +74,8 @@ export class TrainingMonitor {
     return this;
   }
 
-  /** Adds a point and redraws (at most every intervalMs). */
-  push(point: TrainingPoint): void {
+  /** Adds a point (any object with a numeric `step`: StepMetrics, or a literal with more fields) and redraws (at most every intervalMs). */
+  push<P extends TrainingPoint>(point: P): void {
     if (!Number.isFinite(point.step)) throw new RangeError(`TrainingMonitor.push: point.step must be a number; got ${String(point.step)}`);
     this.points.push({ ...point } as TrainingPoint & Record<string, unknown>);
     if (Date.now() - this.lastDraw >= (this.opts.intervalMs ?? 200)) this.redraw();

@@ -14,6 +14,7 @@ import {
   statusView,
   table,
   toMimeBundle,
+  trainingMonitor,
   type DisplayOptions,
   type MimeBundle,
 } from "../../sdk/notebook/index.js";
@@ -126,4 +127,29 @@ test("statusView: services and executors as HTML table and text", () => {
   assert.match(b["text/plain"], /x001\s+serving\s+a1/);
   assert.doesNotMatch(b["text/plain"], /_hearth-status/);
   assert.match(b["text/html"] as string, /<td style="text-align: left">x001<\/td>/);
+});
+
+test("trainingMonitor outside a notebook: takes interface-typed points, stop() aborts its signal, renders a chart snapshot without a widget", () => {
+  interface Metrics {
+    step: number;
+    reward_mean: number;
+    label: string;
+  }
+  const monitor = trainingMonitor({ title: "run", metrics: ["reward_mean"], intervalMs: 0 });
+  const points: Metrics[] = [
+    { step: 1, reward_mean: 0.25, label: "a" },
+    { step: 2, reward_mean: 0.5, label: "b" },
+  ];
+  for (const p of points) monitor.push(p);
+  monitor.push({ step: 3, reward_mean: 0.75, extra: true });
+  assert.equal(monitor.signal.aborted, false);
+  monitor.stop();
+  assert.equal(monitor.signal.aborted, true);
+  assert.match(String(monitor.signal.reason), /training stopped/);
+  monitor.finish();
+  const b = monitor[JUPYTER_DISPLAY]();
+  assert.deepEqual(Object.keys(b).sort(), ["text/html", "text/plain"], "no widget view without a kernel's comms");
+  assert.equal(b["text/plain"], "run: step 3 reward_mean 0.75 (stopped at step 3)");
+  assert.equal((b["text/html"] as string).match(/<polyline /g)?.length, 1, "one chart per metric");
+  assert.throws(() => monitor.push({ step: Number.NaN }), /point\.step must be a number/);
 });
