@@ -107,14 +107,14 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   assert.match(outcomes["a rescore whose reward throws"]!, /threw on sample 0/);
   assert.match(outcomes["the next step, F1 again"]!, /^ran as step 23; 23 steps in history/, "the failed step left no trace (else this would be step 24)");
 
-  // Across the restart: a new kernel (its count starts again), the same executors, the run resumed at step 23.
-  const [before] = cellText(result.cells, "const checkpoint");
-  assert.match(before!, /^before the restart: step 23, checkpoint in /);
+  // Across the restart: a new kernel (its count starts again), the same executors, the run reattached at step 23.
+  const [before] = cellText(result.cells, "const executorsNow");
+  assert.match(before!, /^before the restart: step 23/);
   const restarted = result.cells.find((c) => c.tags.includes("restart-kernel-before"));
   assert.ok(restarted, "a cell runs after a kernel restart");
   assert.equal(restarted.execution_count, 1, "the cell after the restart ran in a fresh kernel");
   const after = restarted.outputs.filter((o) => o.mime).map((o) => o.text ?? "")[0]!;
-  assert.match(after, /^after the restart: resumed at step 23 with 23 steps of history/);
+  assert.match(after, /^after the restart: reattached at step 23 with 23 steps of history/, "the run was found as it was, by name");
   const executorsOf = (text: string) => textRows(text, 1).map((r) => `${r.service} ${r.executor} ${r.pid}`).sort();
   assert.equal(executorsOf(before!).length, 4, "2 rollout executors and 2 trainers");
   assert.deepEqual(executorsOf(after), executorsOf(before!), "the same executors, same processes, answer after the restart");
