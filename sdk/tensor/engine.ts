@@ -66,6 +66,21 @@ function snake(options: object): Record<string, unknown> {
   return out;
 }
 
+/** Refuse malformed per-row seeds here, with the row count the caller can see (the engine checks again). */
+function checkSeeds(sampling: SamplingOptions, rows: number | null, op: string): void {
+  const seeds = sampling.seeds;
+  if (seeds === undefined) return;
+  const fail = (message: string): never => {
+    throw new EngineError({ code: "bad_request", message }, { op });
+  };
+  if (!Array.isArray(seeds)) fail("seeds must be an array of integers, one per row");
+  if (sampling.seed !== undefined) fail("pass either seed (one for the call) or seeds (one per row), not both");
+  if (rows !== null && seeds.length !== rows) fail(`seeds has ${seeds.length} entries but the batch has ${rows} rows: pass one seed per row`);
+  seeds.forEach((s, i) => {
+    if (!Number.isSafeInteger(s) || s < 0) fail(`seeds[${i}] = ${String(s)}: each seed must be a non-negative safe integer`);
+  });
+}
+
 function ragged(rows: readonly (Int32Array | readonly number[])[]): { tokens: Tensor; lengths: Tensor } {
   const lengths = Int32Array.from(rows, (r) => r.length);
   const flat = new Int32Array(lengths.reduce((a, b) => a + b, 0));
@@ -241,6 +256,7 @@ export class TensorEngine {
   async generate(prompts: readonly (Int32Array | readonly number[])[], sampling: SamplingOptions = {},
     extra: { keep?: boolean; capacity?: number } & RequestOptions = {}): Promise<GenerateResult> {
     const { signal, timeoutMs, ...rest } = extra;
+    checkSeeds(sampling, prompts.length, "generate");
     const result = await this.request<Record<string, unknown>>("generate",
       { ...ragged(prompts), params: snake(sampling), ...rest }, { signal, timeoutMs });
     return { session: result.session as number, rows: unragged(result) };
@@ -253,6 +269,7 @@ export class TensorEngine {
    */
   async resume(session: number, appended: ReadonlyMap<number, Int32Array | readonly number[]>,
     sampling: SamplingOptions = {}, options?: RequestOptions): Promise<GeneratedRow[]> {
+    checkSeeds(sampling, null, "resume"); // the session's row count is known to the engine, which checks it
     const rows = [...appended.keys()];
     const result = await this.request<Record<string, unknown>>("resume",
       { session, rows, ...ragged(rows.map((r) => appended.get(r) ?? [])), params: snake(sampling) }, options);

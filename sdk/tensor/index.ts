@@ -28,6 +28,7 @@ export type { Frame } from "./frame.js";
 export { int32Tensor, float32Tensor, uint8Tensor, toInt32Array, toFloat32Array, isTensor, itemSize } from "./tensor.js";
 export type { DType, Tensor } from "./tensor.js";
 export { byteLevelVocab } from "./vocab.js";
+export { deriveSeed } from "./seeds.js";
 export { initModelFolder, specialTokenIds } from "./model-folder.js";
 export type { ModelFolderOptions, ModelFolderResult, SpecialTokenIds } from "./model-folder.js";
 export { checkModelFolder, checkConfig, expectedTensorShapes, readSafetensorsShapes, CONFIG_LIMITS } from "./model-check.js";

@@ -9,7 +9,10 @@ token plus the appended ones, instead of the whole prefix.
 
 Logprobs are those of the model's own distribution (temperature 1, no top-p), the
 quantity a trainer recomputes; sampling applies temperature and top-p on top.
-On CUDA the one-token decode step is captured once in a CUDA graph and replayed.
+With `seeds` (one per row) every draw is a function of (row seed, token position)
+only (rowseed.py), so a row samples the same tokens whatever else is in its batch.
+On CUDA the one-token decode step is captured once in a CUDA graph and replayed;
+sampling runs on the graph's output, outside the graph, in both seed modes.
 """
 
 from __future__ import annotations
@@ -22,18 +25,25 @@ import time
 import torch
 from torch import Tensor
 
+from . import rowseed
 from .errors import EngineError
 from .model import KVCache, Transformer
 
 
 @dataclass
 class SamplingParams:
-    """Per-call sampling options; temperature 0 means greedy."""
+    """Per-call sampling options; temperature 0 means greedy.
+
+    seed: one generator for the whole call (rows depend on each other's draws).
+    seeds: one seed per row of the batch (per session row for resume); each row then
+    samples from its own counter-based stream (rowseed.py). On resume, rows without
+    new seeds continue their own stream."""
 
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
     seed: Optional[int] = None
+    seeds: Optional[Sequence[int]] = None
     stop: Sequence[str] = ()
     eos_token_ids: Sequence[int] = ()
     cuda_graph: bool = True
@@ -57,6 +67,8 @@ class Session:
         self.cache: List[KVCache] = model.new_cache(batch, capacity)
         self.tokens: List[List[int]] = [[] for _ in range(batch)]
         self.cached: List[int] = [0] * batch
+        # Per-row sampling seed (rowseed.py), None for rows sampled from a call's `seed`.
+        self.row_seeds: List[Optional[int]] = [None] * batch
         self.stepper: Optional[DecodeStep] = None
         # Wall-clock seconds of the last call: prefill, decode, decode_steps, graph_capture.
         self.timings: Dict[str, float] = {}
@@ -139,6 +151,18 @@ def sample(logits: Tensor, temperature: float, top_p: float, gen: Optional[torch
     return torch.multinomial(probs, 1, generator=gen)[:, 0]
 
 
+def sample_rows(logits: Tensor, temperature: float, top_p: float, seeds: List[int],
+                positions: List[int]) -> Tensor:
+    """Next tokens (B,) from fp32 logits (B, V), row b's draw a function of
+    (seeds[b], positions[b]) and its own logits only: no shared generator, no loop."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        probs = top_p_filter(probs, top_p)
+    return rowseed.inverse_cdf(probs, torch.from_numpy(rowseed.uniforms(seeds, positions)))
+
+
 def token_logprob(logits: Tensor, tokens: Tensor) -> Tensor:
     """log p(tokens) under the raw model distribution: logits (B, V), tokens (B,) -> (B,)."""
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens[:, None])[:, 0]
@@ -199,12 +223,17 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
     results = [RowResult(finish_reason="idle" if not a else "length") for a in active]
     if not any(active) or params.max_new_tokens <= 0:
         return results
-    for b, f in enumerate(feeds):
-        session.tokens[b].extend(f)
+    # Everything that can refuse the call runs before the session changes.
     matcher = StopMatcher(vocab, params.stop, B)
     eos = set(int(t) for t in params.eos_token_ids)
+    row_seeds = rowseed.resolve(session.row_seeds, active, params.seed, params.seeds,
+                                 greedy=params.temperature <= 0)
+    for b, f in enumerate(feeds):
+        if f:  # a feed starts at the row's first uncached token (see resume)
+            del session.tokens[b][session.cached[b]:]
+            session.tokens[b].extend(f)
     gen = None
-    if params.seed is not None and params.temperature > 0:
+    if row_seeds is None and params.seed is not None and params.temperature > 0:
         gen = torch.Generator(device=device).manual_seed(int(params.seed))
     t0 = _now(device)
     logits = _prefill(session, feeds)
@@ -216,7 +245,11 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
     capture0 = session.stepper.capture_seconds
     steps = 0
     for step in range(params.max_new_tokens):
-        nxt = sample(logits, params.temperature, params.top_p, gen)  # (B,)
+        if row_seeds is None:
+            nxt = sample(logits, params.temperature, params.top_p, gen)  # (B,)
+        else:  # the position of the token being drawn = how many the row has so far
+            nxt = sample_rows(logits, params.temperature, params.top_p, row_seeds,
+                              [len(t) for t in session.tokens])
         lp = token_logprob(logits, nxt).tolist()
         ids = nxt.tolist()
         for b in range(B):
@@ -277,7 +310,6 @@ def resume(session: Session, appended: Dict[int, List[int]], params: SamplingPar
         if any(t < 0 or t >= vocab_size for t in extra):
             raise EngineError("bad_request", f"token id out of range [0, {vocab_size})")
         feeds[row] = session.tokens[row][session.cached[row]:] + list(extra)
-        del session.tokens[row][session.cached[row]:]
         if not feeds[row]:
             raise EngineError("bad_request", f"row {row} has nothing to continue from")
     return run(session, feeds, params, vocab)
