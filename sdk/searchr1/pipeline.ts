@@ -7,6 +7,7 @@
  */
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { App } from "../runtime/app.js";
+import { deriveSeed } from "../tensor/seeds.js";
 import type { GangHandle, PoolHandle } from "../runtime/handles.js";
 import { buildSlices, scoreSamples, type ScoredSample } from "./batch.js";
 import type { SearchR1Options } from "./options.js";
@@ -87,19 +88,25 @@ export function protocolOptions(o: SearchR1Options, temperature: number, seed: n
   return { maxSearches: o.maxSearches, topK: o.topK, maxTurnTokens: o.maxTurnTokens, maxResponseTokens: o.maxResponseTokens, temperature, seed };
 }
 
-/** Rolls out questions (G samples each) across the pool, `promptsPerTask` per call. */
-export async function rollouts(svc: StepServices, questions: Question[], groupSize: number, temperature: number, seed: number): Promise<RolloutParts> {
+/**
+ * Rolls out questions (G samples each) across the pool, `promptsPerTask` per
+ * call. Sample g of the question at position p of step `step` samples with
+ * deriveSeed(run seed, step, p, g): the same tokens whichever executor takes
+ * the call, in whatever batch, whenever.
+ */
+export async function rollouts(svc: StepServices, questions: Question[], groupSize: number, temperature: number, step: number): Promise<RolloutParts> {
+  const per = svc.opts.promptsPerTask;
   const chunks: Question[][] = [];
-  for (let i = 0; i < questions.length; i += svc.opts.promptsPerTask) chunks.push(questions.slice(i, i + svc.opts.promptsPerTask));
+  for (let i = 0; i < questions.length; i += per) chunks.push(questions.slice(i, i + per));
   return Promise.all(
     chunks.map(async (q, i) => {
-      const items: RolloutItem[] = q.map((x) => ({ id: x.id, question: x.question }));
+      const items: RolloutItem[] = q.map((x, j) => ({ id: x.id, question: x.question, seed: deriveSeed(svc.opts.seed, step, i * per + j) }));
       const r = await svc.rollout.call("rollout", {
         setup: svc.rolloutSetup,
         weights: svc.weightsKey,
         items,
         groupSize,
-        protocol: protocolOptions(svc.opts, temperature, seed * 1000 + i),
+        protocol: protocolOptions(svc.opts, temperature, step * 1000 + i),
       });
       return { q, r };
     }),

@@ -64,7 +64,14 @@ export interface ProtocolOptions {
   /** 0 = greedy. Default 1. */
   temperature?: number;
   topP?: number;
+  /** One seed for the batch (ignored when `seeds` is given). */
   seed?: number;
+  /**
+   * One seed per row (see deriveSeed): each row then samples from its own
+   * stream, so its tokens do not depend on which other rows share its batch,
+   * which executor ran it, or when.
+   */
+  seeds?: number[];
 }
 
 /** One finished episode. */
@@ -146,7 +153,8 @@ export async function runEpisodes(
   // End-of-turn ids (e.g. <|im_end|>) end an episode like the length limit does: the turn is over.
   const sampling = { temperature: opts.temperature ?? 1, topP: opts.topP ?? 1, stop: STOP_STRINGS, eosTokenIds: tokenizer.eosIds };
   const states: RowState[] = prompts.map((p) => ({ tokens: [...p], mask: p.map(() => 0), logprobs: p.map(() => 0), searches: [], done: false, finish: "length" }));
-  const first = await engine.generate(prompts, { ...sampling, maxNewTokens: maxTurn, seed: opts.seed ?? 0 });
+  const perRow = opts.seeds !== undefined;
+  const first = await engine.generate(prompts, { ...sampling, maxNewTokens: maxTurn, ...(perRow ? { seeds: opts.seeds } : { seed: opts.seed ?? 0 }) });
   let rows: GeneratedRow[] = first.rows;
   try {
     for (let turn = 1; ; turn++) {
@@ -186,7 +194,8 @@ export async function runEpisodes(
         budget = Math.min(budget, maxResponse - (used + ids.length));
       });
       if (appended.size === 0) break;
-      rows = await engine.resume(first.session, appended, { ...sampling, maxNewTokens: Math.max(1, budget), seed: (opts.seed ?? 0) + turn * 7919 });
+      // Per-row seeds continue each row's own stream; a batch seed gets a fresh value per turn.
+      rows = await engine.resume(first.session, appended, { ...sampling, maxNewTokens: Math.max(1, budget), ...(perRow ? {} : { seed: (opts.seed ?? 0) + turn * 7919 }) });
     }
   } finally {
     await engine.release(first.session).catch(() => undefined);

@@ -7,7 +7,7 @@
  */
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
-import { TensorEngine } from "../tensor/index.js";
+import { TensorEngine, deriveSeed } from "../tensor/index.js";
 import { Bm25Index } from "./bm25.js";
 import { buildPrompt, runEpisodes, type ProtocolOptions, type ProtocolText } from "./protocol.js";
 import type { ModelShape } from "./recipe.js";
@@ -34,6 +34,8 @@ export interface RolloutSetup {
 export interface RolloutItem {
   id: string;
   question: string;
+  /** Seeds the item's samples (sample g gets deriveSeed(seed, g)); absent: the call's batch seed. */
+  seed?: number;
 }
 
 /** A rollout call. */
@@ -117,12 +119,17 @@ export class SearchR1Rollout {
     const syncSeconds = (performance.now() - t0) / 1000;
     const syncBytes = this.ctx.objects.stats.bytesReceived - before;
     const prompts: number[][] = [];
+    const seeds: number[] = [];
     for (const item of req.items) {
       const ids = this.tokenizer.encode(buildPrompt(this.tokenizer, this.text, item.question));
-      for (let g = 0; g < req.groupSize; g++) prompts.push(ids);
+      for (let g = 0; g < req.groupSize; g++) {
+        prompts.push(ids);
+        if (item.seed !== undefined) seeds.push(deriveSeed(item.seed, g));
+      }
     }
+    const protocol = seeds.length === prompts.length ? { ...req.protocol, seeds } : req.protocol;
     const t1 = performance.now();
-    const episodes = await runEpisodes(this.engine!, this.tokenizer, this.text, (q, k) => this.index.search(q, k), prompts, req.protocol);
+    const episodes = await runEpisodes(this.engine!, this.tokenizer, this.text, (q, k) => this.index.search(q, k), prompts, protocol);
     const trajectories: Trajectory[] = episodes.map((e, i) => ({
       itemId: req.items[Math.floor(i / req.groupSize)]!.id,
       group: Math.floor(i / req.groupSize),

@@ -6,7 +6,7 @@
  * and AdamW moments); the live agreement checks.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -192,4 +192,32 @@ test("the live agreement check: logprob gap, KL, ratio, clip fraction, entropy, 
   } finally {
     await run.close();
   }
+});
+
+test("same seed, same run: identical metrics and weights, with a CPU hog beside one of the two runs", async () => {
+  const runOnce = async (name: string, hog: boolean, promptsPerTask: number) => {
+    const out = mkdtempSync(path.join(os.tmpdir(), `hearth-sr1-${name}-`));
+    // Sample seeds come from (run seed, step, prompt, sample): the executor that runs a call
+    // (which varies with the load) must not change what it samples.
+    const run = await SearchR1Run.create(options(out, { name, promptsPerTask }));
+    run.setReward(lengthParity);
+    const busy = hog ? spawn(process.execPath, ["-e", "for (;;) {}"], { stdio: "ignore" }) : undefined;
+    try {
+      for (let i = 0; i < 2; i++) await run.step();
+      const metrics = readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => {
+        const m = JSON.parse(l) as Record<string, unknown>;
+        for (const k of Object.keys(m)) if (k.endsWith("_s")) delete m[k]; // wall-clock times
+        return m;
+      });
+      return { metrics, states: await run.trainerGang.broadcast("stateDigest", [[], []]) };
+    } finally {
+      busy?.kill("SIGKILL");
+      await run.close();
+    }
+  };
+  const a = await runOnce("same-a", false, 1);
+  const b = await runOnce("same-b", true, 1);
+  assert.ok((a.metrics[0]!.samples_trained as number) > 0, "the steps trained");
+  assert.deepEqual(b.metrics, a.metrics, "metrics.jsonl is identical but for wall-clock times");
+  assert.deepEqual(b.states.map((s) => [s.weights, s.moments]), a.states.map((s) => [s.weights, s.moments]), "and so are the trainers' exact states");
 });
