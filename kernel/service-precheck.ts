@@ -9,7 +9,7 @@
  */
 import { createRequire } from "node:module";
 import path from "node:path";
-import { isTypeScriptModule, typeCheckServiceModule, type ServiceDiagnostic } from "../sdk/notebook/service-module.js";
+import { isTypeScriptModule, typeCheckServiceModule, type ServiceDiagnostic } from "../sdk/runtime/service-module.js";
 
 const ts = createRequire(createRequire(import.meta.url).resolve("tslab/package.json"))("@tslab/typescript-for-tslab") as typeof import("typescript");
 

@@ -38,5 +38,5 @@ export { DataTable, table, type TableOptions } from "./table.js";
 export { Figure, PLOTLY_MIME, barChart, figure, lineChart, type FigureOptions, type Layout, type Trace } from "./figure.js";
 export { ProgressBar, ProgressView, progress, withProgress, type ProgressOptions } from "./progress.js";
 export { StatusView, statusView } from "./status.js";
-export { ServiceTypeError, checkServiceModule, formatDiagnostic, isTypeScriptModule, typeCheckServiceModule, type ServiceDiagnostic } from "./service-module.js";
+export { ServiceTypeError, checkServiceModule, formatDiagnostic, isTypeScriptModule, typeCheckServiceModule, type ServiceDiagnostic } from "../runtime/service-module.js";
 export { cellText, escapeHtml, htmlTable, textTable } from "./text.js";

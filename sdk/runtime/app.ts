@@ -12,6 +12,7 @@ import { ensureSlurmHead, SlurmEngine, type SlurmConnectOptions, type SlurmJobIn
 import { GangHandle, PoolHandle, type ServiceInfo } from "./handles.js";
 import { HeadClient } from "./head-client.js";
 import { parseResreq } from "./resreq.js";
+import { checkServiceModule, isTypeScriptModule } from "./service-module.js";
 import { ObjectCache } from "../cache/object-cache.js";
 import { VersionConflictError } from "../wire/errors.js";
 import { findProjectRoot, packProject } from "./project.js";
@@ -175,6 +176,8 @@ export class App {
   async service<S = any>(ref: ServiceRef | string, opts: ServiceOptions = {}): Promise<PoolHandle<S> | GangHandle<S>> {
     const { module, exportName } = resolveRef(ref);
     parseResreq(opts.resreq); // clear errors before anything is sent
+    // A TypeScript service is type-checked here, so its errors name file and line before any executor starts.
+    if (isTypeScriptModule(module) && !module.startsWith("data:")) checkServiceModule(module.startsWith("file:") ? fileURLToPath(module) : module);
     const shipped = await this.shipProject(module);
     const spec = {
       name: opts.name ?? exportName,

@@ -25,15 +25,13 @@ export interface BootstrapOptions extends SearchR1Options {
   bootstrapBatch?: number;
   /** Learning rate. Default 3e-3. */
   bootstrapLr?: number;
-  /** Share of the steps spent on the mixed demonstrations at the end (the rest always search). Default 0.3. */
-  mixedShare?: number;
 }
 
 /** Returns the folder of the bootstrapped weights (HF layout), making them if not cached. */
 export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, synthetic: SyntheticTask, o: BootstrapOptions): Promise<string> {
   const batch = o.bootstrapBatch ?? 32;
   const lr = o.bootstrapLr ?? 3e-3;
-  const mixedSteps = Math.round(o.bootstrapSteps * (o.mixedShare ?? 0.3));
+  const mixedSteps = Math.round(o.bootstrapSteps * o.bootstrapMixedShare);
   const recipe = { v: 5, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
   const dir = path.join(hearthHome(), "bootstrap", hash);

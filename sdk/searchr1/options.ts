@@ -44,6 +44,8 @@ export interface SearchR1Options {
   temperature: number;
   /** Supervised warm start steps of the task recipe that has one (the synthetic task); 0 skips it. */
   bootstrapSteps: number;
+  /** Share of the warm start spent on its final, mixed-behaviour phase. */
+  bootstrapMixedShare: number;
   /** Resources of each rollout executor, e.g. "cpu=8,mem=64g,gpu=1". */
   rolloutResreq: string;
   /** Resources of each trainer rank. */
@@ -105,6 +107,7 @@ export const BASE_OPTIONS: SearchR1Options = {
   seed: 1,
   temperature: 1,
   bootstrapSteps: 0,
+  bootstrapMixedShare: 0.3,
   rolloutResreq: "cpu=0.5",
   trainerResreq: "cpu=0.5",
   rolloutDtype: "auto",
@@ -162,7 +165,7 @@ export function validateOptions(o: SearchR1Options): void {
     const v = o[k as keyof SearchR1Options];
     if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new HearthError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`);
   }
-  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn", "rebaseShare"] as const) {
+  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn", "rebaseShare", "bootstrapMixedShare"] as const) {
     if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new HearthError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`);
   }
   for (const [k, allowed] of Object.entries(CHOICES)) {

@@ -9,7 +9,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { importServiceModule } from "../../cluster-agent/executor-host.js";
 import { serviceModulesIn } from "../../kernel/service-precheck.js";
-import { ServiceTypeError, checkServiceModule, typeCheckServiceModule } from "../../sdk/notebook/service-module.js";
+import { ServiceTypeError, checkServiceModule, typeCheckServiceModule } from "../../sdk/runtime/service-module.js";
 import { JupyterBridge, outputsOf, TempKernelspec } from "./bridge.js";
 
 let project: string;
@@ -73,5 +73,23 @@ test("a cell naming a service with a type error fails with file and line before 
   } finally {
     bridge.kill();
     spec.remove();
+  }
+});
+
+test("a script's app.service() on a TypeScript module with a type error fails with file and line, and no service is declared", async () => {
+  const { startCluster } = await import("../helpers/cluster.js");
+  const { connect } = await import("../../sdk/runtime/app.js");
+  const cluster = await startCluster({ agents: [{ id: "n1", cpus: 1, mem: "1g" }] });
+  try {
+    const app = await connect({ name: "ts-script", head: cluster.endpoint });
+    try {
+      await assert.rejects(app.service(`${path.join(project, "services", "bad.ts")}#Bad`), (e: unknown) => e instanceof ServiceTypeError && /helper\.ts:3:9/.test(e.message));
+      const services = (await app.status()).apps.find((a) => a.name === "ts-script")?.services ?? [];
+      assert.deepEqual(services, [], "nothing was declared, so no executor started");
+    } finally {
+      await app.close();
+    }
+  } finally {
+    await cluster.stop();
   }
 });
