@@ -83,7 +83,7 @@ export interface SearchR1Options {
 /** What a task recipe may set. */
 export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace" | "checkpoint" | "onEvent">>;
 
-/** The generic defaults (a recipe's own override them). */
+/** The generic defaults, sized for the tiny preset on 2 CPU cores (a recipe's own override them). */
 export const BASE_OPTIONS: SearchR1Options = {
   model: "tiny",
   data: "synthetic",

@@ -46,30 +46,8 @@ export const PROTOCOL_WORDS: string[] = [
 /** The engine preset of the tiny model for this task (its vocab_size is the generated vocabulary's). */
 export const TINY_SYNTHETIC_PRESET = "tiny-synthetic";
 
-/** Today's values for the tiny preset on 2 CPU cores. */
-const DEFAULTS: TaskRecipe["defaults"] = {
-  steps: 150,
-  promptsPerStep: 16,
-  promptsPerTask: 4,
-  groupSize: 8,
-  rollouts: 2,
-  trainers: 2,
-  evalEvery: 10,
-  evalSize: 200,
-  lr: 1e-3,
-  klCoef: 0.001,
-  gradClip: 1.0,
-  microBatch: 16,
-  maxSearches: 4,
-  topK: 3,
-  maxTurnTokens: 64,
-  maxResponseTokens: 320,
-  temperature: 1,
-  bootstrapSteps: 2000,
-  rolloutResreq: "cpu=0.5",
-  trainerResreq: "cpu=0.5",
-  threads: 1,
-};
+/** The generic defaults (options.ts BASE_OPTIONS) are sized for the tiny preset on 2 CPU cores; this recipe adds its warm start. */
+const DEFAULTS: TaskRecipe["defaults"] = { bootstrapSteps: 2000, threads: 1 };
 
 /** The synthetic task on the tiny preset. */
 export const syntheticRecipe: TaskRecipe = {
