@@ -93,7 +93,7 @@ test("a sharded qwen2-tiny folder trains on HotpotQA: real BPE, retrieval on eve
     assert.deepEqual(before.trainers.map((t) => t.digest), [folderDigest, folderDigest], "both ranks hold the folder's weights");
 
     // A random policy earns no exact match; a reward on the response's length varies within groups, so updates happen.
-    run.setReward((response) => (response.length % 2 === 0 ? 1 : 0));
+    run.setReward((response) => response.length / 100);
     const steps = [await run.step(), await run.step()];
     const samples: ScoredSample[] = steps.flatMap((s) => s.samples);
     const imStart = run.task.tokenizer.encode("<|im_start|>");
@@ -173,7 +173,7 @@ test("bad inputs are clear errors before any service starts", async () => {
   writeFileSync(broken, '[{"_id": "x", "question": "q?"}]');
   await bad("m3", { data: broken }, /broken\.json/);
   await bad("m4", { model: "tiny", data }, /only covers the synthetic task/);
-  await bad("m5", { rolloutResreq: "cpu=0" }, /--rollout-resreq "cpu=0": cpu must be > 0/);
+  await bad("m5", { rolloutResreq: "cpu=0" }, /--rollout-resreq "cpu=0": cpu must be at least 0.01/);
   await bad("m6", { backend: "nccl" }, /--backend nccl needs trainers with a GPU/);
   // The reference recipe's GPUs on this CPU-only cluster: refused before the services are declared.
   await bad("m8", { rolloutResreq: "cpu=1,gpu=1" }, /--rollout-resreq "cpu=1,gpu=1" fits no agent of this cluster \(n1: cpu=2,mem=8 GiB,gpu=0\)/);
