@@ -6,7 +6,9 @@
  * most `PART_BYTES`, since a 4 GB shard is larger than a Node buffer may be),
  * fetched through the agent's node-local cache (the head sends each byte once
  * per node) and written once per node into a content-keyed folder that the
- * node's other executors reuse. One part is in memory at a time.
+ * node's other executors, and later runs of the same folder, reuse (under
+ * `<tmpdir>/hearth-folders`; delete it to reclaim the space). One part is in
+ * memory at a time.
  */
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
@@ -34,7 +36,7 @@ export interface FolderRef {
   /** Its absolute path there. */
   dir: string;
   files: FolderFile[];
-  /** Identifies this content (names, sizes, times and the objects' keys). */
+  /** Identifies this content (host, path, names, sizes, times): the name of its node-local copy. */
   id: string;
   /** Executors that can see the folder may read it in place (false forces the objects, e.g. to test that path). */
   inPlaceOk: boolean;
@@ -65,8 +67,10 @@ export async function shipFolder(objects: ObjectCache, dir: string, opts: ShipFo
     if (opts.objects) file.parts = await putParts(objects, path.join(abs, name), st.size, partBytes);
     files.push(file);
   }
+  // The content's identity (where it is on the driver's host, names, sizes, times), not the objects':
+  // a node that already copied this folder for an earlier run reuses its copy.
   const id = createHash("sha256")
-    .update(JSON.stringify([abs, files.map((f) => [f.name, f.size, f.mtimeMs, f.parts?.map((p) => `${p.key}@${p.version}`)])]))
+    .update(JSON.stringify([os.hostname(), abs, files.map((f) => [f.name, f.size, f.mtimeMs])]))
     .digest("hex")
     .slice(0, 24);
   return { host: os.hostname(), dir: abs, files, id, inPlaceOk: !(opts.objects && opts.forceObjects) };
