@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import path from "node:path";
 import { decode } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/wire/errors.js";
-import type { PackedFile } from "../sdk/runtime/project.js";
+import { projectHash, type PackedFile } from "../sdk/runtime/project.js";
 
 /** Unpacks and installs projects, once per hash, however many executors ask at once. */
 export class ProjectStore {
@@ -39,10 +39,16 @@ export class ProjectStore {
     const archive = decode(await fetch()) as { format?: string; files?: PackedFile[] };
     if (archive.format !== "hearth-project/1" || !Array.isArray(archive.files)) throw new HearthError(`project ${hash} is not a hearth project archive`);
     for (const f of archive.files) {
+      if (typeof f?.path !== "string" || !(f.data instanceof Uint8Array) || !Number.isInteger(f.mode)) throw new HearthError(`project ${hash}: a malformed file entry`);
+    }
+    // The archive is data from elsewhere: it must be what its name says.
+    if (projectHash(archive.files) !== hash) throw new HearthError(`project ${hash}: the archive's content does not match its hash (corrupted or forged); refusing to unpack it`);
+    for (const f of archive.files) {
       const target = path.resolve(tmp, f.path);
       if (!target.startsWith(`${tmp}${path.sep}`)) throw new HearthError(`project ${hash}: file path '${f.path}' escapes the project folder`);
       mkdirSync(path.dirname(target), { recursive: true });
-      writeFileSync(target, f.data, { mode: f.mode });
+      // Permission bits only: never setuid, setgid or sticky.
+      writeFileSync(target, f.data, { mode: f.mode & 0o777 });
     }
     const pkg = JSON.parse(readFileSync(path.join(tmp, "package.json"), "utf8")) as { dependencies?: Record<string, string> };
     if (pkg.dependencies && Object.keys(pkg.dependencies).length > 0) {

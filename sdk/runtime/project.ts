@@ -113,7 +113,12 @@ export function packProject(root: string): PackedProject {
     const full = path.join(root, rel);
     return { path: rel, mode: statSync(full).mode & 0o777, data: readFileSync(full) };
   });
+  return { root, hash: projectHash(files), archive: encode({ format: "hearth-project/1", files }), files: files.length };
+}
+
+/** The content hash of a project's files (paths, modes, bytes), which names it on every agent. */
+export function projectHash(files: readonly PackedFile[]): string {
   const h = createHash("sha256");
   for (const f of files) h.update(`${f.path}\0${f.mode}\0${f.data.byteLength}\0`).update(f.data);
-  return { root, hash: h.digest("hex").slice(0, 32), archive: encode({ format: "hearth-project/1", files }), files: files.length };
+  return h.digest("hex").slice(0, 32);
 }
