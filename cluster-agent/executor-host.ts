@@ -147,6 +147,8 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   for (const m of serviceMethods(instance)) methods.add(m);
   ready = true;
   channel.send([encode({ t: "ready", pid: process.pid, methods: [...methods] })]);
+  // The agent reports readiness when it re-registers with a restarted head (which never saw this `ready`).
+  process.send?.({ t: "ready" });
 
   function onHeadMessage(frames: Buffer[]): void {
     const h = decodeHeader(frames[0]);

@@ -85,6 +85,12 @@ export interface ServiceRecord {
   /** Gang rendezvous (rank 0's host and a reserved port). */
   rendezvous?: { host: string; port: number };
   createdAt: number;
+  /**
+   * Restored from the data dir after a head restart and still waiting for its
+   * agents to report their live executors (recovery.ts): its adopted
+   * executors serve calls, but nothing new is started for it yet.
+   */
+  recovering?: boolean;
 }
 
 /** One executor process (one service instance). */

@@ -126,7 +126,8 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const endpointFile = path.join(home, "head.endpoint");
   rmSync(endpointFile, { force: true });
-  const head = spawnDetached(["head", "--endpoint-file", endpointFile], path.join(home, "logs", "head.log"));
+  // A data dir keeps objects, apps and service specs: a head restarted here adopts the agent's warm executors.
+  const head = spawnDetached(["head", "--endpoint-file", endpointFile, "--data-dir", path.join(home, "data")], path.join(home, "logs", "head.log"));
   recordProcess(home, { role: "head", pid: head });
   const endpoint = await poll(timeoutMs, () => (existsSync(endpointFile) ? readFileSync(endpointFile, "utf8").trim() || undefined : undefined));
   if (!endpoint) throw new ConnectError(`the local head did not start within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "head.log")}`);
