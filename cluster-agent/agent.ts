@@ -158,7 +158,11 @@ export class Agent {
         this.headRequests.deliver(h, frames);
         return;
       case "registered":
-        if (!this.registered) this.log(`registered with head ${String(h.headId)} at ${this.opts.head}`);
+        if (!this.registered) {
+          this.log(`registered with head ${String(h.headId)} at ${this.opts.head}`);
+          // Executors that outlived a head restart announce themselves, so the new head knows their connections are up.
+          for (const c of this.children.values()) if (c.proc.connected) c.proc.send({ t: "announce" });
+        }
         this.registered = true;
         return;
       case "reregister":

@@ -231,7 +231,7 @@ function driverCidKey(driver: Buffer, cid: number): string {
 
 /** An executor that can take calls now (ready, not stopping). */
 export function isServing(e: ExecutorRecord): boolean {
-  return e.state === "idle" || e.state === "busy";
+  return (e.state === "idle" || e.state === "busy") && e.unconfirmed !== true;
 }
 
 /** Executors that exist or are on their way (not stopping, not dead). */

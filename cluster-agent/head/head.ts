@@ -452,7 +452,10 @@ export class Head {
       return;
     }
     const s = sched.services.get(e.serviceId)!;
+    if (e.unconfirmed) this.recovery.confirm(e);
     switch (h.t) {
+      case "hello":
+        return; // an adopted executor announcing itself to a restarted head (handled just above)
       case "req": {
         const op = str(h, "op");
         if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);

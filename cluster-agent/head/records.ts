@@ -106,6 +106,12 @@ export interface ExecutorRecord {
   startedAt: number;
   idleSince: number;
   callsDone: number;
+  /**
+   * Adopted after a head restart and not heard from on its own connection yet:
+   * calls would be dropped by the ROUTER until it has reconnected, so it takes
+   * none until its `hello` (or any message) arrives.
+   */
+  unconfirmed?: boolean;
   exit?: { code: number | null; signal: string | null };
 }
 

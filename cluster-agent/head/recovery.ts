@@ -90,6 +90,10 @@ export class Recovery {
    */
   adopt(agent: AgentRecord, raw: unknown): void {
     for (const r of parseReports(raw, this.log)) {
+      // Never hand out a reported id again (a head without a data dir starts counting at 1): the exit report of
+      // an executor stopped here must not be taken for a new executor's.
+      const n = Number(r.id.slice(1));
+      if (this.sched.ids.executor.next <= n) this.sched.ids.executor.next = n + 1;
       if (this.sched.executors.has(r.id)) continue;
       const s = this.sched.services.get(r.serviceId);
       const why = s ? this.refusal(agent, s, r) : `service ${r.serviceId} is not known to this head`;
@@ -113,6 +117,7 @@ export class Recovery {
         startedAt: Date.now(),
         idleSince: Date.now(),
         callsDone: 0,
+        unconfirmed: true,
       };
       take(agent.free, s.spec.resources, r.gpus);
       agent.executors.add(e.id);
@@ -138,6 +143,13 @@ export class Recovery {
     return undefined;
   }
 
+  /** An adopted executor was heard from on its own connection: calls can reach it now. */
+  confirm(e: ExecutorRecord): void {
+    if (!e.unconfirmed) return;
+    e.unconfirmed = undefined;
+    this.sched.schedule();
+  }
+
   /** An executor not (yet) reported said `ready` during the window: remembered for when its agent reports it. */
   noteReady(executorId: string, pid: number): void {
     if (this.earlyReady.size < 10_000) this.earlyReady.set(executorId, pid);
@@ -148,6 +160,12 @@ export class Recovery {
     if (this.until === 0 || now < this.until) return;
     this.until = 0;
     this.earlyReady.clear();
+    for (const e of [...this.sched.executors.values()]) {
+      if (!e.unconfirmed) continue;
+      // Reported by its agent but never heard from itself: it cannot be reached, so it is replaced (a gang fails below).
+      this.log(`adopted executor ${e.id} never reconnected to this head; killing it`);
+      this.sched.killExecutor(e);
+    }
     for (const s of [...this.sched.services.values()]) {
       if (!s.recovering) continue;
       s.recovering = false;
