@@ -82,13 +82,17 @@ function isHearthProcess(pid: number): boolean {
   }
 }
 
-/** True while a process id exists. */
+/** True while a process id exists and has not exited (a zombie not yet reaped, e.g. a killed head this driver spawned, is gone). */
 export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
+  }
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return process.platform !== "linux"; // no /proc: trust kill(0)
   }
 }
 
