@@ -20,9 +20,11 @@ import { CLI, FIXTURES, pidAlive, rejection, waitFor, waitForExit } from "../hel
 import type { Counter } from "../fixtures/services.js";
 
 const ref = { module: FIXTURES, export: "Counter" };
-const poolOpts = { name: "counter", resreq: "cpu=1", warmup: 2, max: 2 };
-const gangOpts = { name: "ring", resreq: "cpu=1", warmup: 2, autoscale: false as const };
-const lossyOpts = { name: "lossy", resreq: "cpu=1", warmup: 2, autoscale: false as const };
+// Deadlines everywhere, so a regression fails fast instead of hanging.
+const poolOpts = { name: "counter", resreq: "cpu=1", warmup: 2, max: 2, readyTimeoutMs: 20_000 };
+const gangOpts = { name: "ring", resreq: "cpu=1", warmup: 2, autoscale: false as const, readyTimeoutMs: 20_000 };
+const lossyOpts = { name: "lossy", resreq: "cpu=1", warmup: 2, autoscale: false as const, readyTimeoutMs: 20_000 };
+const callDeadline = { timeoutMs: 10_000 };
 
 function startHead(bind: string, dataDir: string): { proc: ChildProcess; endpoint: Promise<string> } {
   const args = [CLI, "head", "--bind", bind, "--data-dir", dataDir, "--agent-timeout", "2s"];
@@ -80,7 +82,7 @@ test("kill -9 of the head and a restart on the same port and data dir: warm exec
     try {
       assert.equal(again.reattached, true, "the restarted head restored the app");
       assert.deepEqual(again.services.map((s) => s.name).sort(), ["counter", "lossy", "ring"]);
-      const pool2 = await again.service<Counter>(ref, poolOpts);
+      const pool2 = (await again.service<Counter>(ref, poolOpts)).withOptions(callDeadline);
       assert.equal(pool2.info.id, pool.info.id, "the same service, not a new one");
       await waitFor("both pool executors to be adopted", async () => ((await pool2.members()).length === 2 ? true : undefined));
       const poolAfter = await pool2.broadcastMembers("get");
@@ -88,7 +90,7 @@ test("kill -9 of the head and a restart on the same port and data dir: warm exec
       assert.deepEqual(byId(poolAfter), byId(poolBefore), "same executors, same pids, same counters, init ran once");
       assert.equal(typeof (await pool2.call("add", 1)), "number", "a new call succeeds");
 
-      const gang2 = await again.service<Counter>(ref, gangOpts);
+      const gang2 = (await again.service<Counter>(ref, gangOpts)).withOptions(callDeadline);
       assert.deepEqual(gang2.members.map((m) => [m.rank, m.executorId]), gang.members.map((m) => [m.rank, m.executorId]), "ranks kept");
       assert.deepEqual(gang2.info.rendezvous, gang.info.rendezvous, "rendezvous kept");
       assert.deepEqual(await gang2.broadcast("get", [[], []]), gangBefore, "same pids and counters per rank");
