@@ -52,6 +52,12 @@ const EXECUTOR_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "e
 
 interface Child {
   app: string;
+  /** What a re-registration reports, so a restarted head can adopt the executor warm. */
+  serviceId: string;
+  rank: number | null;
+  gpus: string[];
+  /** The executor finished init (it says so over IPC as it tells the head). */
+  ready: boolean;
   proc: ChildProcess;
   stderrTail: string;
   killTimer?: NodeJS.Timeout;
@@ -78,6 +84,9 @@ export class Agent {
   private readonly log: (line: string) => void;
   private heartbeat?: NodeJS.Timeout;
   private lastHeard = Date.now();
+  /** When `register` was last sent, and whether the head answered it (queued heartbeats each earn a `reregister`). */
+  private registerSentAt = 0;
+  private registered = false;
   private closed = false;
   private done!: () => void;
   /** Resolves when the agent has stopped (head said bye, or close()). */
@@ -131,9 +140,13 @@ export class Agent {
     return agent;
   }
 
+  /** Registers with the head, reporting the live executors (a restarted head adopts them warm). */
   private register(): void {
     const r = this.resources;
-    this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {} })]);
+    const executors = [...this.children].map(([id, c]) => ({ id, serviceId: c.serviceId, rank: c.rank, gpus: c.gpus, pid: c.proc.pid ?? 0, ready: c.ready }));
+    this.registerSentAt = Date.now();
+    this.registered = false;
+    this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {}, executors })]);
   }
 
   private onMessage(h: Header, frames: Buffer[]): void {
@@ -145,11 +158,18 @@ export class Agent {
         this.headRequests.deliver(h, frames);
         return;
       case "registered":
-        this.log(`registered with head ${String(h.headId)} at ${this.opts.head}`);
+        if (!this.registered) {
+          this.log(`registered with head ${String(h.headId)} at ${this.opts.head}`);
+          // Executors that outlived a head restart announce themselves, so the new head knows their connections are up.
+          for (const c of this.children.values()) if (c.proc.connected) c.proc.send({ t: "announce" });
+        }
+        this.registered = true;
         return;
       case "reregister":
-        this.log("head does not know this agent (restarted?); stopping executors and registering again");
-        for (const id of this.children.keys()) this.stopExecutor(id, 2000);
+        // One register per round trip: heartbeats queued while the head was down each earn a `reregister`.
+        if (!this.registered && Date.now() - this.registerSentAt < 2000) return;
+        // The executors keep running: the head adopts those it can (same pid, warm state) and stops the others.
+        this.log(`head does not know this agent (restarted?); registering again with ${this.children.size} live executor(s)`);
         this.register();
         return;
       case "start":
@@ -277,7 +297,10 @@ export class Agent {
       });
     }
     const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"] });
-    const child: Child = { app: context.app, proc, stderrTail: "" };
+    const child: Child = { app: context.app, serviceId: str(h, "serviceId"), rank: context.rank, gpus, ready: false, proc, stderrTail: "" };
+    proc.on("message", (m: { t?: unknown } | null) => {
+      if (m?.t === "ready") child.ready = true;
+    });
     this.children.set(id, child);
     const logPath = path.join(this.workDir, "logs", `${id}.log`);
     const logFile = createWriteStream(logPath);

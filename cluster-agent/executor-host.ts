@@ -123,6 +123,10 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   process.on("SIGINT", () => void shutdown(0));
   // The agent holds our IPC channel: if it dies, so do we (no orphan holding a GPU).
   process.on("disconnect", () => void shutdown(0));
+  // After a head restart the agent asks us to say hello: the new head sends no call before it heard from us.
+  process.on("message", (m: { t?: unknown } | null) => {
+    if (m?.t === "announce") channel.send([encode({ t: "hello", pid: process.pid })]);
+  });
   const agentPid = Number(process.env.HEARTH_AGENT_PID);
   watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid);
 
@@ -147,6 +151,8 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   for (const m of serviceMethods(instance)) methods.add(m);
   ready = true;
   channel.send([encode({ t: "ready", pid: process.pid, methods: [...methods] })]);
+  // The agent reports readiness when it re-registers with a restarted head (which never saw this `ready`).
+  process.send?.({ t: "ready" });
 
   function onHeadMessage(frames: Buffer[]): void {
     const h = decodeHeader(frames[0]);

@@ -10,6 +10,7 @@
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
 import type { WireError } from "../../sdk/wire/errors.js";
+import { IdCounter } from "./ids.js";
 import type { CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
 
 /** How many executors may die under one call before it fails. */
@@ -30,7 +31,8 @@ export class CallRouter {
   private readonly byDriverCid = new Map<string, CallRecord>();
   /** Recently answered driver call ids (insertion order = age), at most REMEMBERED_ANSWERS. */
   private readonly answered = new Set<string>();
-  private nextHid = 1;
+  /** Head call ids; unique across head restarts with a data dir (ids.ts). */
+  readonly hids = new IdCounter();
   /** Counters for status and tests. */
   readonly stats = { submitted: 0, answered: 0, retried: 0, staleResults: 0, replays: 0, timedOut: 0, cancelled: 0 };
 
@@ -52,7 +54,7 @@ export class CallRouter {
       return undefined;
     }
     this.stats.submitted++;
-    const call: CallRecord = { hid: this.nextHid++, driver, cid, serviceId: s.id, method, args, rank, target, attempts: 0, timeoutMs };
+    const call: CallRecord = { hid: this.hids.take(), driver, cid, serviceId: s.id, method, args, rank, target, attempts: 0, timeoutMs };
     this.calls.set(call.hid, call);
     this.byDriverCid.set(key, call);
     if (timeoutMs !== undefined) {
@@ -229,7 +231,7 @@ function driverCidKey(driver: Buffer, cid: number): string {
 
 /** An executor that can take calls now (ready, not stopping). */
 export function isServing(e: ExecutorRecord): boolean {
-  return e.state === "idle" || e.state === "busy";
+  return (e.state === "idle" || e.state === "busy") && e.unconfirmed !== true;
 }
 
 /** Executors that exist or are on their way (not stopping, not dead). */

@@ -109,7 +109,7 @@ export class Deadlines {
           this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
         }
       }
-      if (s.kind !== "pool" || s.spec.elastic || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.host.agentsFor(s), s.spec.resources)) {
+      if (s.kind !== "pool" || s.spec.elastic || s.recovering || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.host.agentsFor(s), s.spec.resources)) {
         s.orphanedSince = undefined;
         continue;
       }

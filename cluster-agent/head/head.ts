@@ -16,6 +16,8 @@ import type { AgentRecord, AppRecord } from "./records.js";
 import { DeclareError, Scheduler } from "./scheduler.js";
 import { parseServiceSpec, SERVICE_LIMITS } from "./spec.js";
 import { buildStatus } from "./status.js";
+import { StateFile } from "./persist.js";
+import { Recovery } from "./recovery.js";
 import { startZapHandler, type CurveKeys } from "../../sdk/wire/curve.js";
 
 /** Head settings. */
@@ -32,7 +34,11 @@ export interface HeadOptions {
   log?: (line: string) => void;
   /** Object cache memory limit in bytes. Default half of this machine's memory. */
   memLimit?: number;
-  /** Persist objects here and reload them on start. */
+  /**
+   * Persist objects, apps and service specs here and reload them on start: a
+   * head restarted on the same data dir adopts the live executors its agents
+   * report (recovery.ts).
+   */
   dataDir?: string;
   /** Accept only CURVE clients holding `keys.publicKey` (the head uses the server pair). Default: no CURVE. */
   curve?: CurveKeys;
@@ -62,6 +68,10 @@ export class Head {
   private closed = false;
   private onShutdown: () => void = () => {};
   private stopZap?: () => void;
+  /** The runtime state file, with a data dir. */
+  private state?: StateFile;
+  /** Restoring apps and services, and adopting reported executors, after a restart. */
+  readonly recovery: Recovery;
   /** The concrete endpoint after binding. */
   endpoint = "";
   /** Counters for status and tests. */
@@ -87,12 +97,20 @@ export class Head {
       toExecutor: (id, frames) => this.channel.sendTo(`x.${id}`, frames),
       reservePort: (agent) => this.reservePort(agent),
       log: (m) => this.log(m),
+      saveState: () => this.state?.save(),
     });
+    this.recovery = new Recovery(this.scheduler, (agent, frames) => this.channel.sendTo(agent.routingId, frames), (m) => this.log(m));
   }
 
   /** Binds, starts serving, and returns the head. */
   static async start(opts: HeadOptions = {}): Promise<Head> {
     const head = new Head(opts);
+    if (opts.dataDir) {
+      const sched = head.scheduler;
+      head.state = new StateFile(opts.dataDir, { apps: sched.apps, ids: sched.ids, hids: sched.router.hids }, (m) => head.log(m));
+      const restored = head.state.open();
+      if (restored) head.recovery.restore(restored, head.agentTimeoutMs);
+    }
     if (opts.curve) head.stopZap = await startZapHandler([opts.curve.publicKey], (address) => head.log(`refused a connection from ${address}: unknown CURVE key`));
     head.endpoint = await head.channel.bind(opts.bind ?? "tcp://127.0.0.1:0");
     head.serving = head.channel.serve((id, frames) => head.onMessage(id, frames));
@@ -225,8 +243,10 @@ export class Head {
           app = { name, keepAliveMs, drivers: new Map(), services: new Map(), createdAt: Date.now() };
           sched.apps.set(name, app);
           this.log(`app '${name}' created`);
-        } else if (asked !== undefined) {
+          this.state?.save();
+        } else if (asked !== undefined && app.keepAliveMs !== keepAliveMs) {
           app.keepAliveMs = keepAliveMs;
+          this.state?.save();
         }
         for (const other of sched.apps.values()) other.drivers.delete(key);
         this.seen(app, key);
@@ -324,6 +344,7 @@ export class Head {
   private releaseApp(app: AppRecord, reason: string): void {
     for (const s of [...app.services.values()]) this.scheduler.stopService(s, reason);
     this.scheduler.apps.delete(app.name);
+    this.state?.save();
     this.log(`app '${app.name}' released: ${reason}`);
   }
 
@@ -343,6 +364,12 @@ export class Head {
     }
     if (h.t === "register") {
       const old = sched.agents.get(agentId);
+      if (old && old.pid === h.pid && old.host === h.host) {
+        // The same agent process again (it answered several queued `reregister`s): it is already registered.
+        old.lastSeen = Date.now();
+        this.channel.sendTo(id, [encode({ t: "registered", headId: this.id })]);
+        return;
+      }
       if (old) sched.onAgentLost(old);
       const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
       const total = { cpu: num(h, "cpu"), mem: num(h, "mem"), gpus };
@@ -359,6 +386,8 @@ export class Head {
       };
       sched.agents.set(agentId, agent);
       this.log(`agent ${agentId} registered: host ${agent.host}, cpu ${total.cpu}, mem ${total.mem}, gpus [${gpus.join(",")}]`);
+      // Its live executors (after a head restart): adopted into restored services, or stopped.
+      this.recovery.adopt(agent, h.executors);
       this.channel.sendTo(id, [encode({ t: "registered", headId: this.id })]);
       sched.schedule();
       return;
@@ -407,13 +436,26 @@ export class Head {
       return;
     }
     const e = sched.executors.get(executorId);
+    if (!e && this.recovery.active) {
+      // Its agent may not have reported it yet: do not tell it to exit. A result is for a call of the old head.
+      if (h.t === "ready") this.recovery.noteReady(executorId, num(h, "pid"));
+      else if (h.t === "result" || h.t === "failed") sched.router.stats.staleResults++;
+      else if (h.t === "req") {
+        const error = { name: "HeadRestartedError", message: `the head restarted and does not know executor ${executorId} yet (its agent has not re-registered); retry`, retryable: true };
+        this.channel.sendTo(Buffer.from(`x.${executorId}`), [encode({ t: "rep", rid: num(h, "rid"), ok: false, error, head: this.id })]);
+      }
+      return;
+    }
     if (!e) {
       this.log(`message '${h.t}' from unknown executor ${executorId}; telling it to exit`);
       this.channel.sendTo(`x.${executorId}`, [encode({ t: "exit-now" })]);
       return;
     }
     const s = sched.services.get(e.serviceId)!;
+    if (e.unconfirmed) this.recovery.confirm(e);
     switch (h.t) {
+      case "hello":
+        return; // an adopted executor announcing itself to a restarted head (handled just above)
       case "req": {
         const op = str(h, "op");
         if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);
@@ -474,6 +516,7 @@ export class Head {
         this.releaseApp(app, `no driver for ${Math.round((now - app.goneSince) / 1000)} s (keep-alive ${app.keepAliveMs / 1000} s)`);
       }
     }
+    this.recovery.tick(now);
     sched.deadlines.check(now, this.agentTimeoutMs);
     sched.shrinkIdle(now);
     this.objects.expire(now);

@@ -85,6 +85,12 @@ export interface ServiceRecord {
   /** Gang rendezvous (rank 0's host and a reserved port). */
   rendezvous?: { host: string; port: number };
   createdAt: number;
+  /**
+   * Restored from the data dir after a head restart and still waiting for its
+   * agents to report their live executors (recovery.ts): its adopted
+   * executors serve calls, but nothing new is started for it yet.
+   */
+  recovering?: boolean;
 }
 
 /** One executor process (one service instance). */
@@ -100,6 +106,12 @@ export interface ExecutorRecord {
   startedAt: number;
   idleSince: number;
   callsDone: number;
+  /**
+   * Adopted after a head restart and not heard from on its own connection yet:
+   * calls would be dropped by the ROUTER until it has reconnected, so it takes
+   * none until its `hello` (or any message) arrives.
+   */
+  unconfirmed?: boolean;
   exit?: { code: number | null; signal: string | null };
 }
 

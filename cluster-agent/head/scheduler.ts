@@ -12,6 +12,7 @@ import { CallRouter, isServing, liveExecutors } from "./call-router.js";
 
 export { liveExecutors };
 import { Deadlines } from "./deadlines.js";
+import { IdCounter } from "./ids.js";
 import type { AgentRecord, AppRecord, CallRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
 import { agentAccepts, everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
 
@@ -35,6 +36,8 @@ export interface SchedulerTransport {
   /** Asks an agent for a free TCP port on its host (gang rendezvous). */
   reservePort(agent: AgentRecord): Promise<number>;
   log(message: string): void;
+  /** Apps or services changed (declared, started, stopped, failed): persist them, if the head has a data dir. */
+  saveState?(): void;
 }
 
 /** A service declaration that cannot be accepted. */
@@ -56,8 +59,8 @@ export class Scheduler {
   readonly router: CallRouter;
   /** Init, ready, call and lost-agent deadlines (deadlines.ts). */
   readonly deadlines: Deadlines;
-  private nextExecutor = 1;
-  private nextService = 1;
+  /** Service and executor ids (persisted ceilings keep them unique across head restarts). */
+  readonly ids = { service: new IdCounter(), executor: new IdCounter() };
 
   constructor(private readonly transport: SchedulerTransport) {
     this.router = new CallRouter(transport, (call) => this.deadlines.onCallDeadline(call));
@@ -86,8 +89,9 @@ export class Scheduler {
     const kind = spec.autoscale ? "pool" : "gang";
     // An elastic service's agents come from its engine once it is declared: nothing to check against yet.
     if (!spec.elastic) this.checkSatisfiable(spec, kind);
+    const n = this.ids.service.take();
     const s: ServiceRecord = {
-      id: `s${this.nextService++}`,
+      id: `s${n}`,
       app: app.name,
       spec,
       kind,
@@ -98,12 +102,13 @@ export class Scheduler {
       startFailures: 0,
       dead: [],
       blocked: false,
-      seq: this.nextService,
+      seq: n,
       createdAt: Date.now(),
     };
     app.services.set(spec.name, s);
     this.services.set(s.id, s);
     this.transport.log(`service ${s.id} '${spec.name}' (${kind}, ${describe(spec)}) declared in app '${app.name}'`);
+    this.transport.saveState?.();
     this.schedule();
     return s;
   }
@@ -146,6 +151,7 @@ export class Scheduler {
     const app = this.apps.get(s.app);
     if (app?.services.get(s.spec.name) === s) app.services.delete(s.spec.name);
     this.forgetIfDone(s);
+    this.transport.saveState?.();
   }
 
   /** Runs one scheduling pass: start pending gangs whole, grow pools, resolve readiness. */
@@ -153,7 +159,9 @@ export class Scheduler {
     const order = [...this.services.values()].sort((a, b) => a.seq - b.seq);
     for (const s of order) {
       if (s.state === "failed" || s.state === "stopped") continue;
-      if (s.kind === "gang") {
+      if (s.recovering) {
+        // Restored after a head restart: serve the adopted executors, start nothing until the agents had time to report theirs.
+      } else if (s.kind === "gang") {
         if (s.state === "pending") this.tryStartGang(s);
       } else {
         this.growPool(s);
@@ -229,6 +237,7 @@ export class Scheduler {
       .then((port) => {
         if (s.state !== "starting") return;
         s.rendezvous = { host: agent0.host, port };
+        this.transport.saveState?.();
         for (const e of members) this.sendStart(s, e);
       })
       .catch((err: unknown) => {
@@ -252,7 +261,7 @@ export class Scheduler {
     const agent = this.agents.get(p.agentId)!;
     take(agent.free, s.spec.resources, p.gpus);
     const e: ExecutorRecord = {
-      id: `x${String(this.nextExecutor++).padStart(6, "0")}`,
+      id: `x${String(this.ids.executor.take()).padStart(6, "0")}`,
       serviceId: s.id,
       agentId: agent.id,
       gpus: p.gpus,
@@ -453,6 +462,7 @@ export class Scheduler {
     }
     this.router.failQueued(s, error);
     this.rejectWaiters(s, error);
+    this.transport.saveState?.();
   }
 
   private checkReady(s: ServiceRecord): void {

@@ -82,23 +82,31 @@ function isHearthProcess(pid: number): boolean {
   }
 }
 
-/** True while a process id exists. */
+/** True while a process id exists and has not exited (a zombie not yet reaped, e.g. a killed head this driver spawned, is gone). */
 export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
+  }
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return process.platform !== "linux"; // no /proc: trust kill(0)
   }
 }
 
 /** Reads the state file; returns undefined when there is no live local head. */
 export function findLocalCluster(home?: string): LocalCluster | undefined {
-  const file = stateFile(hearthHome(home));
-  if (!existsSync(file)) return undefined;
+  const c = readClusterFile(hearthHome(home));
+  return c && alive(c.headPid) ? c : undefined;
+}
+
+/** The state file's content, whether or not its processes still run. */
+function readClusterFile(home: string): LocalCluster | undefined {
   try {
-    const c = JSON.parse(readFileSync(file, "utf8")) as LocalCluster;
-    return alive(c.headPid) ? c : undefined;
+    const c = JSON.parse(readFileSync(stateFile(home), "utf8")) as LocalCluster;
+    return typeof c?.endpoint === "string" && Number.isInteger(c.headPid) && Number.isInteger(c.agentPid) ? c : undefined;
   } catch {
     return undefined;
   }
@@ -125,17 +133,43 @@ export async function ensureLocalCluster(opts: LocalClusterOptions = {}): Promis
 async function startLocalCluster(home: string, opts: LocalClusterOptions): Promise<LocalCluster> {
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const endpointFile = path.join(home, "head.endpoint");
-  rmSync(endpointFile, { force: true });
-  const head = spawnDetached(["head", "--endpoint-file", endpointFile], path.join(home, "logs", "head.log"));
-  recordProcess(home, { role: "head", pid: head });
-  const endpoint = await poll(timeoutMs, () => (existsSync(endpointFile) ? readFileSync(endpointFile, "utf8").trim() || undefined : undefined));
-  if (!endpoint) throw new ConnectError(`the local head did not start within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "head.log")}`);
+  // A head that crashed leaves its agent and warm executors running (for the agent's --head-grace): the new
+  // head binds the same endpoint with the same data dir (objects, apps, service specs) and adopts them.
+  const survivor = readClusterFile(home);
+  const reuse = survivor !== undefined && isHearthProcess(survivor.agentPid) ? survivor : undefined;
+  let started = await startHead(home, endpointFile, timeoutMs, reuse?.endpoint);
+  if (!started && reuse) {
+    // The old endpoint could not be bound (taken meanwhile): start afresh; the old agent is stopped, its executors with it.
+    process.kill(reuse.agentPid, "SIGTERM");
+    started = await startHead(home, endpointFile, timeoutMs, undefined);
+  }
+  if (!started) throw new ConnectError(`the local head did not start within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "head.log")}`);
+  const { endpoint, head } = started;
+  if (reuse && endpoint === reuse.endpoint) return await finishStart(home, endpoint, head, reuse.agentPid, timeoutMs);
   const agentArgs = ["agent", "--head", endpoint, "--id", "local", "--work-dir", path.join(home, "agent")];
   if (opts.cpus !== undefined) agentArgs.push("--cpus", String(opts.cpus));
   if (opts.mem !== undefined) agentArgs.push("--mem", opts.mem);
   if (opts.gpus !== undefined) agentArgs.push("--gpus", opts.gpus);
   const agent = spawnDetached(agentArgs, path.join(home, "logs", "agent.log"));
   recordProcess(home, { role: "agent", pid: agent });
+  return await finishStart(home, endpoint, head, agent, timeoutMs);
+}
+
+/** Starts the local head (on `bind`, default a free port); undefined if it exits or stays silent. */
+async function startHead(home: string, endpointFile: string, timeoutMs: number, bind: string | undefined): Promise<{ endpoint: string; head: number } | undefined> {
+  rmSync(endpointFile, { force: true });
+  const args = ["head", "--endpoint-file", endpointFile, "--data-dir", path.join(home, "data"), ...(bind ? ["--bind", bind] : [])];
+  const head = spawnDetached(args, path.join(home, "logs", "head.log"));
+  recordProcess(home, { role: "head", pid: head });
+  const endpoint = await poll(timeoutMs, () => {
+    if (existsSync(endpointFile)) return readFileSync(endpointFile, "utf8").trim() || undefined;
+    return alive(head) ? undefined : "";
+  });
+  return endpoint ? { endpoint, head } : undefined;
+}
+
+/** Waits for the local agent to register, then writes the state file. */
+async function finishStart(home: string, endpoint: string, head: number, agent: number, timeoutMs: number): Promise<LocalCluster> {
   const { client } = await HeadClient.open(endpoint, { app: "_hearth-local" }, { timeoutMs });
   try {
     const registered = await poll(timeoutMs, async () => {
@@ -183,6 +217,8 @@ export async function stopLocalCluster(home?: string, timeoutMs = 20_000): Promi
   const gone = early ?? (await poll(timeoutMs, () => (pids.every((pid) => !alive(pid)) ? true : undefined)));
   if (!gone) for (const pid of pids) if (isHearthProcess(pid)) process.kill(pid, "SIGKILL");
   rmSync(processesFile(h), { force: true });
+  // What `down` stopped must not come back at the next `up` (the head would restore it from its data dir).
+  rmSync(path.join(h, "data", "runtime"), { recursive: true, force: true });
   return true;
 }
 

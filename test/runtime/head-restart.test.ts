@@ -58,6 +58,8 @@ test("kill -9 of the head and a restart on the same port: the pending call ends 
     const again = await connect({ name: "restart", head: endpoint });
     try {
       assert.equal(again.reattached, false, "the new head has no state of the old one");
+      // The agent re-registers on its own, on its next exchange with the new head (this driver may be quicker).
+      await waitFor("the agent to re-register", async () => ((await again.status()).agents.length > 0 ? true : undefined), 10_000);
       const fresh = await again.service<Sleeper>({ module: LIVENESS, export: "Sleeper" }, { name: "slow", warmup: 1, max: 1 });
       assert.equal(typeof (await fresh.call("whoami")).pid, "number", "the agent re-registered with the new head");
     } finally {

@@ -51,6 +51,30 @@ test("connect() without an endpoint starts the local head and agent, which outli
   assert.equal(findLocalCluster(home), undefined);
 });
 
+test("kill -9 of the embedded head: the next connect() restarts it on the same endpoint and data dir, and the executor is still warm", async () => {
+  const ref = { module: FIXTURES, export: "Counter" };
+  const app = await connect({ name: "survivor", local: { home } });
+  const counter = await app.service<Counter>(ref, { resreq: "cpu=0.5" });
+  await counter.call("add", 4);
+  const before = await counter.call("get");
+  await app.disconnect();
+  const crashed = findLocalCluster(home)!;
+  process.kill(crashed.headPid, "SIGKILL");
+  await waitFor("the head to die", () => (pidAlive(crashed.headPid) ? undefined : true));
+
+  const again = await connect({ name: "survivor", local: { home } });
+  const restarted = findLocalCluster(home)!;
+  assert.notEqual(restarted.headPid, crashed.headPid, "a new head");
+  assert.equal(restarted.endpoint, crashed.endpoint, "on the same endpoint");
+  assert.equal(restarted.agentPid, crashed.agentPid, "with the same agent");
+  assert.equal(again.reattached, true, "the app was restored from the data dir");
+  const same = await again.service<Counter>(ref, { resreq: "cpu=0.5" });
+  assert.deepEqual(await same.call("get"), before, "same executor, pid and counter; init ran once");
+  await again.disconnect();
+  await run(process.execPath, [CLI, "down"], { env });
+  await waitFor("local processes to exit", () => (!pidAlive(restarted.headPid) && !pidAlive(restarted.agentPid) ? true : undefined));
+});
+
 test("hearth up / status / down from the command line", async () => {
   const up = await run(process.execPath, [CLI, "up", "--cpus", "2", "--gpus", "1"], { env });
   assert.match(up.stdout, /started: head tcp:\/\/127\.0\.0\.1:\d+/);
