@@ -320,7 +320,8 @@ export class SearchR1Run {
  */
 async function checkCapacity(app: App, o: SearchR1Options): Promise<void> {
   const status = await app.status();
-  if (status.slurm) return;
+  // Slurm adds agents as jobs; a head whose agents have not registered yet may still get them.
+  if (status.slurm || status.agents.length === 0) return;
   for (const [flag, resreq] of [["--rollout-resreq", o.rolloutResreq], ["--trainer-resreq", o.trainerResreq]] as const) {
     const want = parseResreq(resreq);
     const fits = status.agents.some((a) => a.total.cpu >= want.cpu && a.total.mem >= want.mem && a.total.gpus.length >= want.gpu);
