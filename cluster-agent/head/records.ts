@@ -146,3 +146,8 @@ export interface AppRecord {
   services: Map<string, ServiceRecord>;
   createdAt: number;
 }
+
+/** A fresh service record with empty queues and no executors (declared now, or restored from a data dir). */
+export function newServiceRecord(fields: Pick<ServiceRecord, "id" | "app" | "spec" | "kind" | "state" | "seq" | "createdAt"> & Partial<ServiceRecord>): ServiceRecord {
+  return { executors: new Map(), queue: [], waiters: [], startFailures: 0, dead: [], blocked: false, ...fields };
+}

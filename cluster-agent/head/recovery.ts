@@ -16,7 +16,7 @@ import type { Frames } from "../../sdk/wire/channel.js";
 import { isServing, liveExecutors } from "./call-router.js";
 import type { PersistedState } from "./persist.js";
 import { agentAccepts, take } from "./placement.js";
-import type { AgentRecord, ExecutorRecord, ServiceRecord } from "./records.js";
+import { newServiceRecord, type AgentRecord, type ExecutorRecord, type ServiceRecord } from "./records.js";
 import { STOP_GRACE_MS, type Scheduler } from "./scheduler.js";
 
 /** One live executor as an agent reports it in `register`. */
@@ -58,23 +58,17 @@ export class Recovery {
       const app = this.sched.apps.get(p.app);
       if (!app || app.services.has(p.spec.name)) continue;
       const kind = p.spec.autoscale ? "pool" : "gang";
-      const s: ServiceRecord = {
+      const s = newServiceRecord({
         id: p.id,
         app: p.app,
         spec: p.spec,
         kind,
         state: kind === "gang" && !p.started ? "pending" : "starting",
-        executors: new Map(),
-        queue: [],
-        waiters: [],
-        startFailures: 0,
-        dead: [],
-        blocked: false,
         seq: p.seq,
         createdAt: p.createdAt,
         rendezvous: p.rendezvous,
         recovering: true,
-      };
+      });
       app.services.set(p.spec.name, s);
       this.sched.services.set(s.id, s);
     }

@@ -13,7 +13,7 @@ import { CallRouter, isServing, liveExecutors } from "./call-router.js";
 export { liveExecutors };
 import { Deadlines } from "./deadlines.js";
 import { IdCounter } from "./ids.js";
-import type { AgentRecord, AppRecord, CallRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
+import { newServiceRecord, type AgentRecord, type AppRecord, type CallRecord, type ExecutorRecord, type ServiceRecord, type ServiceSpec } from "./records.js";
 import { agentAccepts, everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
 
 /** How many executors of a service may die while starting, in a row, before it fails. */
@@ -90,21 +90,7 @@ export class Scheduler {
     // An elastic service's agents come from its engine once it is declared: nothing to check against yet.
     if (!spec.elastic) this.checkSatisfiable(spec, kind);
     const n = this.ids.service.take();
-    const s: ServiceRecord = {
-      id: `s${n}`,
-      app: app.name,
-      spec,
-      kind,
-      state: kind === "gang" ? "pending" : "starting",
-      executors: new Map(),
-      queue: [],
-      waiters: [],
-      startFailures: 0,
-      dead: [],
-      blocked: false,
-      seq: n,
-      createdAt: Date.now(),
-    };
+    const s = newServiceRecord({ id: `s${n}`, app: app.name, spec, kind, state: kind === "gang" ? "pending" : "starting", seq: n, createdAt: Date.now() });
     app.services.set(spec.name, s);
     this.services.set(s.id, s);
     this.transport.log(`service ${s.id} '${spec.name}' (${kind}, ${describe(spec)}) declared in app '${app.name}'`);
