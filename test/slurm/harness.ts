@@ -1,7 +1,10 @@
 /**
  * A real Slurm for tests: Debian's slurmctld and two slurmd ("n1", "n2") on
  * this machine, each node with fake GPUs (character devices), all state under
- * one throw-away folder, authentication off (test only). Installs the
+ * one throw-away folder, authentication off (test only). With `network`
+ * (netns.ts) each slurmd runs inside its own network namespace at its own
+ * address, so nodes, agents and the head talk over distinct addresses and a
+ * node can be cut off; otherwise every node is 127.0.0.1. Installs the
  * packages when missing. `stop()` cancels every job, then stops the daemons by
  * pid, then any leftover slurmstepd of this cluster: nothing is left behind.
  * Facts this relies on: ../../../shared/notes/slurm.md.
@@ -12,6 +15,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import type { HostNetwork } from "./netns.js";
 
 const run = promisify(execFile);
 const PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"];
@@ -39,6 +43,8 @@ export interface SlurmCluster {
   jobs(): Promise<Array<{ id: string; state: string; name: string; nodes: string }>>;
   /** Kills one node's slurmd (SIGKILL). */
   killSlurmd(node: string): void;
+  /** The namespaces the nodes run in, when started with `network`. */
+  network?: HostNetwork;
   /** Stops everything; idempotent. */
   stop(): Promise<void>;
 }
@@ -96,12 +102,15 @@ function pidsMentioning(needle: string): number[] {
 }
 
 /** Starts slurmctld and one slurmd per node; resolves when every node is idle. */
-export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS?: number } = {}): Promise<SlurmCluster> {
+export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS?: number; network?: HostNetwork } = {}): Promise<SlurmCluster> {
   ensureSlurmInstalled();
   const nodes = opts.nodes ?? [
     { name: "n1", cpus: 2, memMiB: 4000, gpus: 1 },
     { name: "n2", cpus: 2, memMiB: 4000, gpus: 1 },
   ];
+  const network = opts.network;
+  // Every node needs its namespace (throws naming the node otherwise).
+  const nodeAddr = (n: SlurmNodeSpec): string => (network ? network.host(n.name).addr : "127.0.0.1");
   const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-slurm-"));
   for (const sub of ["state", "spool", "log", "dev", "out"]) mkdirSync(path.join(dir, sub));
   const ctldPort = await freePort();
@@ -120,7 +129,8 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
     conf,
     [
       `ClusterName=hearth${path.basename(dir).slice(-6).toLowerCase().replace(/[^a-z0-9]/g, "x")}`,
-      "SlurmctldHost=localhost(127.0.0.1)",
+      // slurmctld stays in this namespace; nodes in theirs reach it at the bridge's address.
+      `SlurmctldHost=localhost(${network ? network.gateway : "127.0.0.1"})`,
       `SlurmctldPort=${ctldPort}`,
       "SlurmUser=root",
       "SlurmdUser=root",
@@ -142,14 +152,15 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
       `SlurmdPidFile=${dir}/slurmd-%n.pid`,
       `SlurmctldLogFile=${dir}/log/slurmctld.log`,
       `SlurmdLogFile=${dir}/log/slurmd-%n.log`,
-      "CommunicationParameters=NoInAddrAny",
+      // On loopback, keep slurmd off 0.0.0.0; in a namespace each slurmd owns its address space anyway.
+      ...(network ? [] : ["CommunicationParameters=NoInAddrAny"]),
       "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf_interval=1",
       `SlurmdTimeout=${opts.slurmdTimeoutS ?? 5}`,
       "SlurmdParameters=config_overrides",
       "ReturnToService=2",
       "KillWait=2",
       "EnforcePartLimits=ALL",
-      ...nodes.map((n, i) => `NodeName=${n.name} NodeAddr=127.0.0.1 Port=${nodePorts[i]} CPUs=${n.cpus} RealMemory=${n.memMiB}${n.gpus > 0 ? ` Gres=gpu:${n.gpus}` : ""}`),
+      ...nodes.map((n, i) => `NodeName=${n.name} NodeAddr=${nodeAddr(n)} Port=${nodePorts[i]} CPUs=${n.cpus} RealMemory=${n.memMiB}${n.gpus > 0 ? ` Gres=gpu:${n.gpus}` : ""}`),
       `PartitionName=debug Nodes=${nodes.map((n) => n.name).join(",")} Default=YES MaxTime=INFINITE State=UP`,
       "",
     ].join("\n"),
@@ -176,6 +187,7 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
     nodes,
     env,
     cmd,
+    network,
     async jobs() {
       const out = await cmd("squeue", ["-h", "-o", "%i|%T|%j|%N"]);
       return out
@@ -192,6 +204,14 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
     async stop() {
       if (stopped) return;
       stopped = true;
+      // 0. A node cut off by a test is reconnected, so that its jobs can be cancelled the ordinary way.
+      for (const h of network?.hosts ?? []) {
+        try {
+          network!.restore(h.name);
+        } catch {
+          // Already gone.
+        }
+      }
       // 1. Cancel every job and wait for them to end (their processes survive daemon death otherwise).
       await cmd("scancel", ["--full", "-u", os.userInfo().username]).catch(() => undefined);
       await until("jobs to end", async () => ((await cluster.jobs()).length === 0 ? true : undefined), 15_000, () => "").catch(() => undefined);
@@ -220,7 +240,11 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
   try {
     launch("/usr/sbin/slurmctld", ["-D", "-i", "-f", conf]);
     await until("slurmctld", async () => ((await cmd("scontrol", ["ping"])).includes("is UP") ? true : undefined), 30_000, daemonLog);
-    for (const n of nodes) slurmd.set(n.name, launch("/usr/sbin/slurmd", ["-D", "-N", n.name, "-f", conf]));
+    for (const n of nodes) {
+      // nsenter execs slurmd in place (no fork), so the pid is slurmd's own.
+      const [program, ...prefix] = network ? [...network.exec(n.name), "/usr/sbin/slurmd"] : ["/usr/sbin/slurmd"];
+      slurmd.set(n.name, launch(program!, [...prefix, "-D", "-N", n.name, "-f", conf]));
+    }
     await until(
       "all nodes idle",
       async () => {
