@@ -1,7 +1,8 @@
 /**
  * A real Slurm for tests: Debian's slurmctld and two slurmd ("n1", "n2") on
  * this machine, each node with fake GPUs (character devices), all state under
- * one throw-away folder, authentication off (test only). With `network`
+ * one throw-away folder, authentication off (test only) unless `munge`
+ * (a munged of this cluster with its own key and socket). With `network`
  * (netns.ts) each slurmd runs inside its own network namespace at its own
  * address, so nodes, agents and the head talk over distinct addresses and a
  * node can be cut off; otherwise every node is 127.0.0.1. Installs the
@@ -10,7 +11,8 @@
  * Facts this relies on: ../../../shared/notes/slurm.md.
  */
 import { execFile, execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -102,7 +104,7 @@ function pidsMentioning(needle: string): number[] {
 }
 
 /** Starts slurmctld and one slurmd per node; resolves when every node is idle. */
-export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS?: number; network?: HostNetwork } = {}): Promise<SlurmCluster> {
+export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS?: number; network?: HostNetwork; munge?: boolean } = {}): Promise<SlurmCluster> {
   ensureSlurmInstalled();
   const nodes = opts.nodes ?? [
     { name: "n1", cpus: 2, memMiB: 4000, gpus: 1 },
@@ -113,6 +115,15 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
   const nodeAddr = (n: SlurmNodeSpec): string => (network ? network.host(n.name).addr : "127.0.0.1");
   const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-slurm-"));
   for (const sub of ["state", "spool", "log", "dev", "out"]) mkdirSync(path.join(dir, sub));
+  // munged wants its key's folder 0700 and its socket's folder 0755 (and reachable): two folders.
+  const mungeSocket = path.join(dir, "munge-socket", "munge.socket");
+  const mungeKey = path.join(dir, "munge-key", "munge.key");
+  if (opts.munge) {
+    chmodSync(dir, 0o755);
+    mkdirSync(path.dirname(mungeKey), { mode: 0o700 });
+    mkdirSync(path.dirname(mungeSocket), { mode: 0o755 });
+    writeFileSync(mungeKey, randomBytes(1024), { mode: 0o600 });
+  }
   const ctldPort = await freePort();
   const nodePorts = await Promise.all(nodes.map(() => freePort()));
   const gres: string[] = [];
@@ -134,9 +145,8 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
       `SlurmctldPort=${ctldPort}`,
       "SlurmUser=root",
       "SlurmdUser=root",
-      // Test only: no munged. A real cluster uses auth/munge.
-      "AuthType=auth/none",
-      "CredType=cred/none",
+      // Without munge, test only: a real cluster uses auth/munge. A path socket works across network namespaces.
+      ...(opts.munge ? ["AuthType=auth/munge", "CredType=cred/munge", `AuthInfo=socket=${mungeSocket}`] : ["AuthType=auth/none", "CredType=cred/none"]),
       "MpiDefault=none",
       "ProctrackType=proctrack/linuxproc",
       "TaskPlugin=task/none",
@@ -238,6 +248,10 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
   };
 
   try {
+    if (opts.munge) {
+      launch("/usr/sbin/munged", ["-F", `--key-file=${mungeKey}`, `--socket=${mungeSocket}`, `--pid-file=${dir}/munged.pid`, `--seed-file=${dir}/munged.seed`, `--log-file=${dir}/log/munged.log`]);
+      await until("munged", async () => (existsSync(mungeSocket) ? true : undefined), 10_000, daemonLog);
+    }
     launch("/usr/sbin/slurmctld", ["-D", "-i", "-f", conf]);
     await until("slurmctld", async () => ((await cmd("scontrol", ["ping"])).includes("is UP") ? true : undefined), 30_000, daemonLog);
     for (const n of nodes) {

@@ -2,7 +2,7 @@
  * The Slurm engine across two hosts with their own addresses: nodes n1 and
  * n2 each run in a network namespace of their own (netns.ts: `ip netns`, a
  * veth pair each, one bridge), the head and slurmctld in the test's, bound on
- * the bridge address, with CURVE on. Cutting n2's link (its veth down: no
+ * the bridge address, with CURVE on (and Slurm's munge auth). Cutting n2's link (its veth down: no
  * reset, packets just vanish) shows its agent declared lost by heartbeat, the
  * pool call it was running retried on n1, and the gang spanning both hosts
  * failing with GangFailedError naming n2's rank and agent.
@@ -39,7 +39,7 @@ let app: App;
 
 before(async () => {
   if (skip) return;
-  world = await startWorld({ netns: true, nodes: NODES });
+  world = await startWorld({ netns: true, nodes: NODES, munge: true });
   app = await world.connect("slurm-netns");
 });
 
@@ -72,9 +72,11 @@ test("n1 and n2 are two hosts at their own addresses; their executors reach the 
   assert.deepEqual(new Set(byNode.keys()), new Set(["n1", "n2"]), "one executor per host");
   for (const h of net.hosts) {
     assert.deepEqual(byNode.get(h.name)!.addrs, [h.addr], `the executor on ${h.name} sees only its host's address`);
+    assert.equal(byNode.get(h.name)!.hearthHome, world.home, `the job on ${h.name} got the cluster's HEARTH_HOME`);
   }
   assert.notEqual(byNode.get("n1")!.agentId, byNode.get("n2")!.agentId);
-  // Authentication is on over the address the hosts use: a client without the keys is not let in.
+  // Authentication is on: Slurm's (munge, across the namespaces) and hearth's over the address the hosts use.
+  assert.match(await world.slurm.cmd("scontrol", ["show", "config"]), /^AuthType\s*=\s*auth\/munge$/m);
   await assert.rejects(HeadClient.open(app.endpoint, { app: "intruder" }, { timeoutMs: 1500 }), ConnectError);
   await app.stopService("hosts");
 });

@@ -20,6 +20,8 @@ export interface Placement {
   rendezvous: { host: string; port: number } | null;
   /** The executor's non-loopback IPv4 addresses: its network namespace's, when nodes run in namespaces. */
   addrs: string[];
+  /** HEARTH_HOME as the job received it (where the cluster's keys are found on the node). */
+  hearthHome: string | null;
 }
 
 /**
@@ -99,5 +101,6 @@ function placementOf(ctx: ExecutorContext): Placement {
       .flatMap((list) => list ?? [])
       .filter((a) => a.family === "IPv4" && !a.internal)
       .map((a) => a.address),
+    hearthHome: process.env.HEARTH_HOME ?? null,
   };
 }

@@ -31,12 +31,12 @@ export interface SlurmWorld {
   stop(): Promise<void>;
 }
 
-/** Starts Slurm (`nodes`, default n1 and n2) and prepares a hearth home; `netns` runs each node in a network namespace of its own. */
-export async function startWorld(opts: { netns?: boolean; nodes?: SlurmNodeSpec[] } = {}): Promise<SlurmWorld> {
+/** Starts Slurm (`nodes`, default n1 and n2; `munge`: Slurm's own auth on) and prepares a hearth home; `netns` runs each node in a network namespace of its own. */
+export async function startWorld(opts: { netns?: boolean; nodes?: SlurmNodeSpec[]; munge?: boolean } = {}): Promise<SlurmWorld> {
   const net = opts.netns ? createHostNetwork((opts.nodes ?? [{ name: "n1" }, { name: "n2" }]).map((n) => n.name)) : undefined;
   let slurm: SlurmCluster;
   try {
-    slurm = await startSlurm({ network: net, nodes: opts.nodes });
+    slurm = await startSlurm({ network: net, nodes: opts.nodes, munge: opts.munge });
   } catch (err) {
     net?.close();
     throw err;
