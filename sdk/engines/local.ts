@@ -275,6 +275,6 @@ export interface LocalEngineOptions {
 export const localProvisioner: Provisioner<LocalEngineOptions> = {
   engine: "local",
   async head(opts, given) {
-    return { endpoint: given ?? (await ensureLocalCluster(opts.local)).endpoint, curveKeys: null };
+    return { endpoint: given ?? (await ensureLocalCluster(opts.local)).endpoint, curveKeys: null, home: hearthHome(opts.local?.home) };
   },
 };

@@ -15,6 +15,8 @@ export interface ProvisionedHead {
   endpoint: string;
   /** The CURVE key file clients of this head need, or null when it runs without CURVE. */
   curveKeys: string | null;
+  /** The HEARTH_HOME this head's state and credentials live under (the driver's clients and the engine's jobs find them there). */
+  home: string;
 }
 
 /** An agent as the head's status document shows it (what a provisioner may match its agents by). */

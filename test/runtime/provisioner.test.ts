@@ -67,7 +67,7 @@ function attachSpare(client: HeadClient, target: ProvisionTarget): AppProvision 
 const spare: Provisioner<{ spare?: { note?: string } }> = {
   engine: "spare-test",
   async head(_opts, given) {
-    return { endpoint: given ?? cluster.endpoint, curveKeys: null };
+    return { endpoint: given ?? cluster.endpoint, curveKeys: null, home: cluster.dir };
   },
   async attach(client, target) {
     return attachSpare(client, target);

@@ -53,19 +53,21 @@ export const slurmProvisioner: Provisioner<SlurmEngineConnectOptions> = {
   engine: "slurm",
   async head(opts, given) {
     // A given head (HEARTH_HEAD) is used as is, with the key file the caller names, if any.
-    if (given !== undefined) return { endpoint: given, curveKeys: opts.slurm?.curveKeys ?? null };
+    const home = hearthHome(opts.local?.home);
+    if (given !== undefined) return { endpoint: given, curveKeys: opts.slurm?.curveKeys ?? null, home };
     const { endpoint, curveKeys } = await ensureSlurmHead({
-      home: hearthHome(opts.local?.home),
+      home,
       bind: opts.slurm?.bind,
       agentTimeoutMs: opts.slurm?.agentTimeoutMs,
       curveKeys: opts.slurm?.curveKeys,
     });
-    return { endpoint, curveKeys };
+    return { endpoint, curveKeys, home };
   },
   async attach(client, target, opts) {
+    // Job output goes under the head's HEARTH_HOME, next to the keys the jobs read.
     const engine = new SlurmEngine(
       { ...opts.slurm, partition: opts.partition, account: opts.account, extraArgs: opts.extraArgs, curveKeys: target.head.curveKeys },
-      hearthHome(opts.local?.home),
+      target.head.home,
     );
     await engine.start(client, target.app, target.headId);
     return {
