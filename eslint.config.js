@@ -1,7 +1,24 @@
-// ESLint flat config: typed linting so that floating promises and import cycles are errors.
+// ESLint flat config: typed linting so that floating promises, import cycles and
+// imports across the SDK's layers are errors.
 import js from "@eslint/js";
 import tseslint from "typescript-eslint";
-import importX from "eslint-plugin-import-x";
+import importX, { createNodeResolver } from "eslint-plugin-import-x";
+
+// Sources import "./x.js" for "./x.ts" (NodeNext); import-x resolves that only with this
+// alias. Without it every import is unresolved, and no-cycle and no-restricted-paths
+// silently check nothing.
+const resolver = createNodeResolver({ extensions: [".ts", ".js", ".mjs", ".json", ".node"], extensionAlias: { ".js": [".ts", ".js"] } });
+
+// The SDK's layers (docs/architecture.md, "Layout"): the runtime knows the Provisioner
+// interface, never an engine; only sdk/connect.ts (and the index) picks engines; the
+// notebook helpers know no provisioner at all.
+const ENGINE_CHOICE = ["./sdk/engines", "./sdk/connect.ts", "./sdk/index.ts"];
+const layers = [
+  { target: "./sdk/runtime", from: ENGINE_CHOICE, message: "sdk/runtime knows only the Provisioner interface (runtime/provisioner.ts); engines are chosen in sdk/connect.ts." },
+  { target: "./sdk/notebook", from: [...ENGINE_CHOICE, "./sdk/runtime/provisioner.ts"], message: "sdk/notebook knows no provisioner or engine." },
+  { target: ["./sdk/wire", "./sdk/cache", "./sdk/tensor"], from: [...ENGINE_CHOICE, "./sdk/runtime"], message: "sdk/wire, sdk/cache and sdk/tensor sit below the runtime and the engines." },
+  { target: "./sdk/engines", from: ["./sdk/connect.ts", "./sdk/index.ts"], message: "engines implement Provisioner; they do not import the engine choice above them." },
+];
 
 export default tseslint.config(
   { ignores: ["dist/**", "node_modules/**", "cluster-agent/engine/**", "eslint.config.js", "scripts/**"] },
@@ -13,6 +30,7 @@ export default tseslint.config(
       parserOptions: { project: "./tsconfig.json", tsconfigRootDir: import.meta.dirname },
     },
     plugins: { "import-x": importX },
+    settings: { "import-x/resolver-next": [resolver] },
     rules: {
       "@typescript-eslint/no-floating-promises": [
         "error",
@@ -20,6 +38,7 @@ export default tseslint.config(
       ],
       "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: false }],
       "import-x/no-cycle": "error",
+      "import-x/no-restricted-paths": ["error", { zones: layers }],
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
       "@typescript-eslint/no-explicit-any": "off",
     },

@@ -9,7 +9,7 @@ import { once } from "node:events";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Dealer } from "zeromq";
-import { connect } from "../sdk/runtime/app.js";
+import { connect } from "../sdk/connect.js";
 import { startCluster } from "../test/helpers/cluster.js";
 import { quantile, table } from "./stats.js";
 import type { Noop } from "./noop-service.js";

@@ -7,7 +7,7 @@
  */
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { connect } from "../sdk/runtime/app.js";
+import { connect } from "../sdk/connect.js";
 import { formatStatus } from "./format-status.js";
 import type { WarmIndex } from "./demo-service.js";
 import { runTrainCommand } from "../sdk/searchr1/cli.js";

@@ -22,13 +22,16 @@
  * await app.disconnect();                                   // stays warm for the keep-alive period
  * ```
  */
-export { App, connect, type AppStatus, type ConnectOptions, type ServiceOptions, type ServiceRef } from "./runtime/app.js";
+export { connect, findProvisioner, registerProvisioner, type ConnectOptions } from "./connect.js";
+export { App, type AppOptions, type AppStatus, type ServiceOptions, type ServiceRef } from "./runtime/app.js";
+export type { AppProvision, ProvisionAgent, ProvisionedHead, ProvisionStatus, ProvisionTarget, Provisioner } from "./runtime/provisioner.js";
 export { GangHandle, PoolHandle, type GangMember, type MapOptions, type ServiceInfo } from "./runtime/handles.js";
 export { CALL_DEADLINE_SLACK_MS, type CallOptions } from "./runtime/head-client.js";
 export { DEFAULT_RESOURCES, formatResources, parseMem, parseResreq, type Resources } from "./runtime/resreq.js";
 export type { ExecutorContext, MethodArgs, MethodNames, MethodResult, ServiceInstance } from "./runtime/types.js";
 export { ObjectCache, isObjectRef, type ObjectRef, type Fold, type GetOptions, type PutOptions, type WriteOptions } from "./cache/object-cache.js";
-export { ensureLocalCluster, findLocalCluster, hearthHome, stopLocalCluster, type LocalCluster, type LocalClusterOptions } from "./engines/local.js";
+export { ensureLocalCluster, findLocalCluster, hearthHome, localProvisioner, stopLocalCluster, type LocalCluster, type LocalClusterOptions, type LocalEngineOptions } from "./engines/local.js";
+export { slurmProvisioner, type SlurmConnectOptions, type SlurmEngineConnectOptions, type SlurmStatus } from "./engines/slurm/index.js";
 export {
   ClosedError,
   ConnectError,

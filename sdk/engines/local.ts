@@ -13,6 +13,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { ConnectError } from "../wire/errors.js";
 import { HeadClient } from "../runtime/head-client.js";
+import type { Provisioner } from "../runtime/provisioner.js";
 
 /** Options of the embedded default. */
 export interface LocalClusterOptions {
@@ -258,3 +259,22 @@ export async function lock(file: string): Promise<() => void> {
     }
   }
 }
+
+/** The local engine's part of `connect()`'s options. */
+export interface LocalEngineOptions {
+  /** Embedded default only: where the local head keeps its state, and the local agent's resources. */
+  local?: LocalClusterOptions;
+}
+
+/**
+ * The local engine as a provisioner (`connect({ engine: "local" })`, the
+ * default): the embedded head and agent of HEARTH_HOME, started on first
+ * use; with a given endpoint, that head and whatever agents joined it. It
+ * supplies no agents per service (no `attach`).
+ */
+export const localProvisioner: Provisioner<LocalEngineOptions> = {
+  engine: "local",
+  async head(opts, given) {
+    return { endpoint: given ?? (await ensureLocalCluster(opts.local)).endpoint, curveKeys: null, home: hearthHome(opts.local?.home) };
+  },
+};

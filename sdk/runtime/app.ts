@@ -1,14 +1,14 @@
 /**
  * An app: a named group of services owned by a driver (a notebook kernel or a
  * CLI). Connecting again with the same name, from any process, finds the same
- * services with their executors still warm.
+ * services with their executors still warm. Where its head and agents come
+ * from is a Provisioner's business (provisioner.ts); `connect()` in
+ * sdk/connect.ts picks the engine, this file knows none.
  */
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { existsSync } from "node:fs";
 import { ServiceConfigError } from "../wire/errors.js";
-import { ensureLocalCluster, hearthHome, type LocalClusterOptions } from "../engines/local.js";
-import { ensureSlurmHead, SlurmEngine, type SlurmConnectOptions, type SlurmJobInfo } from "../engines/slurm/index.js";
 import { GangHandle, PoolHandle, type ServiceInfo } from "./handles.js";
 import { HeadClient } from "./head-client.js";
 import { parseResreq } from "./resreq.js";
@@ -17,6 +17,7 @@ import { ObjectCache } from "../cache/object-cache.js";
 import { VersionConflictError } from "../wire/errors.js";
 import { findProjectRoot, packProject } from "./project.js";
 import { loadCurveKeys } from "../wire/curve.js";
+import type { AppProvision, ProvisionStatus, Provisioner } from "./provisioner.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -47,7 +48,7 @@ export interface ServiceOptions {
   /**
    * How long `service()` waits for the warm executors (a gang: all members)
    * before failing with TimeoutError; the service stays declared. Default
-   * 10 min; for Slurm-engine services (jobs can queue for hours) no deadline.
+   * 10 min; none when the provisioner supplies agents per service (Slurm: jobs can queue for hours).
    */
   readyTimeoutMs?: number;
   /**
@@ -70,18 +71,19 @@ export interface ServiceOptions {
 /** Default of ServiceOptions.readyTimeoutMs. */
 export const READY_TIMEOUT_MS = 10 * 60_000;
 
-/** Options of `connect()`. */
-export interface ConnectOptions {
+/**
+ * The engine-independent options of `connect()` (sdk/connect.ts adds each
+ * engine's own: `engine`, `local`, `slurm`, ...).
+ */
+export interface AppOptions {
   /** The app's name; the same name reattaches to the same warm services. */
   name: string;
-  /** Head endpoint (tcp://host:port). Default: HEARTH_HEAD, else the embedded local head. */
+  /** Head endpoint (tcp://host:port). Default: HEARTH_HEAD, else the engine's own head (the embedded local one by default). */
   head?: string;
   /** How long the app stays warm after its last driver is gone. Default: the head's (30 min). */
   keepAliveMs?: number;
   /** How long to wait for the head to answer. Default 10 s. */
   timeoutMs?: number;
-  /** Embedded default only: where the local head keeps its state, and the local agent's resources. */
-  local?: LocalClusterOptions;
   /**
    * Ship this project (a folder with a package.json, or a path inside one;
    * `true` = the one around the current directory) to agents through the
@@ -91,24 +93,9 @@ export interface ConnectOptions {
    * import modules by the driver's absolute path.
    */
   project?: string | boolean;
-  /**
-   * Where agents come from. "local" (default): the embedded local agent, or
-   * whatever agents joined the given head. "slurm": every service's agents
-   * are Slurm jobs this driver submits (a pool grows by jobs, a gang is one
-   * job); the head runs on this machine with no agent (see docs/slurm.md).
-   */
-  engine?: "local" | "slurm";
-  /** Slurm engine: sbatch --partition. */
-  partition?: string;
-  /** Slurm engine: sbatch --account. */
-  account?: string;
-  /** Slurm engine: more sbatch options, e.g. ["--time=04:00:00"]. */
-  extraArgs?: string[];
-  /** Slurm engine: the rest of its settings (head bind address, agent timeout, polling). */
-  slurm?: SlurmConnectOptions;
 }
 
-/** A connected app. Create with `connect()` (or `App.connect()`). */
+/** A connected app. Create with `connect()` (sdk/connect.ts), or `App.open()` with a provisioner. */
 export class App {
   private closed = false;
   /** The app's object cache: put/get/update/patch/delete, shared with its executors. */
@@ -122,39 +109,29 @@ export class App {
     readonly reattached: boolean,
     private knownServices: ServiceInfo[],
     private readonly projectRoot: string | undefined,
-    private readonly engine: SlurmEngine | undefined,
+    /** The provisioner's part for this app when it supplies agents per service (Slurm), else undefined. */
+    private readonly provision: AppProvision | undefined,
   ) {
     this.objects = new ObjectCache(client);
   }
 
-  /** Connects to a head (or the embedded default) and opens the app `opts.name`. */
-  static async connect(opts: ConnectOptions): Promise<App> {
+  /** Opens the app `opts.name` on the head `provisioner` finds or starts (or `opts.head`/HEARTH_HEAD), letting it supply agents. */
+  static async open<O extends object>(opts: AppOptions & O, provisioner: Provisioner<O>): Promise<App> {
     if (!opts || typeof opts.name !== "string" || opts.name === "") {
       throw new ServiceConfigError('connect() needs a name: connect({ name: "my-app" })');
     }
-    const slurm = opts.engine === "slurm";
-    const home = hearthHome(opts.local?.home);
-    let endpoint = opts.head ?? process.env.HEARTH_HEAD;
-    let curveKeys: string | null = opts.slurm?.curveKeys ?? null;
-    if (endpoint === undefined && slurm) {
-      const head = await ensureSlurmHead({ home, bind: opts.slurm?.bind, agentTimeoutMs: opts.slurm?.agentTimeoutMs, curveKeys: opts.slurm?.curveKeys });
-      ({ endpoint, curveKeys } = head);
-    }
-    endpoint ??= (await ensureLocalCluster(opts.local)).endpoint;
-    const curve = curveKeys ? loadCurveKeys(curveKeys) : undefined;
-    const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve });
+    const head = await provisioner.head(opts, opts.head ?? process.env.HEARTH_HEAD);
+    const curve = head.curveKeys ? loadCurveKeys(head.curveKeys) : undefined;
+    const { client, hello } = await HeadClient.open(head.endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve });
     const project = opts.project === true ? findProjectRoot(process.cwd()) : typeof opts.project === "string" ? findProjectRoot(opts.project) : undefined;
-    let engine: SlurmEngine | undefined;
-    if (slurm) {
-      engine = new SlurmEngine({ ...opts.slurm, partition: opts.partition, account: opts.account, extraArgs: opts.extraArgs, curveKeys }, home);
-      try {
-        await engine.start(client, opts.name, String(hello.headId));
-      } catch (err) {
-        client.close();
-        throw err;
-      }
+    let provision: AppProvision | undefined;
+    try {
+      provision = await provisioner.attach?.(client, { app: opts.name, headId: String(hello.headId), head }, opts);
+    } catch (err) {
+      client.close();
+      throw err;
     }
-    return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[], project, engine);
+    return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[], project, provision);
   }
 
   /** The head endpoint this app talks to. */
@@ -193,11 +170,11 @@ export class App {
       callTimeoutMs: opts.callTimeoutMs,
       initTimeoutMs: opts.initTimeoutMs,
       maxQueued: opts.maxQueued,
-      elastic: this.engine !== undefined ? true : undefined,
+      elastic: this.provision !== undefined ? true : undefined,
     };
     let info: ServiceInfo = await this.client.control("service", { spec, replace: opts.replace === true });
     if (opts.wait !== false) {
-      const readyTimeoutMs = opts.readyTimeoutMs ?? (this.engine !== undefined ? undefined : READY_TIMEOUT_MS);
+      const readyTimeoutMs = opts.readyTimeoutMs ?? (this.provision !== undefined ? undefined : READY_TIMEOUT_MS);
       if (readyTimeoutMs !== undefined && !(readyTimeoutMs > 0)) throw new ServiceConfigError(`readyTimeoutMs must be a positive number of milliseconds; got ${readyTimeoutMs}`);
       // The head answers TimeoutError at the deadline (describing where the start stands); the local timer is a backstop.
       info = await this.client.control("ready", { service: info.name, timeoutMs: readyTimeoutMs }, readyTimeoutMs === undefined ? null : readyTimeoutMs + 5_000);
@@ -222,7 +199,7 @@ export class App {
   /** Executors (starting, idle, busy), resources, queue depths: what the head knows about this app. */
   async status(): Promise<AppStatus> {
     const status: AppStatus = await this.client.control("status", { app: this.name });
-    if (this.engine) status.slurm = this.engine.describe(status.agents);
+    if (this.provision) Object.assign(status, this.provision.describe(status.agents));
     return status;
   }
 
@@ -236,7 +213,7 @@ export class App {
     if (this.closed) return;
     this.closed = true;
     try {
-      await this.engine?.detach();
+      await this.provision?.detach();
       await this.client.control("detach", {}, 5000);
     } finally {
       this.client.close();
@@ -248,9 +225,9 @@ export class App {
     if (this.closed) return;
     this.closed = true;
     try {
-      await this.engine?.detach();
+      await this.provision?.detach();
       await this.client.control("close-app", {}, 30_000);
-      await this.engine?.close();
+      await this.provision?.close();
     } finally {
       this.client.close();
     }
@@ -262,17 +239,10 @@ export class App {
   }
 }
 
-/** Connects to a head (or the embedded default) and opens the app `opts.name`. */
-export function connect(opts: ConnectOptions): Promise<App> {
-  return App.connect(opts);
-}
-
-/** The status document returned by `app.status()`. */
-export interface AppStatus {
+/** The status document returned by `app.status()`, plus what the app's provisioner adds (ProvisionStatus: `slurm` for the Slurm engine). */
+export interface AppStatus extends ProvisionStatus {
   head: { id: string; endpoint: string; pid: number; uptimeMs: number };
   agents: Array<{ id: string; host: string; pid: number; total: { cpu: number; mem: number; gpus: string[] }; free: { cpu: number; mem: number; gpus: string[] }; executors: number; labels: Record<string, string> }>;
-  /** Slurm engine only: the jobs this driver holds for the app (ids, states, nodes, start latency). */
-  slurm?: { jobs: SlurmJobInfo[]; lastError: string | null };
   apps: Array<{
     name: string;
     drivers: number;

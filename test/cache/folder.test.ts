@@ -13,7 +13,8 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { dropFolder, openFolder, shipFolder } from "../../sdk/cache/folder.js";
-import { connect, type App } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
+import type { App } from "../../sdk/runtime/app.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 
 let cluster: TestCluster;

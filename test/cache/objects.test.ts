@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { connect, type App } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
+import type { App } from "../../sdk/runtime/app.js";
 import { VersionConflictError, ObjectNotFoundError } from "../../sdk/wire/errors.js";
 import { FIXTURES, startCluster, type TestCluster } from "../helpers/cluster.js";
 import type { ObjectUser } from "../fixtures/services.js";

@@ -11,7 +11,7 @@ import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { connect } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
 import { listProjectFiles, parseGitignore } from "../../sdk/runtime/project.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 

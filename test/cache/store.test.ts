@@ -9,7 +9,8 @@ import { mkdtempSync, readdirSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { connect, type App } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
+import type { App } from "../../sdk/runtime/app.js";
 import { CacheFullError, ObjectEvictedError } from "../../sdk/wire/errors.js";
 import { startCluster } from "../helpers/cluster.js";
 

@@ -78,7 +78,7 @@ test("a cell naming a service with a type error fails with file and line before 
 
 test("a script's app.service() on a TypeScript module with a type error fails with file and line, and no service is declared", async () => {
   const { startCluster } = await import("../helpers/cluster.js");
-  const { connect } = await import("../../sdk/runtime/app.js");
+  const { connect } = await import("../../sdk/connect.js");
   const cluster = await startCluster({ agents: [{ id: "n1", cpus: 1, mem: "1g" }] });
   try {
     const app = await connect({ name: "ts-script", head: cluster.endpoint });

@@ -7,7 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { connect, type App } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
+import type { App } from "../../sdk/runtime/app.js";
 import { QueueFullError, ResreqError, ServiceConfigError } from "../../sdk/wire/errors.js";
 import { pack } from "msgpackr";
 import { LIVENESS, rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";

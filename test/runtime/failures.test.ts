@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { connect, type App } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
+import type { App } from "../../sdk/runtime/app.js";
 import { FIXTURES, executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { RawClient } from "../helpers/raw-client.js";
 import type { Counter } from "../fixtures/services.js";

@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { promisify } from "node:util";
-import { connect } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
 import { findLocalCluster } from "../../sdk/engines/local.js";
 import { CLI, FIXTURES, pidAlive, waitFor } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";

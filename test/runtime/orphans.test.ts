@@ -13,7 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
-import { connect } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
 import { ExecutorLostError } from "../../sdk/wire/errors.js";
 import { CLI, LIVENESS, executorsOf, pidAlive, rejection, startCluster, waitFor, waitForExit } from "../helpers/cluster.js";
 import type { Sleeper } from "../helpers/liveness-services.js";

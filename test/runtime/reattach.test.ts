@@ -7,7 +7,7 @@ import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { connect } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
 import { FIXTURES, executorsOf, pidAlive, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";
 

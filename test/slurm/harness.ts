@@ -1,17 +1,23 @@
 /**
  * A real Slurm for tests: Debian's slurmctld and two slurmd ("n1", "n2") on
  * this machine, each node with fake GPUs (character devices), all state under
- * one throw-away folder, authentication off (test only). Installs the
+ * one throw-away folder, authentication off (test only) unless `munge`
+ * (a munged of this cluster with its own key and socket). With `network`
+ * (netns.ts) each slurmd runs inside its own network namespace at its own
+ * address, so nodes, agents and the head talk over distinct addresses and a
+ * node can be cut off; otherwise every node is 127.0.0.1. Installs the
  * packages when missing. `stop()` cancels every job, then stops the daemons by
  * pid, then any leftover slurmstepd of this cluster: nothing is left behind.
  * Facts this relies on: ../../../shared/notes/slurm.md.
  */
 import { execFile, execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import type { HostNetwork } from "./netns.js";
 
 const run = promisify(execFile);
 const PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"];
@@ -39,6 +45,8 @@ export interface SlurmCluster {
   jobs(): Promise<Array<{ id: string; state: string; name: string; nodes: string }>>;
   /** Kills one node's slurmd (SIGKILL). */
   killSlurmd(node: string): void;
+  /** The namespaces the nodes run in, when started with `network`. */
+  network?: HostNetwork;
   /** Stops everything; idempotent. */
   stop(): Promise<void>;
 }
@@ -96,14 +104,26 @@ function pidsMentioning(needle: string): number[] {
 }
 
 /** Starts slurmctld and one slurmd per node; resolves when every node is idle. */
-export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS?: number } = {}): Promise<SlurmCluster> {
+export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS?: number; network?: HostNetwork; munge?: boolean } = {}): Promise<SlurmCluster> {
   ensureSlurmInstalled();
   const nodes = opts.nodes ?? [
     { name: "n1", cpus: 2, memMiB: 4000, gpus: 1 },
     { name: "n2", cpus: 2, memMiB: 4000, gpus: 1 },
   ];
+  const network = opts.network;
+  // Every node needs its namespace (throws naming the node otherwise).
+  const nodeAddr = (n: SlurmNodeSpec): string => (network ? network.host(n.name).addr : "127.0.0.1");
   const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-slurm-"));
   for (const sub of ["state", "spool", "log", "dev", "out"]) mkdirSync(path.join(dir, sub));
+  // munged wants its key's folder 0700 and its socket's folder 0755 (and reachable): two folders.
+  const mungeSocket = path.join(dir, "munge-socket", "munge.socket");
+  const mungeKey = path.join(dir, "munge-key", "munge.key");
+  if (opts.munge) {
+    chmodSync(dir, 0o755);
+    mkdirSync(path.dirname(mungeKey), { mode: 0o700 });
+    mkdirSync(path.dirname(mungeSocket), { mode: 0o755 });
+    writeFileSync(mungeKey, randomBytes(1024), { mode: 0o600 });
+  }
   const ctldPort = await freePort();
   const nodePorts = await Promise.all(nodes.map(() => freePort()));
   const gres: string[] = [];
@@ -120,13 +140,13 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
     conf,
     [
       `ClusterName=hearth${path.basename(dir).slice(-6).toLowerCase().replace(/[^a-z0-9]/g, "x")}`,
-      "SlurmctldHost=localhost(127.0.0.1)",
+      // slurmctld stays in this namespace; nodes in theirs reach it at the bridge's address.
+      `SlurmctldHost=localhost(${network ? network.gateway : "127.0.0.1"})`,
       `SlurmctldPort=${ctldPort}`,
       "SlurmUser=root",
       "SlurmdUser=root",
-      // Test only: no munged. A real cluster uses auth/munge.
-      "AuthType=auth/none",
-      "CredType=cred/none",
+      // Without munge, test only: a real cluster uses auth/munge. A path socket works across network namespaces.
+      ...(opts.munge ? ["AuthType=auth/munge", "CredType=cred/munge", `AuthInfo=socket=${mungeSocket}`] : ["AuthType=auth/none", "CredType=cred/none"]),
       "MpiDefault=none",
       "ProctrackType=proctrack/linuxproc",
       "TaskPlugin=task/none",
@@ -142,14 +162,15 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
       `SlurmdPidFile=${dir}/slurmd-%n.pid`,
       `SlurmctldLogFile=${dir}/log/slurmctld.log`,
       `SlurmdLogFile=${dir}/log/slurmd-%n.log`,
-      "CommunicationParameters=NoInAddrAny",
+      // On loopback, keep slurmd off 0.0.0.0; in a namespace each slurmd owns its address space anyway.
+      ...(network ? [] : ["CommunicationParameters=NoInAddrAny"]),
       "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf_interval=1",
       `SlurmdTimeout=${opts.slurmdTimeoutS ?? 5}`,
       "SlurmdParameters=config_overrides",
       "ReturnToService=2",
       "KillWait=2",
       "EnforcePartLimits=ALL",
-      ...nodes.map((n, i) => `NodeName=${n.name} NodeAddr=127.0.0.1 Port=${nodePorts[i]} CPUs=${n.cpus} RealMemory=${n.memMiB}${n.gpus > 0 ? ` Gres=gpu:${n.gpus}` : ""}`),
+      ...nodes.map((n, i) => `NodeName=${n.name} NodeAddr=${nodeAddr(n)} Port=${nodePorts[i]} CPUs=${n.cpus} RealMemory=${n.memMiB}${n.gpus > 0 ? ` Gres=gpu:${n.gpus}` : ""}`),
       `PartitionName=debug Nodes=${nodes.map((n) => n.name).join(",")} Default=YES MaxTime=INFINITE State=UP`,
       "",
     ].join("\n"),
@@ -176,6 +197,7 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
     nodes,
     env,
     cmd,
+    network,
     async jobs() {
       const out = await cmd("squeue", ["-h", "-o", "%i|%T|%j|%N"]);
       return out
@@ -192,6 +214,14 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
     async stop() {
       if (stopped) return;
       stopped = true;
+      // 0. A node cut off by a test is reconnected, so that its jobs can be cancelled the ordinary way.
+      for (const h of network?.hosts ?? []) {
+        try {
+          network!.restore(h.name);
+        } catch {
+          // Already gone.
+        }
+      }
       // 1. Cancel every job and wait for them to end (their processes survive daemon death otherwise).
       await cmd("scancel", ["--full", "-u", os.userInfo().username]).catch(() => undefined);
       await until("jobs to end", async () => ((await cluster.jobs()).length === 0 ? true : undefined), 15_000, () => "").catch(() => undefined);
@@ -218,9 +248,17 @@ export async function startSlurm(opts: { nodes?: SlurmNodeSpec[]; slurmdTimeoutS
   };
 
   try {
+    if (opts.munge) {
+      launch("/usr/sbin/munged", ["-F", `--key-file=${mungeKey}`, `--socket=${mungeSocket}`, `--pid-file=${dir}/munged.pid`, `--seed-file=${dir}/munged.seed`, `--log-file=${dir}/log/munged.log`]);
+      await until("munged", async () => (existsSync(mungeSocket) ? true : undefined), 10_000, daemonLog);
+    }
     launch("/usr/sbin/slurmctld", ["-D", "-i", "-f", conf]);
     await until("slurmctld", async () => ((await cmd("scontrol", ["ping"])).includes("is UP") ? true : undefined), 30_000, daemonLog);
-    for (const n of nodes) slurmd.set(n.name, launch("/usr/sbin/slurmd", ["-D", "-N", n.name, "-f", conf]));
+    for (const n of nodes) {
+      // nsenter execs slurmd in place (no fork), so the pid is slurmd's own.
+      const [program, ...prefix] = network ? [...network.exec(n.name), "/usr/sbin/slurmd"] : ["/usr/sbin/slurmd"];
+      slurmd.set(n.name, launch(program!, [...prefix, "-D", "-N", n.name, "-f", conf]));
+    }
     await until(
       "all nodes idle",
       async () => {

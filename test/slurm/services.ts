@@ -1,6 +1,7 @@
 /**
  * Service classes the Slurm tests run in executors started by Slurm jobs.
  */
+import os from "node:os";
 import { TensorEngine } from "../../sdk/tensor/index.js";
 import type { TrainMetrics } from "../../sdk/tensor/index.js";
 import type { ExecutorContext } from "../../sdk/runtime/types.js";
@@ -17,6 +18,10 @@ export interface Placement {
   cudaVisibleDevices: string | null;
   agentId: string;
   rendezvous: { host: string; port: number } | null;
+  /** The executor's non-loopback IPv4 addresses: its network namespace's, when nodes run in namespaces. */
+  addrs: string[];
+  /** HEARTH_HOME as the job received it (where the cluster's keys are found on the node). */
+  hearthHome: string | null;
 }
 
 /**
@@ -92,5 +97,10 @@ function placementOf(ctx: ExecutorContext): Placement {
     cudaVisibleDevices: process.env.CUDA_VISIBLE_DEVICES ?? null,
     agentId: ctx.agentId,
     rendezvous: ctx.rendezvous,
+    addrs: Object.values(os.networkInterfaces())
+      .flatMap((list) => list ?? [])
+      .filter((a) => a.family === "IPv4" && !a.internal)
+      .map((a) => a.address),
+    hearthHome: process.env.HEARTH_HOME ?? null,
   };
 }

@@ -1,15 +1,20 @@
 /**
  * Shared setup of the Slurm tests: a real two-node Slurm (harness.ts), a
  * throw-away HEARTH_HOME, and an app connected with `engine: "slurm"` whose
- * head (on this machine, loopback) declares agents lost after 2 s.
+ * head declares agents lost after 2 s. By default every node is this
+ * machine's loopback; `{ netns: true }` puts each node in its own network
+ * namespace (netns.ts) and binds the head on the bridge address the nodes
+ * reach, so head, agents and executors talk across distinct addresses.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { connect, type App } from "../../sdk/runtime/app.js";
+import { connect } from "../../sdk/connect.js";
+import type { App } from "../../sdk/runtime/app.js";
 import { stopSlurmHead, type SlurmConnectOptions } from "../../sdk/engines/slurm/index.js";
-import { startSlurm, type SlurmCluster } from "./harness.js";
+import { startSlurm, type SlurmCluster, type SlurmNodeSpec } from "./harness.js";
+import { createHostNetwork, type HostNetwork } from "./netns.js";
 
 /** The compiled Slurm test services module. */
 export const SERVICES = path.join(path.dirname(fileURLToPath(import.meta.url)), "services.js");
@@ -18,27 +23,42 @@ export const SERVICES = path.join(path.dirname(fileURLToPath(import.meta.url)), 
 export interface SlurmWorld {
   slurm: SlurmCluster;
   home: string;
+  /** The nodes' namespaces (netns worlds only). */
+  net?: HostNetwork;
   /** Connects an app with the Slurm engine (`extra` adds connect and engine options). */
   connect(name: string, extra?: { keepAliveMs?: number; slurm?: SlurmConnectOptions }): Promise<App>;
   /** Closes the apps, stops the head, then Slurm: no process left behind. */
   stop(): Promise<void>;
 }
 
-/** Starts Slurm and prepares a hearth home. */
-export async function startWorld(): Promise<SlurmWorld> {
-  const slurm = await startSlurm();
+/** Starts Slurm (`nodes`, default n1 and n2; `munge`: Slurm's own auth on) and prepares a hearth home; `netns` runs each node in a network namespace of its own. */
+export async function startWorld(opts: { netns?: boolean; nodes?: SlurmNodeSpec[]; munge?: boolean } = {}): Promise<SlurmWorld> {
+  const net = opts.netns ? createHostNetwork((opts.nodes ?? [{ name: "n1" }, { name: "n2" }]).map((n) => n.name)) : undefined;
+  let slurm: SlurmCluster;
+  try {
+    slurm = await startSlurm({ network: net, nodes: opts.nodes, munge: opts.munge });
+  } catch (err) {
+    net?.close();
+    throw err;
+  }
   const home = mkdtempSync(path.join(os.tmpdir(), "hearth-slurm-home-"));
+  // Jobs inherit the submitting environment (sbatch exports it): the cluster's
+  // HEARTH_HOME travels with them, so whatever it holds (keys, secrets) is
+  // found on the nodes at the same path, as on a shared home file system.
+  const env = { ...slurm.env, HEARTH_HOME: home };
+  const bind = net ? `tcp://${net.gateway}:0` : undefined;
   const apps: App[] = [];
   return {
     slurm,
     home,
+    net,
     async connect(name, extra = {}) {
       const app = await connect({
         name,
         engine: "slurm",
         local: { home },
         keepAliveMs: extra.keepAliveMs,
-        slurm: { agentTimeoutMs: 2000, env: slurm.env, pollMs: 250, ...extra.slurm },
+        slurm: { agentTimeoutMs: 2000, env, bind, pollMs: 250, ...extra.slurm },
       });
       apps.push(app);
       return app;
@@ -48,8 +68,12 @@ export async function startWorld(): Promise<SlurmWorld> {
         for (const app of apps) await app.close().catch(() => undefined);
         await stopSlurmHead(home);
       } finally {
-        await slurm.stop();
-        rmSync(home, { recursive: true, force: true });
+        try {
+          await slurm.stop();
+        } finally {
+          net?.close();
+          rmSync(home, { recursive: true, force: true });
+        }
       }
     },
   };

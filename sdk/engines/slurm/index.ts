@@ -13,21 +13,11 @@
  * await app.close();                               // cancels every job it started
  * ```
  */
-import type { SlurmEngineOptions } from "./engine.js";
-
 export { SlurmEngine } from "./engine.js";
 export type { SlurmEngineOptions, SlurmJobInfo } from "./engine.js";
 export { defaultCurveKeys, ensureSlurmHead, findSlurmHead, stopSlurmHead, HEARTH_CLI } from "./head.js";
 export type { SlurmHead, SlurmHeadOptions } from "./head.js";
 export { SlurmError, buildAgentJob, sbatch, scancel, squeue } from "./commands.js";
 export type { AgentJobSpec, QueuedJob } from "./commands.js";
-
-/** `connect({ engine: "slurm", slurm: {...} })`: engine settings plus where the head binds. */
-export interface SlurmConnectOptions extends Omit<SlurmEngineOptions, "partition" | "account" | "extraArgs"> {
-  /** The head's bind endpoint. Default tcp://127.0.0.1:0: loopback, enough only when the Slurm nodes are this machine. */
-  bind?: string;
-  /** An agent silent this long is lost (its calls are retried). Default 6 s. */
-  agentTimeoutMs?: number;
-  /** CURVE key file shared by the head and its agents (created on first use); null turns CURVE off. Default <HEARTH_HOME>/curve-keys.json. */
-  curveKeys?: string | null;
-}
+export { slurmProvisioner } from "./provisioner.js";
+export type { SlurmConnectOptions, SlurmEngineConnectOptions, SlurmStatus } from "./provisioner.js";
