@@ -19,12 +19,18 @@ import type { PreparedTask } from "./recipe.js";
 import type { SyntheticTask } from "./synthetic.js";
 import type { SearchR1Trainer, TrainerSetup } from "./trainer-service.js";
 
+/** The always-search phase has converged once the mean token NLL of its last 25 steps is under this. */
+const CONVERGED_NLL = 0.05;
+
+/** Rows per forward of a warm-start step: each rank's rows arrive longest first (buildSlices), and the engine drops a micro-batch's columns past its last trained token, so smaller micro-batches carry less padding. */
+const SFT_MICRO_BATCH = 8;
+
 /** Returns the folder of the bootstrapped weights (HF layout), making them if not cached. */
 export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, synthetic: SyntheticTask, o: SearchR1Options): Promise<string> {
   const batch = o.bootstrapBatch;
   const lr = o.bootstrapLr;
   const mixedSteps = Math.round(o.bootstrapSteps * o.bootstrapMixedShare);
-  const recipe = { v: 5, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
+  const recipe = { v: 6, converged: CONVERGED_NLL, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {
@@ -36,7 +42,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   const t0 = performance.now();
   const setup: TrainerSetup = {
     model: { ...task.model, seed: o.seed },
-    trainer: { lr, klCoef: 0, microBatchSize: 16, gradClip: 1.0, ...task.trainer },
+    trainer: { lr, klCoef: 0, microBatchSize: SFT_MICRO_BATCH, gradClip: 1.0, ...task.trainer },
     weights: `searchr1/bootstrap-${hash}/weights`,
     threads: threadsFor(o, o.trainerResreq),
     backend: backendFor(o),
@@ -47,7 +53,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   // Phase 1 always searches (copying is learned); phase 2 mixes in poor behaviour, so RL starts
   // from a policy that knows the protocol but searches only some question kinds.
   const retrieve = (q: string, k: number) => index.search(q, k);
-  // Phase 1 ends early once it has converged (mean NLL of the last 25 steps under 0.05): the
+  // Phase 1 ends early once it has converged (mean NLL of the last 25 steps under CONVERGED_NLL): the
   // always-search demonstrations are then learned, and more steps of them change nothing.
   const recent: number[] = [];
   let phase1 = o.bootstrapSteps - mixedSteps;
@@ -63,8 +69,8 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
     if (step < phase1) {
       recent.push(nll);
       if (recent.length > 25) recent.shift();
-      if (step + 1 >= 100 && recent.length === 25 && recent.reduce((a, b) => a + b, 0) / 25 < 0.05) {
-        o.log(`bootstrap: the always-search phase converged after ${step + 1} steps (mean token NLL under 0.05); mixed demonstrations follow`);
+      if (step + 1 >= 100 && recent.length === 25 && recent.reduce((a, b) => a + b, 0) / 25 < CONVERGED_NLL) {
+        o.log(`bootstrap: the always-search phase converged after ${step + 1} steps (mean token NLL under ${CONVERGED_NLL}); mixed demonstrations follow`);
         phase1 = step + 1;
       }
     }

@@ -100,8 +100,15 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
     if HAS_SDPA:
         out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mg)
     else:
-        att = (qg @ k.transpose(-1, -2)).float() * (D ** -0.5)  # (B, Hkv, group*T, S)
-        att = att.masked_fill(~mg, float("-inf")).softmax(dim=-1).to(v.dtype)
+        # One fused matmul: scale * q k^T on top of an additive 0 / -inf mask, so the
+        # (B, Hkv, group*T, S) scores are written once instead of scaled and masked in two
+        # more passes (the training forward's mask is one (T, S) triangle for every row).
+        Bm = mg.shape[0]
+        bias = torch.zeros(mg.shape, dtype=q.dtype, device=q.device).masked_fill_(~mg, float("-inf"))
+        bias = bias.expand(Bm, n_kv, group * T, S).reshape(Bm * n_kv, group * T, S) if Bm > 1 else bias[0]
+        att = torch.baddbmm(bias, qg.reshape(B * n_kv, group * T, D), k.reshape(B * n_kv, S, D).transpose(1, 2),
+                            alpha=D ** -0.5)
+        att = att.float().softmax(dim=-1).to(v.dtype).view(B, n_kv, group * T, S)
         out = att @ v
     return out.reshape(B, H, T, D)
 

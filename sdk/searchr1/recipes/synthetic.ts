@@ -47,7 +47,7 @@ export const PROTOCOL_WORDS: string[] = [
 export const TINY_SYNTHETIC_PRESET = "tiny-synthetic";
 
 /** The generic defaults (options.ts BASE_OPTIONS) are sized for the tiny preset on 2 CPU cores; this recipe adds its warm start. */
-const DEFAULTS: TaskRecipe["defaults"] = { bootstrapSteps: 2000, bootstrapMixedShare: 0.15, threads: 1 };
+const DEFAULTS: TaskRecipe["defaults"] = { bootstrapSteps: 2000, bootstrapMixedShare: 0.075, threads: 1 };
 
 /** The synthetic task on the tiny preset. */
 export const syntheticRecipe: TaskRecipe = {
