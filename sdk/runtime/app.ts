@@ -17,6 +17,7 @@ import { ObjectCache } from "../cache/object-cache.js";
 import { VersionConflictError } from "../wire/errors.js";
 import { findProjectRoot, packProject } from "./project.js";
 import { loadCurveKeys } from "../wire/curve.js";
+import type { Credential } from "../wire/auth.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -106,6 +107,12 @@ export interface ConnectOptions {
   extraArgs?: string[];
   /** Slurm engine: the rest of its settings (head bind address, agent timeout, polling). */
   slurm?: SlurmConnectOptions;
+  /**
+   * The credential to prove to the head. Default: HEARTH_APP_TOKEN (an app
+   * token from `hearth token APP`), else this app's key derived from the
+   * cluster secret under HEARTH_HOME (or `local.home`).
+   */
+  credential?: Credential;
 }
 
 /** A connected app. Create with `connect()` (or `App.connect()`). */
@@ -142,7 +149,7 @@ export class App {
     }
     endpoint ??= (await ensureLocalCluster(opts.local)).endpoint;
     const curve = curveKeys ? loadCurveKeys(curveKeys) : undefined;
-    const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve });
+    const { client, hello } = await HeadClient.open(endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve, credential: opts.credential, home: opts.local?.home });
     const project = opts.project === true ? findProjectRoot(process.cwd()) : typeof opts.project === "string" ? findProjectRoot(opts.project) : undefined;
     let engine: SlurmEngine | undefined;
     if (slurm) {
