@@ -123,7 +123,11 @@ export async function ensureLocalCluster(opts: LocalClusterOptions = {}): Promis
   // Private to this user: it holds endpoints, pids, logs and (with CURVE) keys.
   mkdirSync(path.join(home, "logs"), { recursive: true, mode: 0o700 });
   chmodSync(home, 0o700);
-  chmodSync(path.join(home, "logs"), 0o700);
+  // The head's data dir and the agent's work dir hold objects, projects and executor logs: private too.
+  for (const dir of ["logs", "data", "agent"]) {
+    mkdirSync(path.join(home, dir), { recursive: true, mode: 0o700 });
+    chmodSync(path.join(home, dir), 0o700);
+  }
   ensureSecret(secretPath(home));
   const found = findLocalCluster(home);
   if (found) return found;
