@@ -22,10 +22,16 @@ export interface RawCredential {
   key: Buffer;
 }
 
-/** The admin credential derived from the cluster secret under HEARTH_HOME (as docs/protocol.md describes). */
-export function rawAdminCredential(home = process.env.HEARTH_HOME ?? path.join(os.homedir(), ".hearth")): RawCredential {
+/** A credential derived from the cluster secret under HEARTH_HOME, as docs/protocol.md describes it. */
+export function rawCredential(role: "admin" | "agent" | "executor", id: string, app = "", home = process.env.HEARTH_HOME ?? path.join(os.homedir(), ".hearth")): RawCredential {
   const secret = Buffer.from(readFileSync(path.join(home, "secret"), "utf8").trim(), "hex");
-  return { role: "admin", id: "raw", app: "", key: createHmac("sha256", secret).update("hearth/admin").digest() };
+  const label = role === "admin" ? "hearth/admin" : role === "agent" ? "hearth/agent" : `hearth/executor\0${app}\0${id}`;
+  return { role, id, app, key: createHmac("sha256", secret).update(label).digest() };
+}
+
+/** The admin credential (any app, shutdown, every app's status). */
+export function rawAdminCredential(home?: string): RawCredential {
+  return rawCredential("admin", "raw", "", home);
 }
 
 /** A message received from the head. */
