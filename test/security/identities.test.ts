@@ -27,6 +27,8 @@ let pool: PoolHandle<Vault>;
 let gang: GangHandle<Vault>;
 
 before(async () => {
+  // The head and agent are told where the secret is, so the test can check that no executor is.
+  process.env.HEARTH_SECRET_FILE = secretFile();
   cluster = await startCluster({ agents: [{ id: "a1", cpus: 4, mem: "2g" }] });
   victim = await connect({ name: "victim", head: cluster.endpoint });
   pool = await victim.service<Vault>(VAULT, { name: "vault", warmup: 1 });
@@ -48,7 +50,7 @@ test("a peer presenting a live executor's routing id takes none of its calls", a
     const handshook = new Promise<void>((resolve) => thief.events.on("handshake", () => resolve()));
     thief.connect(cluster.endpoint);
     await Promise.race([handshook, new Promise((_, rej) => setTimeout(() => rej(new Error("the thief's connection never completed a handshake")), 5000))]);
-    await pool.call("ping"); // a round trip through the head after the thief's connection was attached
+    await pool.withOptions({ timeoutMs: 5000 }).call("ping"); // a round trip through the head after the thief's connection was attached
     const answers = await Promise.all(Array.from({ length: 20 }, () => pool.withOptions({ timeoutMs: 5000 }).call("ping")));
     assert.ok(answers.every((a) => a.pid === pid), "every call was answered by the real executor");
     thief.receiveTimeout = 0;
