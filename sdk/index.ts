@@ -30,6 +30,11 @@ export type { ExecutorContext, MethodArgs, MethodNames, MethodResult, ServiceIns
 export { ObjectCache, isObjectRef, type ObjectRef, type Fold, type GetOptions, type PutOptions, type WriteOptions } from "./cache/object-cache.js";
 export { ensureLocalCluster, findLocalCluster, hearthHome, stopLocalCluster, type LocalCluster, type LocalClusterOptions } from "./engines/local.js";
 export {
+  AuthError,
+  appToken,
+  credentialFrom,
+  driverCredential,
+  type Credential,
   ClosedError,
   ConnectError,
   ExecutorLostError,
