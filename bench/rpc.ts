@@ -2,14 +2,21 @@
  * `npm run bench -- rpc`: the round trip of an empty call driver → head →
  * executor → driver, against a raw ZeroMQ DEALER/ROUTER echo in another
  * process measured in the same run. Goals: p50 ≤ 2× the raw round trip, and
- * ≥ 5,000 calls/s with 4 executors.
+ * ≥ 5,000 calls/s with 4 executors. hearth is always authenticated (a signed
+ * hello per connection, docs/architecture.md); the bench also runs it with
+ * CURVE encryption on top, and times a connection's handshake (signed hello +
+ * app hello) against a raw DEALER's first round trip.
  */
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Dealer } from "zeromq";
 import { connect } from "../sdk/connect.js";
+import { HeadClient } from "../sdk/runtime/head-client.js";
+import { CURVE_KEYS_ENV, ensureCurveKeys } from "../sdk/wire/curve.js";
 import { startCluster } from "../test/helpers/cluster.js";
 import { quantile, table } from "./stats.js";
 import type { Noop } from "./noop-service.js";
@@ -68,6 +75,61 @@ async function rawRelay(n: number): Promise<number[]> {
   return lat;
 }
 
+/** Time to a raw DEALER's first echo (connect included), in µs. */
+async function rawFirstTrip(count: number): Promise<number[]> {
+  const server = spawn(process.execPath, [path.join(HERE, "raw-echo-server.js")], { stdio: ["ignore", "pipe", "inherit"] });
+  const [chunk] = (await once(server.stdout!, "data")) as [Buffer];
+  const lat: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const t = process.hrtime.bigint();
+    const dealer = new Dealer({ linger: 0 });
+    dealer.connect(chunk.toString().trim());
+    await dealer.send([Buffer.from("hdr-ping"), Buffer.from([0x90])]);
+    await dealer.receive();
+    lat.push(Number(process.hrtime.bigint() - t) / 1e3);
+    dealer.close();
+  }
+  server.kill();
+  return lat;
+}
+
+/** Time for HeadClient.open (signed hello, then the app hello), in µs. */
+async function hearthConnect(endpoint: string, count: number): Promise<number[]> {
+  const lat: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const t = process.hrtime.bigint();
+    const { client } = await HeadClient.open(endpoint, { app: "bench-rpc" });
+    lat.push(Number(process.hrtime.bigint() - t) / 1e3);
+    client.close();
+  }
+  return lat;
+}
+
+/** Sequential empty calls through a cluster with CURVE on (head, agent and driver share one key file). */
+async function curveRoundTrip(n: number): Promise<number[]> {
+  const keys = path.join(mkdtempSync(path.join(os.tmpdir(), "hearth-bench-curve-")), "curve-keys.json");
+  ensureCurveKeys(keys);
+  const before = process.env[CURVE_KEYS_ENV];
+  process.env[CURVE_KEYS_ENV] = keys;
+  const cluster = await startCluster({ agents: [{ id: "bench-curve", cpus: 2, mem: "2g", args: ["--curve-keys", keys] }], headArgs: ["--curve-keys", keys] });
+  const app = await connect({ name: "bench-rpc-curve", head: cluster.endpoint });
+  try {
+    const one = await app.service<Noop>({ module: path.join(HERE, "noop-service.js"), export: "Noop" }, { name: "one", resreq: "cpu=1", warmup: 1, max: 1 });
+    const lat: number[] = [];
+    for (let i = 0; i < n + 200; i++) {
+      const t = process.hrtime.bigint();
+      await one.call("ping");
+      if (i >= 200) lat.push(Number(process.hrtime.bigint() - t) / 1e3);
+    }
+    return lat;
+  } finally {
+    await app.close();
+    await cluster.stop();
+    if (before === undefined) delete process.env[CURVE_KEYS_ENV];
+    else process.env[CURVE_KEYS_ENV] = before;
+  }
+}
+
 /** Runs the benchmark and prints the table; returns the results. */
 export async function benchRpc(args: string[]): Promise<Record<string, number>> {
   const n = Number(args[0] ?? 3000);
@@ -93,6 +155,10 @@ export async function benchRpc(args: string[]): Promise<Record<string, number>> 
     let done = 0;
     for await (const _ of four.map("ping", Array.from({ length: total }, () => [] as []), { window })) done++;
     const perSec = done / ((performance.now() - t0) / 1000);
+    const connects = Math.max(10, Math.min(100, Math.round(n / 30)));
+    const hello = await hearthConnect(cluster.endpoint, connects);
+    const rawFirst = await rawFirstTrip(connects);
+    const curveLat = await curveRoundTrip(n);
 
     const rawP50 = quantile(raw.lat, 0.5);
     const p50 = quantile(lat, 0.5);
@@ -100,15 +166,21 @@ export async function benchRpc(args: string[]): Promise<Record<string, number>> 
       table([
         { path: "raw zmq DEALER/ROUTER echo", "p50 µs": rawP50, "p99 µs": quantile(raw.lat, 0.99), "calls/s (pipelined)": Math.round(raw.perSec) },
         { path: "raw zmq relay, same hops as hearth", "p50 µs": quantile(relayLat, 0.5), "p99 µs": quantile(relayLat, 0.99), "calls/s (pipelined)": "-" },
-        { path: "hearth driver→head→executor (1 executor)", "p50 µs": p50, "p99 µs": quantile(lat, 0.99), "calls/s (pipelined)": "-" },
+        { path: "hearth driver→head→executor, authenticated (1 executor)", "p50 µs": p50, "p99 µs": quantile(lat, 0.99), "calls/s (pipelined)": "-" },
+        { path: "hearth, authenticated + CURVE encryption (1 executor)", "p50 µs": quantile(curveLat, 0.5), "p99 µs": quantile(curveLat, 0.99), "calls/s (pipelined)": "-" },
         { path: `hearth, 4 executors, window ${window}`, "p50 µs": "-", "p99 µs": "-", "calls/s (pipelined)": Math.round(perSec) },
+        { path: "raw zmq: connect + first echo", "p50 µs": quantile(rawFirst, 0.5), "p99 µs": quantile(rawFirst, 0.99), "calls/s (pipelined)": "-" },
+        { path: "hearth: connect (signed hello + app hello)", "p50 µs": quantile(hello, 0.5), "p99 µs": quantile(hello, 0.99), "calls/s (pipelined)": "-" },
       ]),
     );
     const ratio = p50 / rawP50;
-    console.log(`\nround-trip ratio hearth/raw echo (p50): ${ratio.toFixed(2)}× (goal ≤ 2×)`);
+    const curveRatio = quantile(curveLat, 0.5) / rawP50;
+    console.log(`\nround-trip ratio hearth (authenticated)/raw echo (p50): ${ratio.toFixed(2)}× (goal ≤ 2×; before authentication: 3.2× in docs/results.md)`);
+    console.log(`with CURVE encryption on top: ${curveRatio.toFixed(2)}×; authentication costs one round trip per connection, nothing per call`);
+    console.log(`connect: hearth ${(quantile(hello, 0.5) / quantile(rawFirst, 0.5)).toFixed(2)}× a raw DEALER's connect + first echo (p50)`);
     console.log(`hops alone (raw relay/raw echo, p50): ${(quantile(relayLat, 0.5) / rawP50).toFixed(2)}×; hearth over the raw relay: ${(p50 / quantile(relayLat, 0.5)).toFixed(2)}×`);
     console.log(`throughput with 4 executors: ${Math.round(perSec)} calls/s (goal ≥ 5,000)`);
-    return { rawP50, relayP50: quantile(relayLat, 0.5), p50, ratio, perSec, rawPerSec: raw.perSec };
+    return { rawP50, relayP50: quantile(relayLat, 0.5), p50, ratio, curveP50: quantile(curveLat, 0.5), curveRatio, connectP50: quantile(hello, 0.5), rawConnectP50: quantile(rawFirst, 0.5), perSec, rawPerSec: raw.perSec };
   } finally {
     await app.close();
     await cluster.stop();

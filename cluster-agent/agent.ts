@@ -17,6 +17,9 @@ import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.j
 import { toWireError, truncateLogLine } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
+import { randomBytes } from "node:crypto";
+import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, credentialFrom, deriveKey, loadSecret, secretFile } from "../sdk/wire/auth.js";
+import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
 import { download } from "../sdk/cache/transfer.js";
 import { ObjectStore } from "./head/object-store.js";
 import { ObjectService } from "./object-service.js";
@@ -43,7 +46,12 @@ export interface AgentOptions {
    * this long: a crashed head leaves no agent behind. Default 60 s.
    */
   headGraceMs?: number;
+  /** The cluster secret (it proves the agent role, and checks executors at the cache socket). Default: HEARTH_SECRET_FILE, else HEARTH_HOME's. */
+  secret?: Buffer;
 }
+
+/** The routing id an executor connects with (to the head and to its agent's cache), set by its agent. */
+export const EXECUTOR_ROUTING_ID_ENV = "HEARTH_EXECUTOR_ROUTING_ID";
 
 /** Default of AgentOptions.headGraceMs. */
 export const HEAD_GRACE_MS = 60_000;
@@ -73,6 +81,8 @@ export class Agent {
   /** Node-local object cache: executors read objects through it, so bytes cross from the head once per node. */
   readonly cache: ObjectService;
   private readonly cacheChannel: RouterChannel;
+  /** Only this agent's own executors, each with its own credential, may read the cache. */
+  private readonly cacheAuth: Authenticator;
   private cacheEndpoint = "";
   private readonly refreshing = new Map<string, Promise<void>>();
   private readonly children = new Map<string, Child>();
@@ -92,7 +102,10 @@ export class Agent {
   /** Resolves when the agent has stopped (head said bye, or close()). */
   readonly stopped: Promise<void>;
 
-  private constructor(private readonly opts: AgentOptions) {
+  private constructor(
+    private readonly opts: AgentOptions,
+    private readonly secret: Buffer,
+  ) {
     this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
     const detected = detectResources();
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
@@ -100,24 +113,38 @@ export class Agent {
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
     const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
     this.log = (line) => sink(truncateLogLine(line));
-    this.channel = new DealerChannel(`a.${this.id}`, {
+    // A random routing id: the head binds it to the proven agent credential, so it must not be guessable.
+    this.channel = new DealerChannel(`a.${this.id}.${randomBytes(12).toString("hex")}`, {
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),
       curveClient: curveClientFromEnv(), // executors inherit HEARTH_CURVE_KEYS from this process
+      auth: credentialFrom(secret, "agent", this.id),
+      onAuthFailed: (err) => this.log(`the head refused this agent's credential: ${err.message}`),
     });
     this.headRequests = new PendingRequests(this.channel, `head at ${opts.head}`);
     this.cache = new ObjectService(new ObjectStore({ memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4) }), { readOnly: true });
     this.cacheChannel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`cache socket error: ${String(err)}`) });
+    this.cacheAuth = new Authenticator({
+      name: "agent cache",
+      keyFor: (role, id, app) => {
+        if (role !== "executor") return "only executors read an agent's cache";
+        const child = this.children.get(id);
+        return child && child.app === app ? deriveKey(secret, "executor", id, app) : `executor ${id} of app '${app}' does not run on agent ${this.id}`;
+      },
+      send: (id, frames) => this.cacheChannel.sendTo(id, frames),
+      deliver: (peer, frames) => void this.onCacheRequest(peer, frames),
+      log: (m) => this.log(m),
+    });
     this.projects = new ProjectStore(this.workDir, this.log);
     this.stopped = new Promise((r) => (this.done = r));
   }
 
   /** Connects to the head, registers, serves the node-local cache, and starts heartbeating. */
   static async start(opts: AgentOptions): Promise<Agent> {
-    const agent = new Agent(opts);
+    const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()));
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
     agent.cacheEndpoint = await agent.cacheChannel.bind("tcp://127.0.0.1:0");
-    void agent.cacheChannel.serve((id, frames) => agent.onCacheRequest(id, frames));
+    void agent.cacheChannel.serve((id, frames) => agent.cacheAuth.receive(id, frames));
     agent.channel.connect(opts.head);
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
@@ -125,6 +152,7 @@ export class Agent {
     const headGraceMs = opts.headGraceMs ?? HEAD_GRACE_MS;
     agent.heartbeat = setInterval(() => {
       agent.channel.send([encode({ t: "hb" })]);
+      agent.cacheAuth.sweep();
       const silent = Date.now() - agent.lastHeard;
       if (silent > headGraceMs) {
         agent.log(`nothing heard from the head at ${opts.head} for ${Math.round(silent / 1000)} s (grace ${headGraceMs / 1000} s); stopping executors and exiting`);
@@ -205,14 +233,16 @@ export class Agent {
   }
 
   /** An executor asks the node-local cache for an object: refresh from the head (once per node), then serve locally. */
-  private async onCacheRequest(id: Buffer, frames: Buffer[]): Promise<void> {
+  private async onCacheRequest(peer: Peer, frames: Buffer[]): Promise<void> {
+    const id = peer.routingId;
     let rid: number | undefined;
     try {
       const h = decodeHeader(frames[0]);
       rid = num(h, "rid");
-      const executorId = id.toString().replace(/^x\./, "");
+      // The executor and app it proved at the handshake (its credential names both).
+      const executorId = peer.id;
       const app = this.children.get(executorId)?.app;
-      if (!app) throw new Error(`unknown executor '${executorId}' on agent ${this.id}`);
+      if (!app || app !== peer.app) throw new Error(`unknown executor '${executorId}' on agent ${this.id}`);
       const op = str(h, "op");
       if (op === "obj-get") await this.refresh(app, str(h, "key"));
       const r = this.cache.handle(op, app, h, frames, "executor");
@@ -281,6 +311,11 @@ export class Agent {
     };
     const env: NodeJS.ProcessEnv = {
       ...process.env,
+      // Its own credential and a random routing id, never the cluster secret (nor where the file is).
+      [SECRET_FILE_ENV]: undefined,
+      [APP_TOKEN_ENV]: undefined,
+      [EXECUTOR_TOKEN_ENV]: deriveKey(this.secret, "executor", id, str(h, "app")).toString("hex"),
+      [EXECUTOR_ROUTING_ID_ENV]: `x.${id}.${randomBytes(12).toString("hex")}`,
       HEARTH_HEAD: this.opts.head,
       HEARTH_EXECUTOR_ID: id,
       HEARTH_EXECUTOR_CONTEXT: JSON.stringify(context),

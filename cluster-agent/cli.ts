@@ -10,6 +10,7 @@ import { parseMem } from "../sdk/runtime/resreq.js";
 import { ensureLocalCluster, findLocalCluster, stopLocalCluster } from "../sdk/engines/local.js";
 import { HearthError } from "../sdk/wire/errors.js";
 import { CURVE_KEYS_ENV, ensureCurveKeys } from "../sdk/wire/curve.js";
+import { SECRET_FILE_ENV, appToken, ensureSecret, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { Agent } from "./agent.js";
 import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
@@ -25,15 +26,18 @@ commands:
   head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F] [--agent-timeout 6s]
           [--curve-keys FILE]   accept only CURVE clients with the keys in FILE (created if missing)
           [--max-keep-alive 24h] [--max-apps 1000]   caps on what drivers may ask for
+          [--secret-file F]     the cluster secret peers prove (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret; made if missing)
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
           [--curve-keys FILE]   connect with CURVE (also HEARTH_CURVE_KEYS; executors inherit it)
           [--exit-when-idle 5m] exit after hosting no executor for that long
           [--head-grace 60s]    exit (stopping executors) when the head is silent that long
+          [--secret-file F]     the cluster secret (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret)
           run an agent that starts executors on this node
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
-  status  [--head ENDPOINT] [--json]           show agents, apps, services and executors
+  status  [--head ENDPOINT] [--json]           show agents, apps, services and executors (admin: needs the cluster secret)
+  token   APP                                  print APP's token: it opens that app only (HEARTH_APP_TOKEN), not the cluster
   demo    the main job on the embedded default
   train   search-r1 [flags]                    Search-R1 training (see below)
   ${MODEL_USAGE}
@@ -73,7 +77,7 @@ async function main(argv: string[]): Promise<number> {
     case "head": {
       const { values } = parseArgs({
         args: rest,
-        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" }, "max-keep-alive": { type: "string" }, "max-apps": { type: "string" } },
+        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" }, "max-keep-alive": { type: "string" }, "max-apps": { type: "string" }, "secret-file": { type: "string" } },
       });
       const head = await Head.start({
         bind: values.bind,
@@ -84,9 +88,10 @@ async function main(argv: string[]): Promise<number> {
         curve: values["curve-keys"] ? ensureCurveKeys(values["curve-keys"]) : undefined,
         maxKeepAliveMs: values["max-keep-alive"] ? parseDuration(values["max-keep-alive"]) : undefined,
         maxApps: values["max-apps"] ? positiveInt("--max-apps", values["max-apps"]) : undefined,
+        secret: ensureSecret(values["secret-file"] ?? secretFile()),
       });
       console.log(`hearth head listening on ${head.endpoint}`);
-      if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint);
+      if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint, { mode: 0o600 });
       for (const sig of ["SIGTERM", "SIGINT"] as const) process.on(sig, () => void head.close());
       await head.waitForShutdown();
       return 0;
@@ -106,8 +111,12 @@ async function main(argv: string[]): Promise<number> {
           "curve-keys": { type: "string" },
           "exit-when-idle": { type: "string" },
           "head-grace": { type: "string" },
+          "secret-file": { type: "string" },
         },
       });
+      // Read once here; the agent hands its executors their own credentials, never the secret.
+      const secret = loadSecret(values["secret-file"] ?? secretFile());
+      delete process.env[SECRET_FILE_ENV];
       if (values["curve-keys"]) process.env[CURVE_KEYS_ENV] = values["curve-keys"];
       const head = values.head ?? process.env.HEARTH_HEAD;
       if (!head) throw new HearthError("hearth agent needs --head tcp://HOST:PORT (or HEARTH_HEAD)");
@@ -121,6 +130,7 @@ async function main(argv: string[]): Promise<number> {
         labels: parseLabels(values.label ?? []),
         exitWhenIdleMs: values["exit-when-idle"] ? parseDuration(values["exit-when-idle"]) : undefined,
         headGraceMs: values["head-grace"] ? parseDuration(values["head-grace"]) : undefined,
+        secret,
         resources: {
           cpu: cpus,
           mem: values.mem !== undefined ? parseMem(values.mem) : undefined,
@@ -151,7 +161,7 @@ async function main(argv: string[]): Promise<number> {
         console.log("no local head is running (start one with `hearth up`), and no --head was given");
         return 1;
       }
-      const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000 });
+      const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000, admin: true });
       try {
         const status = await client.control("status", { all: true });
         console.log(values.json ? JSON.stringify(status, null, 2) : formatStatus(status));
@@ -159,6 +169,12 @@ async function main(argv: string[]): Promise<number> {
       } finally {
         client.close();
       }
+      return 0;
+    }
+    case "token": {
+      const app = rest[0];
+      if (!app || !/^[A-Za-z0-9_.-]{1,128}$/.test(app)) throw new HearthError("usage: hearth token APP (an app name: 1-128 letters, digits, '_', '.', '-')");
+      console.log(appToken(loadSecret(secretFile()), app));
       return 0;
     }
     case "demo":

@@ -16,6 +16,7 @@ import { MessageTooLargeError, type WireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ObjectCache } from "../sdk/cache/object-cache.js";
+import { executorCredential } from "./executor-credential.js";
 
 /** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
 export interface ExecutorLaunch extends Omit<ExecutorContext, "objects"> {
@@ -89,13 +90,16 @@ export async function importServiceModule(module: string): Promise<Record<string
 
 /** Runs one executor until it is told to stop. */
 export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, agentCache?: string): Promise<void> {
-  const channel = new DealerChannel(`x.${launch.executorId}`, { maxMessageSize: 64 * 1024 * 1024, curveClient: curveClientFromEnv() });
+  const { routingId, credential } = executorCredential(launch);
+  const channel = new DealerChannel(routingId, { maxMessageSize: 64 * 1024 * 1024, curveClient: curveClientFromEnv(), auth: credential });
   channel.connect(headEndpoint);
   const headRequests = new PendingRequests(channel, `head at ${headEndpoint}`);
+  // Served from the start: the handshake (and replies to init's object requests) must get through while the module loads.
+  void channel.serve(async (frames) => onHeadMessage(frames));
   let objects: ObjectCache = new ObjectCache(headRequests);
   let cacheChannel: DealerChannel | undefined;
   if (agentCache) {
-    cacheChannel = new DealerChannel(`x.${launch.executorId}`, { maxMessageSize: 64 * 1024 * 1024 });
+    cacheChannel = new DealerChannel(routingId, { maxMessageSize: 64 * 1024 * 1024, auth: credential });
     cacheChannel.connect(agentCache);
     const agentRequests = new PendingRequests(cacheChannel, `agent cache at ${agentCache}`);
     void cacheChannel.serve((frames) => void agentRequests.deliver(decodeHeader(frames[0]), frames));
@@ -139,8 +143,6 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
     }
     instance = new (Cls as new () => ServiceInstance & Record<string, unknown>)();
     const initDone = typeof instance.init === "function" ? instance.init(ctx) : undefined;
-    // Serve replies (object requests made by init) while init runs.
-    void channel.serve(async (frames) => onHeadMessage(frames));
     await initDone;
   } catch (err) {
     channel.send([encode({ t: "init-failed", error: remoteError(err, launch) })]);

@@ -33,6 +33,11 @@ export { ObjectCache, isObjectRef, type ObjectRef, type Fold, type GetOptions, t
 export { ensureLocalCluster, findLocalCluster, hearthHome, localProvisioner, stopLocalCluster, type LocalCluster, type LocalClusterOptions, type LocalEngineOptions } from "./engines/local.js";
 export { slurmProvisioner, type SlurmConnectOptions, type SlurmEngineConnectOptions, type SlurmStatus } from "./engines/slurm/index.js";
 export {
+  AuthError,
+  appToken,
+  credentialFrom,
+  driverCredential,
+  type Credential,
   ClosedError,
   ConnectError,
   ExecutorLostError,

@@ -19,6 +19,10 @@ import { buildStatus } from "./status.js";
 import { StateFile } from "./persist.js";
 import { Recovery } from "./recovery.js";
 import { startZapHandler, type CurveKeys } from "../../sdk/wire/curve.js";
+import { Authenticator, type Peer } from "../../sdk/wire/authenticator.js";
+import { ensureSecret, secretFile } from "../../sdk/wire/auth.js";
+import { AuthError } from "../../sdk/wire/errors.js";
+import { peerKey } from "./peer-roles.js";
 
 /** Head settings. */
 export interface HeadOptions {
@@ -46,6 +50,8 @@ export interface HeadOptions {
   maxKeepAliveMs?: number;
   /** Apps the head holds at most; a `hello` for a new app beyond this is refused. Default 1000. */
   maxApps?: number;
+  /** The cluster secret every peer's credential is derived from (auth.ts). Default: HEARTH_HOME's, made on first use. */
+  secret?: Buffer;
 }
 
 /** A running head. Create with `Head.start()`. */
@@ -68,6 +74,10 @@ export class Head {
   private closed = false;
   private onShutdown: () => void = () => {};
   private stopZap?: () => void;
+  /** Binds routing ids to proven credentials; every message passes it first (peer-roles.ts says who may do what). */
+  private auth!: Authenticator;
+  /** Where each executor's proven connection is (its routing id is random, never `x.<id>`). */
+  private readonly executorRoutes = new Map<string, Buffer>();
   /** The runtime state file, with a data dir. */
   private state?: StateFile;
   /** Restoring apps and services, and adopting reported executors, after a restart. */
@@ -94,7 +104,10 @@ export class Head {
     this.scheduler = new Scheduler({
       toDriver: (id, frames) => this.channel.sendTo(id, frames),
       toAgent: (agent, frames) => this.channel.sendTo(agent.routingId, frames),
-      toExecutor: (id, frames) => this.channel.sendTo(`x.${id}`, frames),
+      toExecutor: (id, frames) => {
+        const route = this.executorRoutes.get(id);
+        if (route) this.channel.sendTo(route, frames);
+      },
       reservePort: (agent) => this.reservePort(agent),
       log: (m) => this.log(m),
       saveState: () => this.state?.save(),
@@ -111,9 +124,20 @@ export class Head {
       const restored = head.state.open();
       if (restored) head.recovery.restore(restored, head.agentTimeoutMs);
     }
+    const secret = opts.secret ?? ensureSecret(secretFile());
+    head.auth = new Authenticator({
+      name: "head",
+      keyFor: (role, id, app) => peerKey(secret, role, id, app),
+      send: (id, frames) => head.channel.sendTo(id, frames),
+      deliver: (peer, frames) => head.onMessage(peer, frames),
+      onBound: (peer) => {
+        if (peer.role === "executor") head.executorRoutes.set(peer.id, peer.routingId);
+      },
+      log: (m) => head.log(m),
+    });
     if (opts.curve) head.stopZap = await startZapHandler([opts.curve.publicKey], (address) => head.log(`refused a connection from ${address}: unknown CURVE key`));
     head.endpoint = await head.channel.bind(opts.bind ?? "tcp://127.0.0.1:0");
-    head.serving = head.channel.serve((id, frames) => head.onMessage(id, frames));
+    head.serving = head.channel.serve((id, frames) => head.auth.receive(id, frames));
     head.ticker = setInterval(() => head.tick(), 250);
     return head;
   }
@@ -138,15 +162,16 @@ export class Head {
     this.onShutdown();
   }
 
-  private onMessage(id: Buffer, frames: Buffer[]): void {
+  private onMessage(peer: Peer, frames: Buffer[]): void {
     this.stats.messages++;
+    const id = peer.routingId;
     let h: Header | undefined;
     try {
       h = decodeHeader(frames[0]);
-      const role = id.subarray(0, 2).toString();
-      if (role === "a.") this.onAgentMessage(id, h, frames);
-      else if (role === "x.") this.onExecutorMessage(id.subarray(2).toString(), h, frames);
-      else this.onDriverMessage(id, h, frames);
+      // The role and identity the peer proved at the handshake, never what its routing id looks like.
+      if (peer.role === "agent") this.onAgentMessage(id, peer.id, h, frames);
+      else if (peer.role === "executor") this.onExecutorMessage(id, peer, h, frames);
+      else this.onDriverMessage(id, h, frames, peer);
     } catch (err) {
       this.stats.malformed++;
       const error = toWireError(err);
@@ -158,7 +183,7 @@ export class Head {
 
   // ---- drivers -------------------------------------------------------------
 
-  private onDriverMessage(id: Buffer, h: Header, frames: Buffer[]): void {
+  private onDriverMessage(id: Buffer, h: Header, frames: Buffer[], peer: Peer): void {
     const key = id.toString("hex");
     if (h.t === "hb") {
       const app = this.appOf(key);
@@ -215,7 +240,7 @@ export class Head {
       return this.answerObject(id, rid, () => this.objects.handle(op, app.name, h, frames, "driver"));
     }
     try {
-      const value = this.onDriverRequest(id, key, op, h, rid);
+      const value = this.onDriverRequest(id, key, op, h, rid, peer);
       if (value !== DEFERRED) this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value, head: this.id })]);
     } catch (err) {
       const error = err instanceof DeclareError ? err.wire : toWireError(err);
@@ -223,11 +248,13 @@ export class Head {
     }
   }
 
-  private onDriverRequest(id: Buffer, key: string, op: string, h: Header, rid: number): unknown {
+  private onDriverRequest(id: Buffer, key: string, op: string, h: Header, rid: number, peer: Peer): unknown {
     const sched = this.scheduler;
+    const admin = peer.role === "admin";
     switch (op) {
       case "hello": {
         const name = str(h, "app");
+        if (!admin && name !== peer.app) throw new AuthError(`this connection proved a credential for app '${peer.app}', not '${name}'; open '${name}' with its own app token`);
         if (!/^[A-Za-z0-9_.-]{1,128}$/.test(name)) {
           throw new ProtocolError(`app name '${name}' must be 1-128 characters of letters, digits, '_', '.', '-'`);
         }
@@ -259,9 +286,13 @@ export class Head {
           services: [...app.services.values()].map((s) => sched.serviceInfo(s)),
         };
       }
-      case "status":
-        return buildStatus(this, h.all === true ? undefined : (optStrField(h, "app") ?? this.appOf(key)?.name));
+      case "status": {
+        const which = h.all === true ? undefined : (optStrField(h, "app") ?? this.appOf(key)?.name);
+        if (!admin && which !== peer.app) throw new AuthError("the status of other apps (or of all) needs the admin credential (the cluster secret under HEARTH_HOME)");
+        return buildStatus(this, which);
+      }
       case "shutdown":
+        if (!admin) throw new AuthError("shutting the head down needs the admin credential (the cluster secret under HEARTH_HOME)");
         setImmediate(() => void this.close());
         return { stopping: true };
     }
@@ -350,8 +381,7 @@ export class Head {
 
   // ---- agents and executors ------------------------------------------------
 
-  private onAgentMessage(id: Buffer, h: Header, frames: Buffer[]): void {
-    const agentId = id.subarray(2).toString();
+  private onAgentMessage(id: Buffer, agentId: string, h: Header, frames: Buffer[]): void {
     const sched = this.scheduler;
     if (h.t === "rep") {
       const pending = this.agentReplies.get(num(h, "rid"));
@@ -410,6 +440,9 @@ export class Head {
       const ns = typeof h.app === "string" ? h.app : "";
       return this.answerObject(id, num(h, "rid"), () => this.objects.handle(op, ns, h, frames, "agent"));
     }
+    if ((h.t === "start-failed" || h.t === "exit") && !this.reportsOwn(agent, str(h, "executor"))) {
+      throw new AuthError(`agent ${agentId} reported '${h.t}' for executor ${str(h, "executor")}, which runs on another agent; ignored`);
+    }
     if (h.t === "start-failed") {
       const executor = str(h, "executor");
       sched.onExecutorInitFailed(executor, obj(h, "error") as unknown as WireError);
@@ -424,7 +457,8 @@ export class Head {
     throw new ProtocolError(`unknown message type '${h.t}' from an agent`);
   }
 
-  private onExecutorMessage(executorId: string, h: Header, frames: Buffer[]): void {
+  private onExecutorMessage(route: Buffer, peer: Peer, h: Header, frames: Buffer[]): void {
+    const executorId = peer.id;
     const sched = this.scheduler;
     const late = sched.draining.get(executorId);
     if (late && (h.t === "result" || h.t === "failed")) {
@@ -442,16 +476,17 @@ export class Head {
       else if (h.t === "result" || h.t === "failed") sched.router.stats.staleResults++;
       else if (h.t === "req") {
         const error = { name: "HeadRestartedError", message: `the head restarted and does not know executor ${executorId} yet (its agent has not re-registered); retry`, retryable: true };
-        this.channel.sendTo(Buffer.from(`x.${executorId}`), [encode({ t: "rep", rid: num(h, "rid"), ok: false, error, head: this.id })]);
+        this.channel.sendTo(route, [encode({ t: "rep", rid: num(h, "rid"), ok: false, error, head: this.id })]);
       }
       return;
     }
     if (!e) {
       this.log(`message '${h.t}' from unknown executor ${executorId}; telling it to exit`);
-      this.channel.sendTo(`x.${executorId}`, [encode({ t: "exit-now" })]);
+      this.channel.sendTo(route, [encode({ t: "exit-now" })]);
       return;
     }
     const s = sched.services.get(e.serviceId)!;
+    if (s.app !== peer.app) throw new AuthError(`executor ${executorId} proved a credential of app '${peer.app}', but runs for app '${s.app}'`);
     if (e.unconfirmed) this.recovery.confirm(e);
     switch (h.t) {
       case "hello":
@@ -459,7 +494,7 @@ export class Head {
       case "req": {
         const op = str(h, "op");
         if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);
-        return this.answerObject(Buffer.from(`x.${executorId}`), num(h, "rid"), () => this.objects.handle(op, s.app, h, frames, "executor"));
+        return this.answerObject(route, num(h, "rid"), () => this.objects.handle(op, s.app, h, frames, "executor"));
       }
       case "ready":
         sched.onExecutorReady(executorId, num(h, "pid"));
@@ -479,6 +514,12 @@ export class Head {
       default:
         throw new ProtocolError(`unknown message type '${h.t}' from an executor`);
     }
+  }
+
+  /** True when `executorId` is one the head placed on `agent` (or one it does not know, whose report changes nothing). */
+  private reportsOwn(agent: AgentRecord, executorId: string): boolean {
+    const e = this.scheduler.executors.get(executorId) ?? this.scheduler.draining.get(executorId);
+    return e === undefined || e.agentId === agent.id;
   }
 
   private reservePort(agent: AgentRecord): Promise<number> {
@@ -517,10 +558,22 @@ export class Head {
       }
     }
     this.recovery.tick(now);
+    this.auth.sweep(now);
+    if (!this.recovery.active) this.dropGoneExecutorRoutes();
     sched.deadlines.check(now, this.agentTimeoutMs);
     sched.shrinkIdle(now);
     this.objects.expire(now);
     sched.schedule();
+  }
+
+  /** Forgets the connections of executors the head no longer tracks (a late one re-proves itself and is told to exit). */
+  private dropGoneExecutorRoutes(): void {
+    const sched = this.scheduler;
+    for (const [id, route] of this.executorRoutes) {
+      if (sched.executors.has(id) || sched.draining.has(id)) continue;
+      this.executorRoutes.delete(id);
+      this.auth.forget(route);
+    }
   }
 
   /** Drivers of an app heard from within the driver timeout. */

@@ -8,12 +8,12 @@
  */
 import { spawn } from "node:child_process";
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { ConnectError } from "../wire/errors.js";
 import { HeadClient } from "../runtime/head-client.js";
 import type { Provisioner } from "../runtime/provisioner.js";
+import { ensureSecret, hearthHome as homeDir } from "../wire/auth.js";
 
 /** Options of the embedded default. */
 export interface LocalClusterOptions {
@@ -40,7 +40,12 @@ const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../cl
 
 /** The state folder. */
 export function hearthHome(home?: string): string {
-  return home ?? process.env.HEARTH_HOME ?? path.join(os.homedir(), ".hearth");
+  return homeDir(home);
+}
+
+/** The cluster secret of the local cluster (made on first use, 0600 in a 0700 home). */
+function secretPath(home: string): string {
+  return path.join(home, "secret");
 }
 
 function stateFile(home: string): string {
@@ -67,7 +72,7 @@ function readProcesses(home: string): StartedProcess[] {
 }
 
 function recordProcess(home: string, p: StartedProcess): void {
-  writeFileSync(processesFile(home), JSON.stringify([...readProcesses(home), p]));
+  writeFileSync(processesFile(home), JSON.stringify([...readProcesses(home), p]), { mode: 0o600 });
 }
 
 /**
@@ -119,6 +124,12 @@ export async function ensureLocalCluster(opts: LocalClusterOptions = {}): Promis
   // Private to this user: it holds endpoints, pids, logs and (with CURVE) keys.
   mkdirSync(path.join(home, "logs"), { recursive: true, mode: 0o700 });
   chmodSync(home, 0o700);
+  // The head's data dir and the agent's work dir hold objects, projects and executor logs: private too.
+  for (const dir of ["logs", "data", "agent"]) {
+    mkdirSync(path.join(home, dir), { recursive: true, mode: 0o700 });
+    chmodSync(path.join(home, dir), 0o700);
+  }
+  ensureSecret(secretPath(home));
   const found = findLocalCluster(home);
   if (found) return found;
   const release = await lock(path.join(home, "local.lock"));
@@ -147,7 +158,7 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
   if (!started) throw new ConnectError(`the local head did not start within ${timeoutMs / 1000} s; see ${path.join(home, "logs", "head.log")}`);
   const { endpoint, head } = started;
   if (reuse && endpoint === reuse.endpoint) return await finishStart(home, endpoint, head, reuse.agentPid, timeoutMs);
-  const agentArgs = ["agent", "--head", endpoint, "--id", "local", "--work-dir", path.join(home, "agent")];
+  const agentArgs = ["agent", "--head", endpoint, "--id", "local", "--work-dir", path.join(home, "agent"), "--secret-file", secretPath(home)];
   if (opts.cpus !== undefined) agentArgs.push("--cpus", String(opts.cpus));
   if (opts.mem !== undefined) agentArgs.push("--mem", opts.mem);
   if (opts.gpus !== undefined) agentArgs.push("--gpus", opts.gpus);
@@ -159,7 +170,7 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
 /** Starts the local head (on `bind`, default a free port); undefined if it exits or stays silent. */
 async function startHead(home: string, endpointFile: string, timeoutMs: number, bind: string | undefined): Promise<{ endpoint: string; head: number } | undefined> {
   rmSync(endpointFile, { force: true });
-  const args = ["head", "--endpoint-file", endpointFile, "--data-dir", path.join(home, "data"), ...(bind ? ["--bind", bind] : [])];
+  const args = ["head", "--endpoint-file", endpointFile, "--data-dir", path.join(home, "data"), "--secret-file", secretPath(home), ...(bind ? ["--bind", bind] : [])];
   const head = spawnDetached(args, path.join(home, "logs", "head.log"));
   recordProcess(home, { role: "head", pid: head });
   const endpoint = await poll(timeoutMs, () => {
@@ -171,7 +182,7 @@ async function startHead(home: string, endpointFile: string, timeoutMs: number, 
 
 /** Waits for the local agent to register, then writes the state file. */
 async function finishStart(home: string, endpoint: string, head: number, agent: number, timeoutMs: number): Promise<LocalCluster> {
-  const { client } = await HeadClient.open(endpoint, { app: "_hearth-local" }, { timeoutMs });
+  const { client } = await HeadClient.open(endpoint, { app: "_hearth-local" }, { timeoutMs, home });
   try {
     const registered = await poll(timeoutMs, async () => {
       const s = await client.control("status", {});
@@ -183,7 +194,7 @@ async function finishStart(home: string, endpoint: string, head: number, agent: 
     client.close();
   }
   const cluster: LocalCluster = { endpoint, headPid: head, agentPid: agent, home, startedAt: Date.now() };
-  writeFileSync(stateFile(home), JSON.stringify(cluster, null, 2));
+  writeFileSync(stateFile(home), JSON.stringify(cluster, null, 2), { mode: 0o600 });
   return cluster;
 }
 
@@ -201,7 +212,7 @@ export async function stopLocalCluster(home?: string, timeoutMs = 20_000): Promi
   const pids = [...new Set([...recorded.map((p) => p.pid), ...(c ? [c.headPid, c.agentPid] : [])])].filter(isHearthProcess);
   if (c) {
     try {
-      const { client } = await HeadClient.open(c.endpoint, { app: "_hearth-local" }, { timeoutMs: 5000 });
+      const { client } = await HeadClient.open(c.endpoint, { app: "_hearth-local" }, { timeoutMs: 5000, home: h, admin: true });
       await client.control("shutdown", {}).catch(() => undefined);
       client.close();
     } catch {
@@ -224,7 +235,7 @@ export async function stopLocalCluster(home?: string, timeoutMs = 20_000): Promi
 }
 
 function spawnDetached(args: string[], logFile: string): number {
-  const out = openSync(logFile, "a");
+  const out = openSync(logFile, "a", 0o600);
   const child = spawn(process.execPath, [CLI, ...args], { detached: true, stdio: ["ignore", out, out] });
   closeSync(out);
   child.unref();

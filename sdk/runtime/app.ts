@@ -18,6 +18,7 @@ import { VersionConflictError } from "../wire/errors.js";
 import { findProjectRoot, packProject } from "./project.js";
 import { loadCurveKeys } from "../wire/curve.js";
 import type { AppProvision, ProvisionStatus, Provisioner } from "./provisioner.js";
+import type { Credential } from "../wire/auth.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -93,6 +94,12 @@ export interface AppOptions {
    * import modules by the driver's absolute path.
    */
   project?: string | boolean;
+  /**
+   * The credential to prove to the head. Default: HEARTH_APP_TOKEN (an app
+   * token from `hearth token APP`), else this app's key derived from the
+   * cluster secret under the provisioner's HEARTH_HOME.
+   */
+  credential?: Credential;
 }
 
 /** A connected app. Create with `connect()` (sdk/connect.ts), or `App.open()` with a provisioner. */
@@ -122,7 +129,7 @@ export class App {
     }
     const head = await provisioner.head(opts, opts.head ?? process.env.HEARTH_HEAD);
     const curve = head.curveKeys ? loadCurveKeys(head.curveKeys) : undefined;
-    const { client, hello } = await HeadClient.open(head.endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve });
+    const { client, hello } = await HeadClient.open(head.endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve, credential: opts.credential, home: head.home });
     const project = opts.project === true ? findProjectRoot(process.cwd()) : typeof opts.project === "string" ? findProjectRoot(opts.project) : undefined;
     let provision: AppProvision | undefined;
     try {

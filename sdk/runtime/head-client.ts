@@ -9,6 +9,8 @@ import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, type Header } from ".
 import { ClosedError, ConnectError, HeadRestartedError, HearthError, MessageTooLargeError, ProtocolError, TimeoutError, fromWireError, type WireError } from "../wire/errors.js";
 import { PendingRequests, type Reply, type Requester } from "../wire/requests.js";
 import { curveClientFromEnv, type CurveClientKeys } from "../wire/curve.js";
+import { driverCredential, type Credential } from "../wire/auth.js";
+import type { AuthError } from "../wire/errors.js";
 
 interface Pending {
   resolve: (v: unknown) => void;
@@ -41,6 +43,16 @@ export interface HeadClientOptions {
   headTimeoutMs?: number;
   /** CURVE client keys for a head that requires them. Default: the file named by HEARTH_CURVE_KEYS, if set. */
   curve?: CurveClientKeys;
+  /**
+   * The credential to prove: given explicitly, or the admin credential
+   * (`admin: true`: shutdown, every app's status), else HEARTH_APP_TOKEN, else
+   * the app's key derived from the cluster secret under `home` (HEARTH_HOME).
+   */
+  credential?: Credential;
+  /** Prove the admin credential (needs the cluster secret). */
+  admin?: boolean;
+  /** Where the cluster secret is. Default HEARTH_SECRET_FILE, else HEARTH_HOME. */
+  home?: string;
 }
 
 /** The low-level driver connection; App and handles are built on it. */
@@ -59,24 +71,44 @@ export class HeadClient implements Requester {
   /** Replies that arrived for a call no longer pending (tests check this stays 0). */
   duplicateReplies = 0;
 
+  /** Set when the head refused the credential. */
+  private authFailed?: AuthError;
+  private onAuthFailed: (err: AuthError) => void = () => {};
+
   private constructor(
     readonly endpoint: string,
     private readonly headTimeoutMs: number,
     curve: CurveClientKeys | undefined,
+    credential: Credential,
   ) {
-    this.channel = new DealerChannel(`d.${randomUUID()}`, { maxMessageSize: 64 * 1024 * 1024, curveClient: curve });
+    // A random routing id: the head binds it to the proven credential.
+    this.channel = new DealerChannel(`d.${randomUUID()}`, {
+      maxMessageSize: 64 * 1024 * 1024,
+      curveClient: curve,
+      auth: credential,
+      onAuthFailed: (err) => {
+        this.authFailed = err;
+        this.onAuthFailed(err);
+      },
+    });
     this.requests = new PendingRequests(this.channel, `head at ${endpoint}`);
   }
 
   /** Connects and says hello for `app`; rejects with ConnectError if no head answers. */
   static async open(endpoint: string, hello: Record<string, unknown>, opts: HeadClientOptions = {}): Promise<{ client: HeadClient; hello: any }> {
-    const client = new HeadClient(endpoint, opts.headTimeoutMs ?? 15_000, opts.curve ?? curveClientFromEnv());
+    const app = typeof hello.app === "string" ? hello.app : "";
+    const credential = opts.credential ?? driverCredential(app, { home: opts.home, admin: opts.admin });
+    const client = new HeadClient(endpoint, opts.headTimeoutMs ?? 15_000, opts.curve ?? curveClientFromEnv(), credential);
     client.channel.connect(endpoint);
     void client.channel.serve((frames) => client.onMessage(frames));
     const timeoutMs = opts.timeoutMs ?? 10_000;
     try {
-      const reply = await client.control("hello", hello, timeoutMs);
+      const refused = new Promise<never>((_, reject) => (client.onAuthFailed = reject));
+      refused.catch(() => undefined);
+      const reply = await Promise.race([client.control("hello", hello, timeoutMs), refused]);
       client.headId = typeof reply.headId === "string" ? reply.headId : undefined;
+      // A head that later refuses this credential (a restarted head with another secret) fails what is pending.
+      client.onAuthFailed = (err) => client.failAll(err);
       client.heartbeat = setInterval(() => client.beat(), 1000);
       client.heartbeat.unref();
       return { client, hello: reply };
@@ -161,6 +193,11 @@ export class HeadClient implements Requester {
   /** Calls waiting for an answer. */
   get pendingCalls(): number {
     return this.calls.size;
+  }
+
+  /** The head's refusal of this connection's credential, if it refused it. */
+  get refusal(): AuthError | undefined {
+    return this.authFailed;
   }
 
   private beat(): void {

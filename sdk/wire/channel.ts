@@ -6,6 +6,10 @@
  */
 import { Dealer, Router } from "zeromq";
 import type { CurveClientKeys } from "./curve.js";
+import { authMac, type Credential } from "./auth.js";
+import { AUTH_MARK, isAuthMessage } from "./authenticator.js";
+import { decode, encode } from "./codec.js";
+import { AuthError, fromWireError, type WireError } from "./errors.js";
 
 /** Frames of one outgoing message. */
 export type Frames = Array<Buffer | Uint8Array | string>;
@@ -13,8 +17,12 @@ export type Frames = Array<Buffer | Uint8Array | string>;
 /** Serialises sends on one socket; `push` never blocks the caller. */
 class Outbox {
   private queue: Frames[] = [];
+  /** Handshake messages: sent first, even while the outbox is held. */
+  private urgent: Frames[] = [];
   private pumping = false;
   private closed = false;
+  /** While true only urgent messages go out (a DEALER that has not proven its credential yet). */
+  held = false;
 
   constructor(
     private readonly socket: Dealer | Router,
@@ -24,12 +32,25 @@ class Outbox {
   push(frames: Frames): void {
     if (this.closed) return;
     this.queue.push(frames);
+    if (!this.pumping && !this.held) void this.pump();
+  }
+
+  /** Queues a handshake message ahead of everything, held or not. */
+  pushUrgent(frames: Frames): void {
+    if (this.closed) return;
+    this.urgent.push(frames);
     if (!this.pumping) void this.pump();
   }
 
-  /** Resolves once everything queued so far has been handed to ZeroMQ. */
+  /** Lets held messages go. */
+  release(): void {
+    this.held = false;
+    if (!this.pumping) void this.pump();
+  }
+
+  /** Resolves once everything that can go has been handed to ZeroMQ (held messages of an unproven peer cannot). */
   async drain(): Promise<void> {
-    while (this.queue.length > 0 || this.pumping) await new Promise((r) => setTimeout(r, 1));
+    while (this.urgent.length > 0 || this.pumping || (this.queue.length > 0 && !this.held)) await new Promise((r) => setTimeout(r, 1));
   }
 
   close(): void {
@@ -40,8 +61,8 @@ class Outbox {
   private async pump(): Promise<void> {
     this.pumping = true;
     try {
-      while (this.queue.length > 0 && !this.closed) {
-        const next = this.queue.shift()!;
+      while ((this.urgent.length > 0 || (this.queue.length > 0 && !this.held)) && !this.closed) {
+        const next = this.urgent.length > 0 ? this.urgent.shift()! : this.queue.shift()!;
         try {
           await this.socket.send(next);
         } catch (err) {
@@ -64,6 +85,14 @@ export interface ChannelOptions {
   curveClient?: CurveClientKeys;
   /** ROUTER: be a CURVE server with this secret key (pair it with a ZAP handler to choose who may connect). */
   curveServerSecretKey?: string;
+  /**
+   * DEALER: prove this credential to the ROUTER before anything else is sent
+   * (authenticator.ts); messages sent meanwhile wait. Answer a later challenge
+   * (a restarted head) without holding anything.
+   */
+  auth?: Credential;
+  /** DEALER with `auth`: the ROUTER refused the credential. Default: onError. */
+  onAuthFailed?: (err: AuthError) => void;
 }
 
 const defaultOnError = (err: unknown): void => {
@@ -76,19 +105,47 @@ export class DealerChannel {
   private readonly outbox: Outbox;
   private readonly onError: (err: unknown) => void;
   private closed = false;
+  private readonly routingId: Buffer;
+  private readonly auth?: Credential;
+  private readonly onAuthFailed: (err: AuthError) => void;
+  /** Resolves when the credential was accepted the first time (at once without `auth`). */
+  readonly authenticated: Promise<void>;
+  private markAuthenticated: () => void = () => {};
 
   constructor(routingId: string, opts: ChannelOptions = {}) {
     this.onError = opts.onError ?? defaultOnError;
     const curve = opts.curveClient
       ? { curveServerKey: opts.curveClient.serverPublicKey, curvePublicKey: opts.curveClient.publicKey, curveSecretKey: opts.curveClient.secretKey }
       : {};
+    this.routingId = Buffer.from(routingId);
     this.socket = new Dealer({ routingId, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve });
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
     this.outbox = new Outbox(this.socket, this.onError);
+    this.auth = opts.auth;
+    this.onAuthFailed = opts.onAuthFailed ?? ((err) => this.onError(err));
+    this.outbox.held = this.auth !== undefined;
+    this.authenticated = this.auth ? new Promise((r) => (this.markAuthenticated = r)) : Promise.resolve();
   }
 
   connect(endpoint: string): void {
     this.socket.connect(endpoint);
+    if (this.auth) this.outbox.pushUrgent([AUTH_MARK, encode({ t: "auth-start" })]);
+  }
+
+  /** Answers the ROUTER's handshake messages (authenticator.ts). */
+  private onHandshake(body: Buffer): void {
+    const m = decode(body) as { t?: unknown; nonce?: unknown; error?: unknown };
+    if (m.t === "challenge" && this.auth && (Buffer.isBuffer(m.nonce) || m.nonce instanceof Uint8Array)) {
+      const { role, id, app, key } = this.auth;
+      const mac = authMac(key, Buffer.from(m.nonce), this.routingId, role, id, app);
+      this.outbox.pushUrgent([AUTH_MARK, encode({ t: "auth", role, id, app, mac })]);
+    } else if (m.t === "auth-ok") {
+      this.outbox.release();
+      this.markAuthenticated();
+    } else if (m.t === "auth-failed") {
+      const e = fromWireError(m.error as WireError);
+      this.onAuthFailed(e instanceof AuthError ? e : new AuthError(e.message));
+    }
   }
 
   send(frames: Frames): void {
@@ -100,6 +157,10 @@ export class DealerChannel {
     try {
       for await (const frames of this.socket) {
         try {
+          if (isAuthMessage(frames)) {
+            this.onHandshake(frames[1]!);
+            continue;
+          }
           await handler(frames);
         } catch (err) {
           this.onError(err);
@@ -132,7 +193,9 @@ export class RouterChannel {
   constructor(opts: ChannelOptions = {}) {
     this.onError = opts.onError ?? defaultOnError;
     const curve = opts.curveServerSecretKey ? { curveServer: true, curveSecretKey: opts.curveServerSecretKey } : {};
-    this.socket = new Router({ handover: true, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve });
+    // No handover: a second connection that presents a live peer's routing id is refused by
+    // ZeroMQ, so a routing id bound to a credential (authenticator.ts) cannot be taken over.
+    this.socket = new Router({ handover: false, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve });
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
     this.outbox = new Outbox(this.socket, this.onError);
   }

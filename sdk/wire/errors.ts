@@ -42,6 +42,11 @@ export class ProtocolError extends HearthError {
   override name = "ProtocolError";
 }
 
+/** A peer could not prove a credential, or its role may not do what it asked (see auth.ts). */
+export class AuthError extends HearthError {
+  override name = "AuthError";
+}
+
 /** No head answered, or the connection to it was lost. */
 export class ConnectError extends HearthError {
   override name = "ConnectError";
@@ -243,6 +248,7 @@ const KNOWN: Record<string, new (message: string) => HearthError> = {
   ResreqError,
   ServiceConfigError,
   ProtocolError,
+  AuthError,
   ConnectError,
   ClosedError,
   ExecutorLostError,

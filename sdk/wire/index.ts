@@ -12,6 +12,23 @@
 export { MESSAGE_LIMIT, decode, decodeHeader, encode, messageSize, type Header } from "./codec.js";
 export { DealerChannel, RouterChannel, type ChannelOptions, type Frames } from "./channel.js";
 export {
+  APP_TOKEN_ENV,
+  EXECUTOR_TOKEN_ENV,
+  SECRET_FILE_ENV,
+  appToken,
+  credentialFrom,
+  deriveKey,
+  driverCredential,
+  ensureSecret,
+  hearthHome,
+  loadSecret,
+  secretFile,
+  type Credential,
+  type Role,
+} from "./auth.js";
+export { AUTH_LIMITS, AUTH_MARK, Authenticator, isAuthMessage, type AuthenticatorOptions, type Peer } from "./authenticator.js";
+export {
+  AuthError,
   ClosedError,
   ConnectError,
   ExecutorLostError,

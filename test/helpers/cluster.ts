@@ -72,7 +72,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   head.stderr!.on("data", (d: Buffer) => (log += d.toString()));
   const endpoint = await waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(log)?.[1]);
   const agents = new Map<string, ChildProcess>();
-  const client = (await HeadClient.open(endpoint, { app: "_test-observer" })).client;
+  // The observer reads every app's status and shuts the head down: the admin credential.
+  const client = (await HeadClient.open(endpoint, { app: "_test-observer" }, { admin: true })).client;
   const status = (): Promise<any> => client.control("status", { all: true });
 
   const addAgent = async (spec: AgentSpec): Promise<ChildProcess> => {

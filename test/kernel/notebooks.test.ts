@@ -4,6 +4,7 @@
 // must resolve through the kernelspec), and checks: no error outputs, the
 // expected MIME types, and what the notebook shows.
 import assert from "node:assert/strict";
+import { secretFile } from "../../sdk/wire/auth.js";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -38,7 +39,8 @@ test("02-runtime-tour.ipynb runs under nbclient with no errors and renders table
   cpSync(path.join(REPO_ROOT, "notebooks", "02-runtime-tour.ipynb"), path.join(folder, "02-runtime-tour.ipynb"));
   cpSync(path.join(REPO_ROOT, "notebooks", "services"), path.join(folder, "services"), { recursive: true });
   assert.ok(path.relative(REPO_ROOT, folder).startsWith(".."), `${folder} is outside the checkout`);
-  const result = await runNotebook(path.join(folder, "02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 150_000);
+  // The kernel has its own HEARTH_HOME; the cluster's secret is named explicitly (its driver proves a key derived from it).
+  const result = await runNotebook(path.join(folder, "02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home, HEARTH_SECRET_FILE: secretFile() }, outFile, 150_000);
   console.log(`# 02-runtime-tour.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
 
   assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");

@@ -7,6 +7,7 @@
 // tables, the same executors before and after the restart, and that its HTML
 // export draws the plots in headless Chromium.
 import assert from "node:assert/strict";
+import { secretFile } from "../../sdk/wire/auth.js";
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -43,7 +44,8 @@ after(async () => {
 
 test("01-search-r1.ipynb trains end to end under nbclient, across a kernel restart: tables, trajectory spans, figures, progress bars, the values each section shows", async () => {
   const outFile = path.join(home, "01-search-r1.out.ipynb");
-  const result = await runNotebook(path.join(REPO_ROOT, "notebooks/01-search-r1.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home }, outFile, 540_000, 240);
+  // The kernel has its own HEARTH_HOME; the cluster's secret is named explicitly (its driver proves a key derived from it).
+  const result = await runNotebook(path.join(REPO_ROOT, "notebooks/01-search-r1.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home, HEARTH_SECRET_FILE: secretFile() }, outFile, 540_000, 240);
   console.log(`# 01-search-r1.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
 
   assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { pack } from "msgpackr";
 import { LIVENESS, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
-import { RawClient } from "../helpers/raw-client.js";
+import { RawClient, rawCredential } from "../helpers/raw-client.js";
 
 let cluster: TestCluster;
 
@@ -43,7 +43,7 @@ test("a replayed call id runs once and is answered once", async () => {
 
 test("a result that races its executor's exit report is accepted; a call with no result runs again", async () => {
   // A fake agent and fake executors, so the order of the exit report and the result is ours to choose.
-  const agent = new RawClient(cluster.endpoint, "a.fake");
+  const agent = new RawClient(cluster.endpoint, "a.fake", rawCredential("agent", "fake"));
   const driver = new RawClient(cluster.endpoint);
   const executors: RawClient[] = [];
   try {
@@ -52,7 +52,7 @@ test("a result that races its executor's exit report is accepted; a call with no
     const info = await driver.request("service", { spec: { name: "r", module: LIVENESS, export: "Sleeper", warmup: 1, max: 1, concurrency: 2, elastic: true } });
     await agent.sendFrames([pack({ t: "register", host: "127.0.0.1", pid: process.pid, cpu: 1, mem: 1e9, gpus: [], labels: { "hearth.service": info.id } })]);
     const start = await agent.waitFor((m) => m.header.t === "start");
-    const first = new RawClient(cluster.endpoint, `x.${start.header.executor}`);
+    const first = new RawClient(cluster.endpoint, `x.${start.header.executor}`, rawCredential("executor", start.header.executor, "race"));
     executors.push(first);
     await first.sendFrames([pack({ t: "ready", pid: process.pid, methods: ["sleep"] })]);
     await driver.request("ready", { service: "r" });
@@ -71,7 +71,7 @@ test("a result that races its executor's exit report is accepted; a call with no
     assert.equal(answer1.header.t, "result");
     assert.equal(answer1.payload, "from the dead executor");
     // The second call is re-run on the replacement once the grace for late results is over.
-    const second = new RawClient(cluster.endpoint, `x.${restart.header.executor}`);
+    const second = new RawClient(cluster.endpoint, `x.${restart.header.executor}`, rawCredential("executor", restart.header.executor, "race"));
     executors.push(second);
     await second.sendFrames([pack({ t: "ready", pid: process.pid, methods: ["sleep"] })]);
     const rerun = await second.waitFor((m) => m.header.t === "call");

@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { after, before, test } from "node:test";
 import { pack } from "msgpackr";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
-import { RawClient } from "../helpers/raw-client.js";
+import { RawClient, rawCredential } from "../helpers/raw-client.js";
 
 let cluster: TestCluster;
 
@@ -45,8 +45,13 @@ test("fuzzed frames from drivers, fake agents and fake executors do not crash th
     () => [Buffer.alloc(0)],
     () => [pack({ t: "req", rid: 9, op: "hello", app: "../../etc" })],
   ];
-  const ids = ["d.fuzz", "a.fuzz-agent", "x.fuzz-exec", undefined];
-  const clients = ids.map((id) => new RawClient(cluster.endpoint, id));
+  // A driver (admin), an agent and an executor that proved real credentials, and an admin with a default routing id.
+  const clients = [
+    new RawClient(cluster.endpoint, "d.fuzz"),
+    new RawClient(cluster.endpoint, "a.fuzz-agent", rawCredential("agent", "fuzz-agent")),
+    new RawClient(cluster.endpoint, "x.fuzz-exec", rawCredential("executor", "fuzz-exec", "fuzz")),
+    new RawClient(cluster.endpoint),
+  ];
   try {
     let sent = 0;
     for (let i = 0; i < 600; i++) {

@@ -119,12 +119,12 @@ test("the head accepts only CURVE clients holding the app's keys (generated on f
   const keysFile = defaultCurveKeys(world.home);
   assert.equal(statSync(keysFile).mode & 0o777, 0o600);
   const keys = loadCurveKeys(keysFile);
-  const plain = HeadClient.open(app.endpoint, { app: "intruder" }, { timeoutMs: 1500 });
+  const plain = HeadClient.open(app.endpoint, { app: "intruder" }, { timeoutMs: 1500, home: world.home });
   await assert.rejects(plain, ConnectError, "a client without CURVE is not let in");
   const stranger = curveKeyPair();
-  const wrong = HeadClient.open(app.endpoint, { app: "intruder" }, { timeoutMs: 1500, curve: { serverPublicKey: keys.serverPublicKey, ...stranger } });
+  const wrong = HeadClient.open(app.endpoint, { app: "intruder" }, { timeoutMs: 1500, home: world.home, curve: { serverPublicKey: keys.serverPublicKey, ...stranger } });
   await assert.rejects(wrong, ConnectError, "a client with a key the head does not know is not let in");
-  const { client } = await HeadClient.open(app.endpoint, { app: "friend" }, { timeoutMs: 5000, curve: keys });
+  const { client } = await HeadClient.open(app.endpoint, { app: "friend" }, { timeoutMs: 5000, curve: keys, home: world.home });
   try {
     assert.ok(Array.isArray((await client.control("status", {})).agents));
     await client.control("close-app", {});

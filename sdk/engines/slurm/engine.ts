@@ -21,6 +21,7 @@ import { parseResreq } from "../../runtime/resreq.js";
 import { buildAgentJob, sbatch, scancel, squeue, type QueuedJob } from "./commands.js";
 import { HEARTH_CLI } from "./head.js";
 import { CURVE_KEYS_ENV } from "../../wire/curve.js";
+import { SECRET_FILE_ENV } from "../../wire/auth.js";
 
 /** Options of the Slurm engine (also accepted by `connect({ engine: "slurm", ... })`). */
 export interface SlurmEngineOptions {
@@ -248,7 +249,8 @@ export class SlurmEngine {
       partition: this.opts.partition,
       account: this.opts.account,
       extraArgs: this.opts.extraArgs,
-      env: this.opts.curveKeys ? { [CURVE_KEYS_ENV]: this.opts.curveKeys } : undefined,
+      // The cluster secret ships with the job (by path: HEARTH_HOME is on the shared filesystem); the agent reads it and keeps it from its executors.
+      env: { [SECRET_FILE_ENV]: path.join(this.home, "secret"), ...(this.opts.curveKeys ? { [CURVE_KEYS_ENV]: this.opts.curveKeys } : {}) },
     });
     const submittedAt = Date.now();
     const id = await sbatch(args, script, this.env);

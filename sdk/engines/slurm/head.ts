@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { HeadClient } from "../../runtime/head-client.js";
 import { ConnectError } from "../../wire/errors.js";
 import { ensureCurveKeys, loadCurveKeys } from "../../wire/curve.js";
+import { ensureSecret } from "../../wire/auth.js";
 import { alive, lock } from "../local.js";
 
 /** The hearth CLI (compiled), which every job runs as `node <CLI> agent ...`. */
@@ -62,7 +63,9 @@ export function findSlurmHead(home: string): SlurmHead | undefined {
 
 /** Finds the Slurm head of this HEARTH_HOME or starts one in the background. */
 export async function ensureSlurmHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
-  mkdirSync(path.join(opts.home, "logs"), { recursive: true });
+  mkdirSync(path.join(opts.home, "logs"), { recursive: true, mode: 0o700 });
+  // The cluster secret every agent job proves (it reaches them as HEARTH_SECRET_FILE, see engine.ts).
+  ensureSecret(path.join(opts.home, "secret"));
   const found = findSlurmHead(opts.home);
   if (found) return found;
   const release = await lock(path.join(opts.home, "slurm-head.lock"));
@@ -77,7 +80,7 @@ async function startHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const endpointFile = path.join(opts.home, "slurm-head.endpoint");
   rmSync(endpointFile, { force: true });
-  const args = [HEARTH_CLI, "head", "--bind", opts.bind ?? "tcp://127.0.0.1:0", "--endpoint-file", endpointFile];
+  const args = [HEARTH_CLI, "head", "--bind", opts.bind ?? "tcp://127.0.0.1:0", "--endpoint-file", endpointFile, "--secret-file", path.join(opts.home, "secret")];
   const curveKeys = opts.curveKeys === null ? null : (opts.curveKeys ?? defaultCurveKeys(opts.home));
   if (curveKeys !== null) {
     ensureCurveKeys(curveKeys); // generated here on first use, so the head and every client share it
@@ -85,7 +88,7 @@ async function startHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
   }
   if (opts.agentTimeoutMs !== undefined) args.push("--agent-timeout", `${opts.agentTimeoutMs}ms`);
   const logFile = path.join(opts.home, "logs", "slurm-head.log");
-  const out = openSync(logFile, "a");
+  const out = openSync(logFile, "a", 0o600);
   const child = spawn(process.execPath, args, { detached: true, stdio: ["ignore", out, out] });
   closeSync(out);
   child.unref();
@@ -95,7 +98,7 @@ async function startHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
     await new Promise((r) => setTimeout(r, 50));
   }
   const head: SlurmHead = { endpoint: readFileSync(endpointFile, "utf8").trim(), pid: child.pid!, home: opts.home, curveKeys };
-  writeFileSync(stateFile(opts.home), JSON.stringify(head, null, 2));
+  writeFileSync(stateFile(opts.home), JSON.stringify(head, null, 2), { mode: 0o600 });
   return head;
 }
 
@@ -106,7 +109,7 @@ export async function stopSlurmHead(home: string, timeoutMs = 15_000): Promise<b
   if (!h) return false;
   try {
     const curve = h.curveKeys ? loadCurveKeys(h.curveKeys) : undefined;
-    const { client } = await HeadClient.open(h.endpoint, { app: "_hearth-slurm" }, { timeoutMs: 5000, curve });
+    const { client } = await HeadClient.open(h.endpoint, { app: "_hearth-slurm" }, { timeoutMs: 5000, curve, home, admin: true });
     await client.control("shutdown", {}).catch(() => undefined);
     client.close();
   } catch {

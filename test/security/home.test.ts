@@ -1,0 +1,64 @@
+/**
+ * HEARTH_HOME and the cluster secret are private: made on first use by a
+ * real head (folder 0700, secret 0600), refused when others can read them,
+ * and the embedded default writes nothing others can read.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { ensureLocalCluster, stopLocalCluster } from "../../sdk/engines/local.js";
+import { CLI, pidAlive, waitFor } from "../helpers/cluster.js";
+
+const mode = (p: string): number => statSync(p).mode & 0o777;
+
+/** Runs `hearth head` with HEARTH_HOME=home until it listens (or exits); returns its output and exit code. */
+async function runHead(home: string): Promise<{ out: string; code: number | null }> {
+  const p = spawn(process.execPath, [CLI, "head", "--bind", "tcp://127.0.0.1:0"], { env: { ...process.env, HEARTH_HOME: home, HEARTH_SECRET_FILE: "" }, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  p.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  p.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((r) => p.once("exit", (code) => r(code)));
+  const first = await Promise.race([waitFor("the head to listen", () => (/listening on/.test(out) ? "up" : undefined), 15_000), exited.then(() => "exited")]);
+  if (first === "up") {
+    p.kill("SIGTERM");
+    return { out, code: await exited };
+  }
+  return { out, code: await exited };
+}
+
+test("the head makes HEARTH_HOME (0700) and its secret (0600) on first use", async () => {
+  const home = path.join(mkdtempSync(path.join(os.tmpdir(), "hearth-sec-home-")), "home");
+  const { out } = await runHead(home);
+  assert.match(out, /listening on tcp:\/\//);
+  assert.equal(mode(home), 0o700);
+  assert.equal(mode(path.join(home, "secret")), 0o600);
+});
+
+test("a secret others can read is refused with the command that fixes it", async () => {
+  const home = mkdtempSync(path.join(os.tmpdir(), "hearth-sec-home-"));
+  writeFileSync(path.join(home, "secret"), `${"ab".repeat(32)}\n`);
+  chmodSync(path.join(home, "secret"), 0o644);
+  const { out, code } = await runHead(home);
+  assert.notEqual(code, 0);
+  assert.match(out, /mode 0644; others can read it\. Run: chmod 600/);
+});
+
+test("the embedded default keeps everything under HEARTH_HOME private, and `down` (admin) stops it", async () => {
+  const home = path.join(mkdtempSync(path.join(os.tmpdir(), "hearth-sec-home-")), "home");
+  mkdirSync(home, { mode: 0o755 });
+  const c = await ensureLocalCluster({ home, cpus: 1, mem: "512m" });
+  try {
+    const walk = (dir: string): string[] => readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? [path.join(dir, e.name), ...walk(path.join(dir, e.name))] : [path.join(dir, e.name)]));
+    assert.equal(mode(home), 0o700, "an existing home is made private");
+    for (const f of ["secret", "local.json", "processes.json", "head.endpoint", "logs/head.log", "logs/agent.log"]) assert.equal(mode(path.join(home, f)), 0o600, f);
+    assert.equal(mode(path.join(home, "logs")), 0o700);
+    // Nothing directly under HEARTH_HOME is readable by others.
+    for (const p of walk(home).filter((p) => path.dirname(p) === home)) assert.equal(mode(p) & 0o077, 0, p);
+  } finally {
+    assert.equal(await stopLocalCluster(home), true);
+  }
+  await waitFor("the local head and agent to exit", () => (!pidAlive(c.headPid) && !pidAlive(c.agentPid) ? true : undefined));
+});
