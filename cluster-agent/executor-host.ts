@@ -4,7 +4,9 @@
  * warm state), then serves calls from the head until SIGTERM, when it awaits
  * `close()` and exits. A TypeScript service module (.ts, .mts, .cts) is
  * loaded through tsx (esbuild: types stripped, relative imports between .ts
- * files resolved, no build step); JavaScript is imported as it is.
+ * files resolved, no build step); JavaScript is imported as it is. It
+ * heartbeats to the head every EXECUTOR_HEARTBEAT_MS with the liveness of
+ * the tensor engines it holds, and at once when one of them dies or hangs.
  */
 import path from "node:path";
 import { Worker } from "node:worker_threads";
@@ -16,6 +18,7 @@ import { MessageTooLargeError, type WireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ObjectCache } from "../sdk/cache/object-cache.js";
+import { engineLiveness, onEngineChange } from "../sdk/tensor/liveness.js";
 
 /** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
 export interface ExecutorLaunch extends Omit<ExecutorContext, "objects"> {
@@ -29,6 +32,8 @@ const RESERVED = new Set(["constructor", "init", "close"]);
 export const PARENT_POLL_MS = 200;
 /** How long an orphaned executor's SIGTERM (close()) gets before the watchdog sends SIGKILL. */
 export const ORPHAN_GRACE_MS = 2_000;
+/** How often an executor heartbeats to the head (engine liveness); a dead or hung engine is reported at once. */
+export const EXECUTOR_HEARTBEAT_MS = 2_000;
 
 // Runs in its own thread, so it notices a dead agent even while the main
 // thread is stuck in synchronous user code (where the IPC 'disconnect' event
@@ -129,6 +134,11 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   });
   const agentPid = Number(process.env.HEARTH_AGENT_PID);
   watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid);
+  // Engine liveness: a gang rank whose engine died fails its gang from this, within moments.
+  // The change is sent synchronously, before the calls waiting on that engine fail.
+  const beat = (): void => channel.send([encode({ t: "hb", engines: engineLiveness() })]);
+  setInterval(beat, EXECUTOR_HEARTBEAT_MS).unref();
+  onEngineChange(beat);
 
   try {
     const mod = await importServiceModule(launch.module);

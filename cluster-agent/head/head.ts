@@ -456,6 +456,8 @@ export class Head {
     switch (h.t) {
       case "hello":
         return; // an adopted executor announcing itself to a restarted head (handled just above)
+      case "hb":
+        return sched.deadlines.onExecutorHeartbeat(e, h.engines);
       case "req": {
         const op = str(h, "op");
         if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);
@@ -472,10 +474,8 @@ export class Head {
         if (sched.router.complete(e, num(h, "hid"), { value: frames[1]! })) sched.onCallsChanged(s);
         return;
       }
-      case "failed": {
-        if (sched.router.complete(e, num(h, "hid"), { error: obj(h, "error") as unknown as WireError })) sched.onCallsChanged(s);
-        return;
-      }
+      case "failed":
+        return sched.onCallFailed(e, num(h, "hid"), obj(h, "error") as unknown as WireError);
       default:
         throw new ProtocolError(`unknown message type '${h.t}' from an executor`);
     }

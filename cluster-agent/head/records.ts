@@ -113,6 +113,19 @@ export interface ExecutorRecord {
    */
   unconfirmed?: boolean;
   exit?: { code: number | null; signal: string | null };
+  /** The tensor engines its last heartbeat reported (deadlines.ts acts on one that stopped running). */
+  engines?: EngineReport[];
+  /** When its last heartbeat arrived. */
+  heardAt?: number;
+}
+
+/** One tensor engine as an executor's heartbeat reports it (sdk/tensor/liveness.ts). */
+export interface EngineReport {
+  pid: number | null;
+  state: "running" | "hung" | "wedged" | "exited";
+  silentMs: number;
+  op: string | null;
+  detail: string | null;
 }
 
 /** A call as the head tracks it between driver and executor. */
