@@ -45,7 +45,8 @@ export interface TensorEngineOptions {
   /**
    * Kill the engine as hung when its process sent no heartbeat for this long
    * (default DEFAULT_HANG_TIMEOUT_MS, or HEARTH_ENGINE_HANG_MS; null: never).
-   * Armed from the first heartbeat, so a slow `import torch` is not a hang.
+   * Armed once the engine answered its first ping (or beat), so a slow
+   * `import torch` is not a hang.
    */
   hangTimeoutMs?: number | null;
 }
@@ -176,6 +177,8 @@ export class TensorEngine {
       await engine.close();
       throw err;
     }
+    // Armed now at the latest: the first beat may still be on its way (the thread beats after its first sleep).
+    engine.lastBeat ??= Date.now();
     trackEngine(engine);
     return engine;
   }

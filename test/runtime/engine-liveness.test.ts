@@ -1,12 +1,14 @@
 /**
  * Tensor engine liveness on the real Python process: a request past its
- * deadline kills the (wedged) engine and fails with code `timeout`, and an
- * engine whose parent dies while it computes exits on its own.
+ * deadline kills the (wedged) engine and fails with code `timeout`; an engine
+ * whose process stops heartbeating is killed as hung (code `hung`) and
+ * reported to the process's engine registry; an engine whose parent dies
+ * while it computes exits on its own.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { test } from "node:test";
-import { EngineError, TensorEngine } from "../../sdk/tensor/index.js";
+import { DEFAULT_HANG_TIMEOUT_MS, EngineError, TensorEngine, engineLiveness, onEngineChange, type EngineLiveness } from "../../sdk/tensor/index.js";
 import { findEngineDir, findPython } from "../../sdk/tensor/python.js";
 import { pidAlive, rejection, waitFor, waitForExit } from "../helpers/cluster.js";
 
@@ -26,6 +28,32 @@ test("a request past its deadline fails with code timeout and the wedged engine 
     const later = await rejection(engine.ping());
     assert.ok(later.error instanceof EngineError && later.error.code === "timeout", String(later.error));
   } finally {
+    if (pidAlive(pid)) process.kill(pid, "SIGKILL");
+    await engine.close();
+  }
+});
+
+test("an engine whose process stops heartbeating is killed as hung (long before any request deadline) and reported", { timeout: 60_000 }, async () => {
+  const engine = await TensorEngine.start();
+  const pid = engine.pid!;
+  const changes: EngineLiveness[] = [];
+  const unsubscribe = onEngineChange((c) => changes.push(c));
+  try {
+    assert.deepEqual(engineLiveness().find((l) => l.pid === pid)?.state, "running");
+    const pending = engine.ping({ timeoutMs: 60_000 });
+    process.kill(pid, "SIGSTOP");
+    const { error, ms } = await rejection(pending);
+    assert.ok(error instanceof EngineError, String(error));
+    assert.equal(error.code, "hung");
+    assert.match(error.message, new RegExp(`the engine \\(pid ${pid}\\) sent no heartbeat for \\d+ ms \\(limit ${DEFAULT_HANG_TIMEOUT_MS} ms\\)`));
+    assert.ok(ms < DEFAULT_HANG_TIMEOUT_MS + 2000, `killed as hung after ${ms} ms`);
+    await waitForExit("the hung engine", pid, 5000);
+    assert.deepEqual(changes.map((c) => [c.pid, c.state]), [[pid, "hung"]], "reported once, as hung");
+    assert.equal(engineLiveness().find((l) => l.pid === pid)?.state, "hung", "it stays reported until its owner closes it");
+    await engine.close();
+    assert.equal(engineLiveness().some((l) => l.pid === pid), false, "a closed engine is not reported");
+  } finally {
+    unsubscribe();
     if (pidAlive(pid)) process.kill(pid, "SIGKILL");
     await engine.close();
   }
