@@ -1,8 +1,8 @@
 /**
  * Service classes the chaos tests run in real executors: a data-parallel
  * trainer rank whose tensor engine joins the gang's gloo group (so a step is
- * an all-reduce across ranks), and a pool member that holds a tensor engine
- * and answers tagged calls.
+ * an all-reduce across ranks), a light pool member that answers tagged
+ * calls, and one that answers them through its tensor engine.
  */
 import { writeFileSync } from "node:fs";
 import { TensorEngine } from "../../sdk/tensor/index.js";
@@ -50,6 +50,23 @@ export class TrainerRank {
 
   async close(): Promise<void> {
     await this.engine?.close();
+  }
+}
+
+/** A light pool member: `tagged` waits, then says which call it answered and where (no engine: cheap to start). */
+export class Tagger {
+  private ctx!: ExecutorContext;
+  runs = 0;
+
+  init(ctx: ExecutorContext): void {
+    this.ctx = ctx;
+  }
+
+  /** Waits `ms`, then returns the tag with where it ran. */
+  async tagged(tag: number, ms: number): Promise<{ tag: number; executorId: string; pid: number }> {
+    this.runs++;
+    await new Promise((r) => setTimeout(r, ms));
+    return { tag, executorId: this.ctx.executorId, pid: process.pid };
   }
 }
 
