@@ -56,15 +56,20 @@ export class TrainerRank {
 /** A light pool member: `tagged` waits, then says which call it answered and where (no engine: cheap to start). */
 export class Tagger {
   private ctx!: ExecutorContext;
-  runs = 0;
+  private readonly ran: number[] = [];
 
   init(ctx: ExecutorContext): void {
     this.ctx = ctx;
   }
 
+  /** The tags this executor ran, in order (a tag twice: that call ran twice here). */
+  executions(): { executorId: string; tags: number[] } {
+    return { executorId: this.ctx.executorId, tags: this.ran };
+  }
+
   /** Waits `ms`, then returns the tag with where it ran. */
   async tagged(tag: number, ms: number): Promise<{ tag: number; executorId: string; pid: number }> {
-    this.runs++;
+    this.ran.push(tag);
     await new Promise((r) => setTimeout(r, ms));
     return { tag, executorId: this.ctx.executorId, pid: process.pid };
   }
