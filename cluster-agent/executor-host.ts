@@ -161,6 +161,7 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   for (const m of serviceMethods(instance)) methods.add(m);
   ready = true;
   channel.send([encode({ t: "ready", pid: process.pid, methods: [...methods] })]);
+  beat(); // the engines init started, known to the head from the start
   // The agent reports readiness when it re-registers with a restarted head (which never saw this `ready`).
   process.send?.({ t: "ready" });
 

@@ -21,7 +21,7 @@ import type { Readable, Writable } from "node:stream";
 import { EngineError, type EngineErrorInfo } from "./errors.js";
 import { FrameDecoder, decodeValue, encodeFrame, encodeValue } from "./frame.js";
 import { findEngineDir, findPython } from "./python.js";
-import { firstLine, reportEngineChange, trackEngine, untrackEngine, type EngineLiveness, type EngineState } from "./liveness.js";
+import { firstLine, processCpu, reportEngineChange, trackEngine, untrackEngine, type EngineLiveness, type EngineState } from "./liveness.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
 import type {
   ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
@@ -148,6 +148,8 @@ export class TensorEngine {
   private readonly startedAt = Date.now();
   private hangTimer: NodeJS.Timeout | undefined;
   private state: EngineState = "running";
+  /** CPU ticks of the process when its silence was last looked at (a silent but busy process is not hung). */
+  private silentCpu: number | undefined;
 
   private constructor(
     private readonly child: EngineProcess,
@@ -249,16 +251,35 @@ export class TensorEngine {
     }
   }
 
-  /** A process that stopped heartbeating is stopped or frozen: kill it rather than wait for a deadline. */
+  /**
+   * A process that stopped heartbeating is stopped or frozen: kill it rather
+   * than wait for a request deadline. Where /proc can say, a silent process
+   * that still uses CPU (a C call holding the GIL, CUDA initialising) is busy,
+   * not hung, and is left to its request deadline; a stopped one (SIGSTOP)
+   * goes at once; one that used no CPU since the last look goes.
+   */
   private checkHang(): void {
     if (this.failure || this.closing || this.lastBeat === undefined || this.hangTimeoutMs === null) return;
     const silent = Date.now() - this.lastBeat;
-    if (silent <= this.hangTimeoutMs) return;
+    if (silent <= this.hangTimeoutMs) {
+      this.silentCpu = undefined;
+      return;
+    }
+    const proc = this.child.pid === undefined ? undefined : processCpu(this.child.pid);
+    let why = "its process is stopped or frozen";
+    if (proc && proc.state !== "T" && proc.state !== "t") {
+      const busy = this.silentCpu === undefined || proc.ticks > this.silentCpu;
+      this.silentCpu = proc.ticks;
+      if (busy) return;
+      why = `its process is frozen (state ${proc.state}, no CPU used for ${HANG_POLL_MS} ms)`;
+    } else if (proc) {
+      why = "its process is stopped (SIGSTOP or a debugger)";
+    }
     const doing = this.liveness().op;
     this.fail({
       code: "hung",
       message: `the engine (pid ${this.child.pid}) sent no heartbeat for ${silent} ms (limit ${this.hangTimeoutMs} ms)${doing ? ` while serving '${doing}'` : ""}: ` +
-        "its process is stopped or frozen, so it was killed; start a new one",
+        `${why}, so it was killed; start a new one`,
     });
     this.child.kill("SIGKILL");
   }

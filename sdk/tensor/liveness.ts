@@ -10,6 +10,7 @@
  * `Symbol.for` key because a service module loaded through tsx may get its own
  * copy of this module: both copies must see one registry.
  */
+import { readFileSync } from "node:fs";
 
 /** The state of one engine, as heartbeats carry it. */
 export type EngineState = "running" | "hung" | "wedged" | "exited";
@@ -86,4 +87,24 @@ export function onEngineChange(listener: Listener): () => void {
 export function firstLine(message: string, max = 300): string {
   const line = message.split("\n", 1)[0] ?? "";
   return line.length > max ? `${line.slice(0, max)}…` : line;
+}
+
+/**
+ * A process's scheduler state (`R`, `S`, `D`, `T` stopped, `Z`…) and the CPU
+ * time it has used (user + system, in clock ticks), from /proc/PID/stat;
+ * undefined where there is no /proc or the process is gone.
+ */
+export function processCpu(pid: number): { state: string; ticks: number } | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return undefined;
+  }
+  // The command name (field 2) may hold spaces and parentheses: fields count from the last ')'.
+  const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const utime = Number(rest[11]);
+  const stime = Number(rest[12]);
+  if (!rest[0] || !Number.isFinite(utime) || !Number.isFinite(stime)) return undefined;
+  return { state: rest[0], ticks: utime + stime };
 }

@@ -30,8 +30,10 @@ test("kill -9 of a tensor engine with 200 calls in flight: 0 lost, 0 answered tw
     await waitFor(`all ${CALLS} calls running`, async () => (executorsOf(await cluster.status(), "chaos-engine", "engines").reduce((n, e) => n + e.inflight, 0) === CALLS ? true : undefined));
     const busy = executorsOf(await cluster.status(), "chaos-engine", "engines").find((e) => e.inflight > 0)!;
     const victim = before.find((m) => m.executorId === busy.id)!.result;
-    assert.deepEqual(executorsOf(await cluster.status(), "chaos-engine", "engines").find((e) => e.id === busy.id).engines.map((x: any) => [x.pid, x.state]),
-      [[victim.enginePid, "running"]], "its heartbeat carries its engine");
+    await waitFor("its heartbeat to carry its engine", async () => {
+      const e = executorsOf(await cluster.status(), "chaos-engine", "engines").find((x) => x.id === busy.id);
+      return JSON.stringify(e?.engines.map((x: any) => [x.pid, x.state])) === JSON.stringify([[victim.enginePid, "running"]]) ? true : undefined;
+    }, 5000);
     const killedAt = calls.markKill();
     process.kill(victim.enginePid, "SIGKILL");
 

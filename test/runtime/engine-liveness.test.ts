@@ -7,6 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { test } from "node:test";
 import { DEFAULT_HANG_TIMEOUT_MS, EngineError, TensorEngine, engineLiveness, onEngineChange, type EngineLiveness } from "../../sdk/tensor/index.js";
 import { findEngineDir, findPython } from "../../sdk/tensor/python.js";
@@ -55,6 +58,58 @@ test("an engine whose process stops heartbeating is killed as hung (long before 
   } finally {
     unsubscribe();
     if (pidAlive(pid)) process.kill(pid, "SIGKILL");
+    await engine.close();
+  }
+});
+
+// A stand-in engine (a fake at the pipe interface): it speaks the frame protocol and beats on
+// HEARTH_ENGINE_BEAT_FD like the real one, and its ops stop the beats while burning CPU or sleeping.
+const FAKE_ENGINE = String.raw`
+import json, os, struct, sys, threading, time
+out = os.fdopen(os.dup(1), "wb")
+beating = threading.Event(); beating.set()
+def beat():
+    fd = int(os.environ["HEARTH_ENGINE_BEAT_FD"])
+    while True:
+        time.sleep(0.2)
+        if beating.is_set(): os.write(fd, b".")
+threading.Thread(target=beat, daemon=True).start()
+def reply(rid, result):
+    raw = json.dumps({"id": rid, "ok": True, "result": result, "sizes": []}).encode()
+    out.write(struct.pack("<I", len(raw)) + raw); out.flush()
+while True:
+    head = sys.stdin.buffer.read(4)
+    if len(head) < 4: break
+    header = json.loads(sys.stdin.buffer.read(struct.unpack("<I", head)[0]))
+    op = header["op"]
+    if op in ("busy", "frozen"):
+        beating.clear()
+        end = time.time() + 5
+        while time.time() < end:
+            if op == "frozen": time.sleep(0.05)
+    beating.set()
+    reply(header["id"], {"op": op, "pid": os.getpid()})
+`;
+
+function fakeEngineDir(): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-fake-engine-"));
+  mkdirSync(path.join(dir, "hearth_engine"));
+  writeFileSync(path.join(dir, "hearth_engine", "__init__.py"), "");
+  writeFileSync(path.join(dir, "hearth_engine", "__main__.py"), FAKE_ENGINE);
+  return dir;
+}
+
+test("a silent engine that still uses CPU (a C call holding the GIL) is busy, not hung; a silent idle one is killed as frozen", { timeout: 60_000 }, async () => {
+  const engine = await TensorEngine.start({ engineDir: fakeEngineDir() });
+  try {
+    // 5 s without a beat, well past the 3 s limit, while spinning: the request is answered.
+    assert.deepEqual(await engine.request("busy", {}, { timeoutMs: 20_000 }), { op: "busy", pid: engine.pid });
+    assert.equal(engine.alive, true);
+    const { error, ms } = await rejection(engine.request("frozen", {}, { timeoutMs: 20_000 }));
+    assert.ok(error instanceof EngineError && error.code === "hung", String(error));
+    assert.match(error.message, /its process is frozen \(state [SD], no CPU used for 250 ms\), so it was killed/);
+    assert.ok(ms < 5000, `killed as frozen after ${ms} ms`);
+  } finally {
     await engine.close();
   }
 });
