@@ -19,18 +19,10 @@ import type { PreparedTask } from "./recipe.js";
 import type { SyntheticTask } from "./synthetic.js";
 import type { SearchR1Trainer, TrainerSetup } from "./trainer-service.js";
 
-/** Recipe of the warm start. */
-export interface BootstrapOptions extends SearchR1Options {
-  /** Demonstrations per step. Default 32. */
-  bootstrapBatch?: number;
-  /** Learning rate. Default 3e-3. */
-  bootstrapLr?: number;
-}
-
 /** Returns the folder of the bootstrapped weights (HF layout), making them if not cached. */
-export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, synthetic: SyntheticTask, o: BootstrapOptions): Promise<string> {
-  const batch = o.bootstrapBatch ?? 32;
-  const lr = o.bootstrapLr ?? 3e-3;
+export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, synthetic: SyntheticTask, o: SearchR1Options): Promise<string> {
+  const batch = o.bootstrapBatch;
+  const lr = o.bootstrapLr;
   const mixedSteps = Math.round(o.bootstrapSteps * o.bootstrapMixedShare);
   const recipe = { v: 5, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);

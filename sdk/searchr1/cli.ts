@@ -31,6 +31,8 @@ const NUMERIC = {
   temperature: "temperature",
   "bootstrap-steps": "bootstrapSteps",
   "bootstrap-mixed-share": "bootstrapMixedShare",
+  "bootstrap-batch": "bootstrapBatch",
+  "bootstrap-lr": "bootstrapLr",
   threads: "threads",
   "logprob-gap-warn": "logprobGapWarn",
   "rebase-every": "rebaseEvery",
@@ -63,7 +65,7 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--prompts-per-step N] [--prompts-per-task N] [--group-size G] [--rollouts N] [--trainers N]
   [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--grad-clip X] [--micro-batch N]
   [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
-  [--bootstrap-steps N] [--bootstrap-mixed-share X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
+  [--bootstrap-steps N] [--bootstrap-mixed-share X] [--bootstrap-batch N] [--bootstrap-lr X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
   [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP]
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;

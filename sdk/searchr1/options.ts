@@ -46,6 +46,10 @@ export interface SearchR1Options {
   bootstrapSteps: number;
   /** Share of the warm start spent on its final, mixed-behaviour phase. */
   bootstrapMixedShare: number;
+  /** Demonstrations per warm-start step. */
+  bootstrapBatch: number;
+  /** Learning rate of the warm start. */
+  bootstrapLr: number;
   /** Resources of each rollout executor, e.g. "cpu=8,mem=64g,gpu=1". */
   rolloutResreq: string;
   /** Resources of each trainer rank. */
@@ -108,6 +112,8 @@ export const BASE_OPTIONS: SearchR1Options = {
   temperature: 1,
   bootstrapSteps: 0,
   bootstrapMixedShare: 0.3,
+  bootstrapBatch: 32,
+  bootstrapLr: 3e-3,
   rolloutResreq: "cpu=0.5",
   trainerResreq: "cpu=0.5",
   rolloutDtype: "auto",
@@ -149,6 +155,7 @@ const WHOLE: Record<string, number> = {
   maxTurnTokens: 1,
   maxResponseTokens: 1,
   bootstrapSteps: 0,
+  bootstrapBatch: 1,
   threads: 0,
   seed: 0,
   rebaseEvery: 1,
@@ -165,7 +172,7 @@ export function validateOptions(o: SearchR1Options): void {
     const v = o[k as keyof SearchR1Options];
     if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new HearthError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`);
   }
-  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn", "rebaseShare", "bootstrapMixedShare"] as const) {
+  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn", "rebaseShare", "bootstrapMixedShare", "bootstrapLr"] as const) {
     if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new HearthError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`);
   }
   for (const [k, allowed] of Object.entries(CHOICES)) {

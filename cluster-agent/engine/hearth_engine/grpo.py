@@ -66,18 +66,35 @@ class TrainBatch:
     ref_logprobs: Optional[Tensor] = None
 
 
-def sequence_logprobs(model: Transformer, tokens: Tensor, with_entropy: bool = False
-                      ) -> Tuple[Tensor, Optional[Tensor]]:
+def sequence_logprobs(model: Transformer, tokens: Tensor, with_entropy: bool = False,
+                      at: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """log p(tokens[:, 1:]) and optionally the entropy of each predicting distribution:
-    tokens (N, T) -> (N, T-1), computed in fp32."""
-    logits = model(tokens)[:, :-1].float()  # (N, T-1, V)
-    lse = torch.logsumexp(logits, dim=-1)  # (N, T-1)
-    logp = logits.gather(-1, tokens[:, 1:, None])[..., 0] - lse
-    if not with_entropy:
-        return logp, None
-    probs = torch.softmax(logits, dim=-1)
-    entropy = lse - (probs * logits).sum(-1)
-    return logp, entropy
+    tokens (N, T) -> (N, T-1), computed in fp32.
+
+    With `at` (N, T-1) bool, only those positions are computed (the rest are 0): the
+    vocabulary projection, log-softmax and entropy then cost what the trained tokens
+    need, not what the prompt and the retrieved passages would (most of a Search-R1
+    row, and for a 152k vocabulary most of the step's memory)."""
+    if at is None:
+        logits = model(tokens)[:, :-1].float()  # (N, T-1, V)
+        targets = tokens[:, 1:]
+    else:
+        # A trailing False column: the last position predicts nothing.
+        pick = torch.cat([at, torch.zeros_like(at[:, :1])], dim=1)
+        logits = model(tokens, positions=pick).float()  # (M, V)
+        targets = tokens[:, 1:][at]
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets[..., None])[..., 0] - lse
+    entropy: Optional[Tensor] = None
+    if with_entropy:
+        probs = torch.softmax(logits, dim=-1)
+        entropy = lse - (probs * logits).sum(-1)
+    if at is None:
+        return logp, entropy
+
+    def dense(v: Tensor) -> Tensor:
+        return torch.zeros(at.shape, dtype=v.dtype, device=v.device).masked_scatter(at, v)
+    return dense(logp), dense(entropy) if entropy is not None else None
 
 
 def token_losses(logp: Tensor, old: Tensor, ref: Optional[Tensor], adv: Tensor, mask: Tensor,
@@ -194,19 +211,24 @@ class Trainer:
         n = batch.tokens.shape[0]
         for i in range(0, n, max(1, cfg.micro_batch_size)):
             rows = slice(i, i + max(1, cfg.micro_batch_size))
-            tok = batch.tokens[rows].to(self.device)
-            mask = batch.mask[rows, 1:].to(self.device)
-            if not bool(mask.any()):
+            trained = batch.mask[rows, 1:].any(dim=0).nonzero()
+            if trained.numel() == 0:
                 continue  # nothing trainable: skipping adds exactly zero
-            ref = batch.ref_logprobs[rows, 1:].to(self.device) if batch.ref_logprobs is not None else None
+            # Attention is causal, so the columns after this micro-batch's last trained token
+            # cannot change its loss: drop them (rows are padded to the batch's longest).
+            cols = int(trained[-1]) + 1
+            tok = batch.tokens[rows, : cols + 1].to(self.device)
+            mask = batch.mask[rows, 1: cols + 1].to(self.device)
+            ref = batch.ref_logprobs[rows, 1: cols + 1].to(self.device) if batch.ref_logprobs is not None else None
             if ref is None and self.ref is not None:
                 with torch.no_grad(), self._autocast():
-                    ref, _ = sequence_logprobs(self.ref, tok)
+                    ref, _ = sequence_logprobs(self.ref, tok, at=mask)
             with self._autocast():
-                logp, ent = sequence_logprobs(self.model, tok, with_entropy=cfg.entropy_coef > 0 or cfg.track_entropy)
-            old = batch.old_logprobs[rows, 1:].to(self.device) if batch.old_logprobs is not None else logp.detach()
+                logp, ent = sequence_logprobs(self.model, tok, with_entropy=cfg.entropy_coef > 0 or cfg.track_entropy,
+                                              at=mask)
+            old = batch.old_logprobs[rows, 1: cols + 1].to(self.device) if batch.old_logprobs is not None else logp.detach()
             terms = token_losses(logp, old, ref,
-                                 batch.advantages[rows, 1:].to(self.device), mask, ent, cfg)
+                                 batch.advantages[rows, 1: cols + 1].to(self.device), mask, ent, cfg)
             (terms["loss"].sum() / global_tokens).backward()
             for k in sums:
                 if k in terms:

@@ -206,10 +206,14 @@ class Transformer(nn.Module):
                 for _ in range(c.num_hidden_layers)]
 
     def forward(self, tokens: Tensor, start: Optional[Tensor] = None,
-                cache: Optional[List[KVCache]] = None, logits_at: Optional[Tensor] = None) -> Tensor:
+                cache: Optional[List[KVCache]] = None, logits_at: Optional[Tensor] = None,
+                positions: Optional[Tensor] = None) -> Tensor:
         """tokens (B, T). Without cache: a causal forward from position 0, logits (B, T, V).
         With cache: row b's tokens sit at positions start[b] + [0, T); each query sees the
-        cache positions <= its own. logits_at (B,) selects one position per row: (B, V)."""
+        cache positions <= its own. logits_at (B,) selects one position per row: (B, V).
+        positions, a (B, T) bool mask, selects any set of positions: (M, V) in row-major
+        order, so the vocabulary projection (the largest matmul of a small model, and the
+        largest activation of a long sequence) runs only where logits are needed."""
         B, T = tokens.shape
         x = self.model.embed_tokens(tokens)  # (B, T, C)
         steps = torch.arange(T, device=tokens.device)
@@ -229,6 +233,8 @@ class Transformer(nn.Module):
         x = self.model.norm(x)
         if logits_at is not None:
             x = x[torch.arange(B, device=x.device), logits_at]  # (B, C)
+        elif positions is not None:
+            x = x[positions]  # (M, C)
         return self.lm_head(x)
 
 

@@ -92,6 +92,77 @@ class AgreementTest(unittest.TestCase):
         self.assertEqual(shifted["clipped"], 1.0, "every ratio e^0.5 is outside [0.8, 1.2]")
 
 
+class SelectedPositionsTest(unittest.TestCase):
+    """The trainer computes logits only at trained positions (`at`): the same logprobs,
+    entropies and gradients there as the full (N, T, V) path, exact zeros elsewhere."""
+
+    def test_selected_positions_match_the_full_forward(self):
+        from hearth_engine.grpo import sequence_logprobs
+        batch = make_batch()
+        at = batch.mask[:, 1:]
+        self.assertTrue(bool(at.any()) and not bool(at.all()), "the batch mixes trained and untrained positions")
+        full_model, sel_model = tiny_model(seed=11), tiny_model(seed=11)
+        full, full_ent = sequence_logprobs(full_model, batch.tokens, with_entropy=True)
+        sel, sel_ent = sequence_logprobs(sel_model, batch.tokens, with_entropy=True, at=at)
+        torch.testing.assert_close(sel[at], full[at], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(sel_ent[at], full_ent[at], atol=1e-6, rtol=1e-5)
+        self.assertTrue(bool((sel[~at] == 0).all()) and bool((sel_ent[~at] == 0).all()))
+        (full[at].sum() + full_ent[at].sum()).backward()
+        (sel[at].sum() + sel_ent[at].sum()).backward()
+        sel_grads = dict(sel_model.named_parameters())
+        for name, p in full_model.named_parameters():
+            torch.testing.assert_close(sel_grads[name].grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+    def test_trainer_gradients_and_metrics_equal_the_full_path(self):
+        """The trainer's accumulation (which passes `at`) against the same accumulation
+        from full logits: gradients and every summed metric. (Compared before AdamW: its
+        first step is ~lr·sign(g), so rounding-level differences of near-zero gradients
+        would flip whole updates.)"""
+        from hearth_engine import grpo
+        batch = make_batch()
+        cfg = GRPOConfig(micro_batch_size=2, kl_coef=0.1, entropy_coef=0.01)
+        n = float(batch.mask[:, 1:].sum())
+        a, b = Trainer(tiny_model(seed=11), cfg), Trainer(tiny_model(seed=11), cfg)
+        sums_a = a.accumulate(batch, n)
+        original = grpo.sequence_logprobs
+        grpo.sequence_logprobs = lambda model, tokens, with_entropy=False, at=None: original(model, tokens, with_entropy)
+        try:
+            sums_b = b.accumulate(batch, n)
+        finally:
+            grpo.sequence_logprobs = original
+        for k in sums_a:
+            self.assertAlmostEqual(sums_a[k], sums_b[k], places=4, msg=k)
+        pb = dict(b.model.named_parameters())
+        for name, p in a.model.named_parameters():
+            torch.testing.assert_close(p.grad, pb[name].grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+class TrimmedColumnsTest(unittest.TestCase):
+    def test_columns_after_the_last_trained_token_are_dropped_exactly(self):
+        """Rows padded far past their trained tokens: the trainer drops those columns per
+        micro-batch; the loss and gradients equal cross-entropy over the full rows."""
+        from hearth_engine.grpo import sequence_logprobs
+        gen = torch.Generator().manual_seed(5)
+        tokens = torch.randint(0, 256, (4, 20), generator=gen)
+        mask = torch.zeros(4, 20, dtype=torch.bool)
+        for row, (a, b) in enumerate([(3, 9), (5, 7), (2, 4), (6, 12)]):
+            mask[row, a:b] = True  # micro-batch 0 ends at column 8, micro-batch 1 at 11
+        batch = TrainBatch(tokens, mask, torch.ones(4, 20), None)
+        n = float(mask[:, 1:].sum())
+        trainer = Trainer(tiny_model(seed=11), GRPOConfig(micro_batch_size=2, track_entropy=False))
+        trainer.opt.zero_grad(set_to_none=False)
+        sums = trainer.accumulate(batch, n)
+        # Advantage 1 with the policy's own old logprobs: the loss gradient is that of -log p.
+        ref = tiny_model(seed=11)
+        logp, _ = sequence_logprobs(ref, tokens)
+        at = mask[:, 1:]
+        (-(logp[at]).sum() / n).backward()
+        self.assertAlmostEqual(sums["nll"], float(-(logp[at]).sum()), places=3)
+        got = dict(trainer.model.named_parameters())
+        for name, p in ref.named_parameters():
+            torch.testing.assert_close(got[name].grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
 class DataParallelTest(unittest.TestCase):
     def run_worker(self, rank: int, world: int, init: str, out: str, variant: str) -> subprocess.Popen:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
