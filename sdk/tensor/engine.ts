@@ -254,9 +254,10 @@ export class TensorEngine {
   /**
    * A process that stopped heartbeating is stopped or frozen: kill it rather
    * than wait for a request deadline. Where /proc can say, a silent process
-   * that still uses CPU (a C call holding the GIL, CUDA initialising) is busy,
-   * not hung, and is left to its request deadline; a stopped one (SIGSTOP)
-   * goes at once; one that used no CPU since the last look goes.
+   * that still uses CPU (a C call holding the GIL, CUDA initialising) or is
+   * runnable (a loaded machine) is busy, not hung, and is left to its request
+   * deadline; a stopped one (SIGSTOP) goes at once; a sleeping one that used
+   * no CPU since the last look goes.
    */
   private checkHang(): void {
     if (this.failure || this.closing || this.lastBeat === undefined || this.hangTimeoutMs === null) return;
@@ -268,7 +269,8 @@ export class TensorEngine {
     const proc = this.child.pid === undefined ? undefined : processCpu(this.child.pid);
     let why = "its process is stopped or frozen";
     if (proc && proc.state !== "T" && proc.state !== "t") {
-      const busy = this.silentCpu === undefined || proc.ticks > this.silentCpu;
+      // Runnable (R) waits for a CPU on a loaded machine; using CPU is work: neither is a hang.
+      const busy = proc.state === "R" || this.silentCpu === undefined || proc.ticks > this.silentCpu;
       this.silentCpu = proc.ticks;
       if (busy) return;
       why = `its process is frozen (state ${proc.state}, no CPU used for ${HANG_POLL_MS} ms)`;

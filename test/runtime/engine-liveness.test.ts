@@ -43,8 +43,8 @@ test("an engine whose process stops heartbeating is killed as hung (long before 
   const unsubscribe = onEngineChange((c) => changes.push(c));
   try {
     assert.deepEqual(engineLiveness().find((l) => l.pid === pid)?.state, "running");
-    const pending = engine.ping({ timeoutMs: 60_000 });
     process.kill(pid, "SIGSTOP");
+    const pending = engine.ping({ timeoutMs: 60_000 });
     const { error, ms } = await rejection(pending);
     assert.ok(error instanceof EngineError, String(error));
     assert.equal(error.code, "hung");
@@ -82,11 +82,13 @@ while True:
     if len(head) < 4: break
     header = json.loads(sys.stdin.buffer.read(struct.unpack("<I", head)[0]))
     op = header["op"]
-    if op in ("busy", "frozen"):
+    if op == "busy":
         beating.clear()
         end = time.time() + 5
-        while time.time() < end:
-            if op == "frozen": time.sleep(0.05)
+        while time.time() < end: pass
+    if op == "frozen":
+        beating.clear()
+        time.sleep(5)
     beating.set()
     reply(header["id"], {"op": op, "pid": os.getpid()})
 `;
