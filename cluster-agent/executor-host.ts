@@ -39,10 +39,11 @@ export const EXECUTOR_HEARTBEAT_MS = 2_000;
 // thread is stuck in synchronous user code (where the IPC 'disconnect' event
 // could never be delivered).
 const WATCHDOG_SOURCE = `
-const { workerData } = require("node:worker_threads");
+const { workerData, parentPort } = require("node:worker_threads");
 const timer = setInterval(() => {
   if (process.ppid === workerData.parent) return;
   clearInterval(timer);
+  parentPort.postMessage("orphaned");
   process.kill(process.pid, "SIGTERM");
   setTimeout(() => process.kill(process.pid, "SIGKILL"), workerData.graceMs);
 }, workerData.pollMs);
@@ -50,8 +51,10 @@ const timer = setInterval(() => {
 
 /**
  * Starts a thread that ends this process when its parent (the agent, pid
- * `parent`) is gone: SIGTERM (close() runs if the event loop is free), then
- * SIGKILL after ORPHAN_GRACE_MS. The thread does not keep the process alive.
+ * `parent`) is gone: it posts "orphaned" to the main thread (which tells the
+ * head, if its event loop is free), sends SIGTERM (close() runs if the event
+ * loop is free), then SIGKILL after ORPHAN_GRACE_MS. The thread does not keep
+ * the process alive.
  */
 export function watchParent(parent: number): Worker {
   const worker = new Worker(WATCHDOG_SOURCE, { eval: true, workerData: { parent, pollMs: PARENT_POLL_MS, graceMs: ORPHAN_GRACE_MS } });
@@ -126,14 +129,20 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
     })());
   process.on("SIGTERM", () => void shutdown(0));
   process.on("SIGINT", () => void shutdown(0));
-  // The agent holds our IPC channel: if it dies, so do we (no orphan holding a GPU).
-  process.on("disconnect", () => void shutdown(0));
+  // The agent holds our IPC channel: if it dies, so do we (no orphan holding a GPU). Telling the
+  // head first lets it confirm the agent's loss in seconds rather than after its agent timeout.
+  const orphaned = (): void => {
+    if (closing) return;
+    channel.send([encode({ t: "orphaned" })]);
+    void shutdown(0);
+  };
+  process.on("disconnect", orphaned);
   // After a head restart the agent asks us to say hello: the new head sends no call before it heard from us.
   process.on("message", (m: { t?: unknown } | null) => {
     if (m?.t === "announce") channel.send([encode({ t: "hello", pid: process.pid })]);
   });
   const agentPid = Number(process.env.HEARTH_AGENT_PID);
-  watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid);
+  watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid).on("message", orphaned);
   // Engine liveness: a gang rank whose engine died fails its gang from this, within moments.
   // The change is sent synchronously, before the calls waiting on that engine fail.
   const beat = (): void => channel.send([encode({ t: "hb", engines: engineLiveness() })]);

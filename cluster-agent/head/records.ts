@@ -18,6 +18,8 @@ export interface AgentRecord {
   executors: Set<string>;
   /** Set while a `hearth agent` was started by the embedded engine or Slurm for a job. */
   labels: Record<string, string>;
+  /** Since when one of its executors reported it gone (`orphaned`): it is lost unless heard from soon (head.ts). */
+  suspectSince?: number;
 }
 
 /** What a driver declared for a service. */
