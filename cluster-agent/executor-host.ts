@@ -4,7 +4,9 @@
  * warm state), then serves calls from the head until SIGTERM, when it awaits
  * `close()` and exits. A TypeScript service module (.ts, .mts, .cts) is
  * loaded through tsx (esbuild: types stripped, relative imports between .ts
- * files resolved, no build step); JavaScript is imported as it is.
+ * files resolved, no build step); JavaScript is imported as it is. It
+ * heartbeats to the head every EXECUTOR_HEARTBEAT_MS with the liveness of
+ * the tensor engines it holds, and at once when one of them dies or hangs.
  */
 import path from "node:path";
 import { Worker } from "node:worker_threads";
@@ -17,6 +19,7 @@ import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ObjectCache } from "../sdk/cache/object-cache.js";
 import { executorCredential } from "./executor-credential.js";
+import { engineLiveness, onEngineChange } from "../sdk/tensor/liveness.js";
 
 /** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
 export interface ExecutorLaunch extends Omit<ExecutorContext, "objects"> {
@@ -30,15 +33,18 @@ const RESERVED = new Set(["constructor", "init", "close"]);
 export const PARENT_POLL_MS = 200;
 /** How long an orphaned executor's SIGTERM (close()) gets before the watchdog sends SIGKILL. */
 export const ORPHAN_GRACE_MS = 2_000;
+/** How often an executor heartbeats to the head (engine liveness); a dead or hung engine is reported at once. */
+export const EXECUTOR_HEARTBEAT_MS = 2_000;
 
 // Runs in its own thread, so it notices a dead agent even while the main
 // thread is stuck in synchronous user code (where the IPC 'disconnect' event
 // could never be delivered).
 const WATCHDOG_SOURCE = `
-const { workerData } = require("node:worker_threads");
+const { workerData, parentPort } = require("node:worker_threads");
 const timer = setInterval(() => {
   if (process.ppid === workerData.parent) return;
   clearInterval(timer);
+  parentPort.postMessage("orphaned");
   process.kill(process.pid, "SIGTERM");
   setTimeout(() => process.kill(process.pid, "SIGKILL"), workerData.graceMs);
 }, workerData.pollMs);
@@ -46,8 +52,10 @@ const timer = setInterval(() => {
 
 /**
  * Starts a thread that ends this process when its parent (the agent, pid
- * `parent`) is gone: SIGTERM (close() runs if the event loop is free), then
- * SIGKILL after ORPHAN_GRACE_MS. The thread does not keep the process alive.
+ * `parent`) is gone: it posts "orphaned" to the main thread (which tells the
+ * head, if its event loop is free), sends SIGTERM (close() runs if the event
+ * loop is free), then SIGKILL after ORPHAN_GRACE_MS. The thread does not keep
+ * the process alive.
  */
 export function watchParent(parent: number): Worker {
   const worker = new Worker(WATCHDOG_SOURCE, { eval: true, workerData: { parent, pollMs: PARENT_POLL_MS, graceMs: ORPHAN_GRACE_MS } });
@@ -125,14 +133,25 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
     })());
   process.on("SIGTERM", () => void shutdown(0));
   process.on("SIGINT", () => void shutdown(0));
-  // The agent holds our IPC channel: if it dies, so do we (no orphan holding a GPU).
-  process.on("disconnect", () => void shutdown(0));
+  // The agent holds our IPC channel: if it dies, so do we (no orphan holding a GPU). Telling the
+  // head first lets it confirm the agent's loss in seconds rather than after its agent timeout.
+  const orphaned = (): void => {
+    if (closing) return;
+    channel.send([encode({ t: "orphaned" })]);
+    void shutdown(0);
+  };
+  process.on("disconnect", orphaned);
   // After a head restart the agent asks us to say hello: the new head sends no call before it heard from us.
   process.on("message", (m: { t?: unknown } | null) => {
     if (m?.t === "announce") channel.send([encode({ t: "hello", pid: process.pid })]);
   });
   const agentPid = Number(process.env.HEARTH_AGENT_PID);
-  watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid);
+  watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid).on("message", orphaned);
+  // Engine liveness: a gang rank whose engine died fails its gang from this, within moments.
+  // The change is sent synchronously, before the calls waiting on that engine fail.
+  const beat = (): void => channel.send([encode({ t: "hb", engines: engineLiveness() })]);
+  setInterval(beat, EXECUTOR_HEARTBEAT_MS).unref();
+  onEngineChange(beat);
 
   try {
     const mod = await importServiceModule(launch.module);
@@ -153,6 +172,7 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   for (const m of serviceMethods(instance)) methods.add(m);
   ready = true;
   channel.send([encode({ t: "ready", pid: process.pid, methods: [...methods] })]);
+  beat(); // the engines init started, known to the head from the start
   // The agent reports readiness when it re-registers with a restarted head (which never saw this `ready`).
   process.send?.({ t: "ready" });
 

@@ -24,7 +24,8 @@ export function formatStatus(status: any): string {
       for (const e of s.executors) {
         const rank = e.rank !== null ? ` rank ${e.rank}` : "";
         const gpus = e.gpus.length ? ` gpus [${e.gpus.join(",")}]` : "";
-        lines.push(`      ${e.id} ${e.state.padEnd(8)} on ${e.agent}${rank}${gpus}, pid ${e.pid ?? "-"}, ${e.callsDone} call(s) done`);
+        const engines = (e.engines ?? []).map((x: any) => `engine ${x.pid ?? "?"} ${x.state}`).join(", ");
+        lines.push(`      ${e.id} ${e.state.padEnd(8)} on ${e.agent}${rank}${gpus}, pid ${e.pid ?? "-"}, ${e.callsDone} call(s) done${engines ? `; ${engines}` : ""}`);
       }
       for (const d of s.dead ?? []) {
         lines.push(`      ${d.id} ${"dead".padEnd(8)} on ${d.agent}${d.rank !== null ? ` rank ${d.rank}` : ""}, ${d.signal ?? `exit ${d.code}`} ${Math.round(d.agoMs / 1000)} s ago`);

@@ -491,6 +491,17 @@ export class Head {
     switch (h.t) {
       case "hello":
         return; // an adopted executor announcing itself to a restarted head (handled just above)
+      case "hb":
+        return sched.deadlines.onExecutorHeartbeat(e, h.engines);
+      case "orphaned": {
+        // Its agent (its parent) is gone, it says: confirmed by that agent's silence, not taken on its word.
+        const agent = sched.agents.get(e.agentId);
+        if (agent && agent.suspectSince === undefined) {
+          agent.suspectSince = Date.now();
+          this.log(`executor ${executorId} reports its agent ${agent.id} gone; the agent is lost unless heard from within ${SUSPECT_AGENT_TIMEOUT_MS} ms`);
+        }
+        return;
+      }
       case "req": {
         const op = str(h, "op");
         if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);
@@ -507,10 +518,8 @@ export class Head {
         if (sched.router.complete(e, num(h, "hid"), { value: frames[1]! })) sched.onCallsChanged(s);
         return;
       }
-      case "failed": {
-        if (sched.router.complete(e, num(h, "hid"), { error: obj(h, "error") as unknown as WireError })) sched.onCallsChanged(s);
-        return;
-      }
+      case "failed":
+        return sched.onCallFailed(e, num(h, "hid"), obj(h, "error") as unknown as WireError);
       default:
         throw new ProtocolError(`unknown message type '${h.t}' from an executor`);
     }
@@ -540,9 +549,12 @@ export class Head {
     const now = Date.now();
     const sched = this.scheduler;
     for (const agent of [...sched.agents.values()]) {
-      if (now - agent.lastSeen > this.agentTimeoutMs) {
-        this.log(`agent ${agent.id} lost: no heartbeat for ${now - agent.lastSeen} ms`);
+      const suspect = agent.suspectSince !== undefined;
+      if (now - agent.lastSeen > (suspect ? Math.min(SUSPECT_AGENT_TIMEOUT_MS, this.agentTimeoutMs) : this.agentTimeoutMs)) {
+        this.log(`agent ${agent.id} lost: no heartbeat for ${now - agent.lastSeen} ms${suspect ? " (its executors reported it gone)" : ""}`);
         sched.onAgentLost(agent);
+      } else if (suspect && agent.lastSeen > agent.suspectSince! + SUSPECT_AGENT_TIMEOUT_MS) {
+        agent.suspectSince = undefined; // it kept heartbeating: the report was wrong
       }
     }
     for (const app of [...sched.apps.values()]) {
@@ -590,6 +602,13 @@ export class Head {
 }
 
 const DEFERRED = Symbol("deferred");
+
+/**
+ * How long an agent that one of its executors reported gone may stay silent
+ * before it is lost (agents heartbeat every second; the usual agent timeout is
+ * 6 s). A live agent keeps heartbeating, so a wrong report costs nothing.
+ */
+export const SUSPECT_AGENT_TIMEOUT_MS = 2_500;
 
 function optStrField(h: Header, field: string): string | undefined {
   return typeof h[field] === "string" ? (h[field] as string) : undefined;

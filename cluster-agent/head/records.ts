@@ -18,6 +18,8 @@ export interface AgentRecord {
   executors: Set<string>;
   /** Set while a `hearth agent` was started by the embedded engine or Slurm for a job. */
   labels: Record<string, string>;
+  /** Since when one of its executors reported it gone (`orphaned`): it is lost unless heard from soon (head.ts). */
+  suspectSince?: number;
 }
 
 /** What a driver declared for a service. */
@@ -113,6 +115,19 @@ export interface ExecutorRecord {
    */
   unconfirmed?: boolean;
   exit?: { code: number | null; signal: string | null };
+  /** The tensor engines its last heartbeat reported (deadlines.ts acts on one that stopped running). */
+  engines?: EngineReport[];
+  /** When its last heartbeat arrived. */
+  heardAt?: number;
+}
+
+/** One tensor engine as an executor's heartbeat reports it (sdk/tensor/liveness.ts). */
+export interface EngineReport {
+  pid: number | null;
+  state: "running" | "hung" | "wedged" | "exited";
+  silentMs: number;
+  op: string | null;
+  detail: string | null;
 }
 
 /** A call as the head tracks it between driver and executor. */

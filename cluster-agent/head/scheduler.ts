@@ -27,6 +27,14 @@ export const STOP_GRACE_MS = 10_000;
  * result is accepted (not re-run) if it arrives within this window.
  */
 export const LATE_RESULT_GRACE_MS = 1_000;
+/**
+ * How long a gang member's failed call is held before the driver gets it.
+ * When one rank loses its engine, the other ranks' collectives fail at once
+ * too (a reset connection) and may reach the head before the lost rank's
+ * heartbeat does; held, those calls end with the GangFailedError naming the
+ * rank that was lost, not a gloo error from a surviving rank.
+ */
+export const GANG_ERROR_GRACE_MS = 1_000;
 
 /** What the scheduler needs from the head's sockets. */
 export interface SchedulerTransport {
@@ -394,6 +402,23 @@ export class Scheduler {
       service: s.spec.name,
       executorId: id,
     };
+  }
+
+  /**
+   * An executor answered a call with an error. A pool's goes to the driver at
+   * once; a gang's is held for GANG_ERROR_GRACE_MS (the call stays in flight
+   * on that rank), so that if the gang fails meanwhile the call ends with the
+   * gang's error instead.
+   */
+  onCallFailed(e: ExecutorRecord, hid: number, error: WireError): void {
+    const s = this.services.get(e.serviceId);
+    if (s?.kind !== "gang") {
+      if (this.router.complete(e, hid, { error }) && s) this.onCallsChanged(s);
+      return;
+    }
+    setTimeout(() => {
+      if (this.router.complete(e, hid, { error })) this.onCallsChanged(s);
+    }, GANG_ERROR_GRACE_MS).unref();
   }
 
   /** Kills an executor that may be wedged (no close()); a pool requeues its other calls and replaces it, a gang fails. */

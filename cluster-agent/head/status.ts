@@ -44,6 +44,7 @@ export function buildStatus(head: Head, appName: string | undefined): Record<str
           gpus: e.gpus,
           inflight: e.inflight.size,
           callsDone: e.callsDone,
+          engines: e.engines ?? [],
           idleMs: e.state === "idle" ? now - e.idleSince : 0,
         })),
         dead: s.dead.map((d) => ({ id: d.id, state: "dead", agent: d.agentId, rank: d.rank ?? null, code: d.code, signal: d.signal, agoMs: now - d.diedAt, detail: d.detail })),

@@ -7,7 +7,13 @@
  * `engine_exited` and the tail of its stderr. Every request has a deadline
  * (default `DEFAULT_REQUEST_TIMEOUT_MS`): requests are served in order, so one
  * that overruns means the engine is wedged; it is killed, the request fails
- * with code `timeout`, and restarting it is up to the owner (the service).
+ * with code `timeout`. The process also heartbeats on a pipe of its own
+ * (fd 3, from a thread): silence past `hangTimeoutMs` means it is stopped or
+ * frozen, so it is killed and everything pending fails with code `hung`. Both
+ * are reported to this process's engine registry (liveness.ts), which the
+ * executor host's heartbeats carry to the head: a gang whose rank lost its
+ * engine fails naming the rank; a pool executor that lost its engine is
+ * replaced, and the replacement's `init` starts a new engine.
  */
 
 import { spawn, type ChildProcessByStdio } from "node:child_process";
@@ -15,6 +21,7 @@ import type { Readable, Writable } from "node:stream";
 import { EngineError, type EngineErrorInfo } from "./errors.js";
 import { FrameDecoder, decodeValue, encodeFrame, encodeValue } from "./frame.js";
 import { findEngineDir, findPython } from "./python.js";
+import { firstLine, processCpu, reportEngineChange, trackEngine, untrackEngine, type EngineLiveness, type EngineState } from "./liveness.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
 import type {
   ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
@@ -35,7 +42,21 @@ export interface TensorEngineOptions {
   startTimeoutMs?: number;
   /** Deadline of a request that gives none (default DEFAULT_REQUEST_TIMEOUT_MS; null: none). */
   requestTimeoutMs?: number | null;
+  /**
+   * Kill the engine as hung when its process sent no heartbeat for this long
+   * (default DEFAULT_HANG_TIMEOUT_MS, or HEARTH_ENGINE_HANG_MS; null: never).
+   * Armed once the engine answered its first ping (or beat), so a slow
+   * `import torch` is not a hang.
+   */
+  hangTimeoutMs?: number | null;
 }
+
+/** How long an engine's process may go without a heartbeat before it counts as hung (its thread beats every 200 ms). */
+export const DEFAULT_HANG_TIMEOUT_MS = 3_000;
+/** How often the link looks at the time of the last heartbeat. */
+export const HANG_POLL_MS = 250;
+/** The engine's heartbeat pipe, as a file descriptor in its process. */
+const BEAT_FD = 3;
 
 /** Default request deadline: generous (a big generate or train step on CPU takes minutes), but finite. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30 * 60_000;
@@ -55,6 +76,12 @@ interface Pending {
 }
 
 type EngineProcess = ChildProcessByStdio<Writable, Readable, Readable>;
+
+function hangTimeoutFrom(option: number | null | undefined): number | null {
+  if (option !== undefined) return option;
+  const env = Number(process.env.HEARTH_ENGINE_HANG_MS);
+  return Number.isFinite(env) && env > 0 ? env : DEFAULT_HANG_TIMEOUT_MS;
+}
 
 const STDERR_TAIL = 16 * 1024;
 
@@ -116,11 +143,19 @@ export class TensorEngine {
   private failure: EngineError | undefined;
   private closing: Promise<void> | undefined;
   private readonly exited: Promise<void>;
+  /** When the process last heartbeat; undefined until its first beat. */
+  private lastBeat: number | undefined;
+  private readonly startedAt = Date.now();
+  private hangTimer: NodeJS.Timeout | undefined;
+  private state: EngineState = "running";
+  /** CPU ticks of the process when its silence was last looked at (a silent but busy process is not hung). */
+  private silentCpu: number | undefined;
 
   private constructor(
     private readonly child: EngineProcess,
     private readonly onStderr?: (text: string) => void,
     private readonly requestTimeoutMs: number | null = DEFAULT_REQUEST_TIMEOUT_MS,
+    private readonly hangTimeoutMs: number | null = DEFAULT_HANG_TIMEOUT_MS,
   ) {
     this.exited = new Promise((done) => child.once("close", () => done()));
   }
@@ -129,9 +164,14 @@ export class TensorEngine {
   static async start(options: TensorEngineOptions = {}): Promise<TensorEngine> {
     const python = await findPython(options.python);
     const engineDir = findEngineDir(options.engineDir);
-    const env = { ...process.env, ...options.env, PYTHONPATH: [engineDir, process.env.PYTHONPATH].filter(Boolean).join(":") };
-    const child = spawn(python, ["-m", "hearth_engine"], { stdio: ["pipe", "pipe", "pipe"], env });
-    const engine = new TensorEngine(child, options.onStderr, options.requestTimeoutMs === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : options.requestTimeoutMs);
+    const env = {
+      ...process.env, ...options.env, HEARTH_ENGINE_BEAT_FD: String(BEAT_FD),
+      PYTHONPATH: [engineDir, process.env.PYTHONPATH].filter(Boolean).join(":"),
+    };
+    // fd 3 is the heartbeat pipe (a 4-tuple stdio has no typed overload).
+    const child = spawn(python, ["-m", "hearth_engine"], { stdio: ["pipe", "pipe", "pipe", "pipe"], env }) as unknown as EngineProcess;
+    const engine = new TensorEngine(child, options.onStderr, options.requestTimeoutMs === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : options.requestTimeoutMs,
+      hangTimeoutFrom(options.hangTimeoutMs));
     engine.attach();
     try {
       await engine.ping({ timeoutMs: options.startTimeoutMs ?? 120_000 });
@@ -139,7 +179,22 @@ export class TensorEngine {
       await engine.close();
       throw err;
     }
+    // Armed now at the latest: the first beat may still be on its way (the thread beats after its first sleep).
+    engine.lastBeat ??= Date.now();
+    trackEngine(engine);
     return engine;
+  }
+
+  /** How this engine is, for heartbeats (liveness.ts). */
+  liveness(): EngineLiveness {
+    const oldest = this.pending.values().next().value as Pending | undefined;
+    return {
+      pid: this.child.pid ?? null,
+      state: this.state,
+      silentMs: Date.now() - (this.lastBeat ?? this.startedAt),
+      op: oldest?.op ?? null,
+      detail: this.failure ? firstLine(this.failure.message) : null,
+    };
   }
 
   /** The engine's process id. */
@@ -160,6 +215,13 @@ export class TensorEngine {
       this.onStderr?.(text);
     });
     this.child.stdin.on("error", () => undefined); // EPIPE after death is reported through "close"
+    const beats = (this.child.stdio as unknown[])[BEAT_FD] as Readable | undefined;
+    beats?.on("data", () => (this.lastBeat = Date.now()));
+    beats?.on("error", () => undefined);
+    if (this.hangTimeoutMs !== null) {
+      this.hangTimer = setInterval(() => this.checkHang(), HANG_POLL_MS);
+      this.hangTimer.unref();
+    }
     this.child.once("error", (err) => this.fail({ code: "spawn_failed", message: err.message }, err));
     this.child.once("close", (code, signal) => {
       const how = signal ? `signal ${signal}` : `exit code ${code}`;
@@ -189,8 +251,50 @@ export class TensorEngine {
     }
   }
 
+  /**
+   * A process that stopped heartbeating is stopped or frozen: kill it rather
+   * than wait for a request deadline. Where /proc can say, a silent process
+   * that still uses CPU (a C call holding the GIL, CUDA initialising) or is
+   * runnable (a loaded machine) is busy, not hung, and is left to its request
+   * deadline; a stopped one (SIGSTOP) goes at once; a sleeping one that used
+   * no CPU since the last look goes.
+   */
+  private checkHang(): void {
+    if (this.failure || this.closing || this.lastBeat === undefined || this.hangTimeoutMs === null) return;
+    const silent = Date.now() - this.lastBeat;
+    if (silent <= this.hangTimeoutMs) {
+      this.silentCpu = undefined;
+      return;
+    }
+    const proc = this.child.pid === undefined ? undefined : processCpu(this.child.pid);
+    let why = "its process is stopped or frozen";
+    if (proc && proc.state !== "T" && proc.state !== "t") {
+      // Runnable (R) waits for a CPU on a loaded machine; using CPU is work: neither is a hang.
+      const busy = proc.state === "R" || this.silentCpu === undefined || proc.ticks > this.silentCpu;
+      this.silentCpu = proc.ticks;
+      if (busy) return;
+      why = `its process is frozen (state ${proc.state}, no CPU used for ${HANG_POLL_MS} ms)`;
+    } else if (proc) {
+      why = "its process is stopped (SIGSTOP or a debugger)";
+    }
+    const doing = this.liveness().op;
+    this.fail({
+      code: "hung",
+      message: `the engine (pid ${this.child.pid}) sent no heartbeat for ${silent} ms (limit ${this.hangTimeoutMs} ms)${doing ? ` while serving '${doing}'` : ""}: ` +
+        `${why}, so it was killed; start a new one`,
+    });
+    this.child.kill("SIGKILL");
+  }
+
   private fail(info: EngineErrorInfo, cause?: unknown): void {
+    const first = this.failure === undefined;
     this.failure ??= new EngineError(info, { cause });
+    clearInterval(this.hangTimer);
+    if (first && !this.closing && info.code !== "closed") {
+      this.state = info.code === "hung" ? "hung" : info.code === "timeout" ? "wedged" : "exited";
+      // Before the pending requests reject: the executor's heartbeat then leaves before the calls' failures.
+      reportEngineChange(this);
+    }
     for (const [id, entry] of this.pending) {
       this.pending.delete(id);
       entry.reject(new EngineError(info, { op: entry.op, cause }));
@@ -365,6 +469,7 @@ export class TensorEngine {
    * Pending requests reject with code `closed`. Safe to call repeatedly.
    */
   close(graceMs = 5_000): Promise<void> {
+    untrackEngine(this);
     this.closing ??= (async () => {
       if (this.child.exitCode === null && this.child.signalCode === null && !this.failure) {
         for (const buf of encodeFrame({ id: 0, op: "shutdown", args: {} }, [])) this.child.stdin.write(buf);

@@ -3,7 +3,8 @@
  * `EngineError` carrying the engine's `code` (e.g. `no_model`,
  * `checkpoint_mismatch`, `bad_patch`, `internal`) and the Python traceback;
  * the link's own failures use the codes `engine_exited`, `closed`,
- * `timeout`, `aborted`, `spawn_failed`, `no_python` and `protocol`.
+ * `timeout` (a request past its deadline), `hung` (the process stopped
+ * heartbeating), `aborted`, `spawn_failed`, `no_python` and `protocol`.
  */
 
 import { HearthError } from "../wire/errors.js";

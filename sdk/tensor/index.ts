@@ -18,7 +18,9 @@
  * ```
  */
 
-export { TensorEngine } from "./engine.js";
+export { TensorEngine, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_HANG_TIMEOUT_MS } from "./engine.js";
+export { engineLiveness, onEngineChange } from "./liveness.js";
+export type { EngineLiveness, EngineState } from "./liveness.js";
 export type { TensorEngineOptions, RequestOptions } from "./engine.js";
 export { EngineError } from "./errors.js";
 export type { EngineErrorInfo } from "./errors.js";

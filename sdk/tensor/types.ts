@@ -99,6 +99,12 @@ export interface DistributedOptions {
   worldSize: number;
   initMethod: string;
   backend?: "gloo" | "nccl";
+  /**
+   * Every collective of the process group (and the rendezvous) fails after
+   * this long (default 300 000 ms), so a rank whose peer died or hangs is not
+   * stuck for torch's 30 min; the head fails the gang within seconds anyway.
+   */
+  collectiveTimeoutMs?: number;
 }
 
 /**

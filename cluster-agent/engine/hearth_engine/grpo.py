@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -145,8 +146,10 @@ def all_reduce_(tensors: List[Tensor], bucket_bytes: int = 256 * 1024 ** 2) -> N
             bucket, size = [], 0
 
 
-def init_distributed(rank: int, world_size: int, init_method: str, backend: Optional[str] = None) -> str:
-    """Join a process group (file:// or tcp:// rendezvous); nccl on CUDA, else gloo."""
+def init_distributed(rank: int, world_size: int, init_method: str, backend: Optional[str] = None,
+                     timeout_s: Optional[float] = None) -> str:
+    """Join a process group (file:// or tcp:// rendezvous); nccl on CUDA, else gloo. With
+    `timeout_s`, every collective of the group (and the rendezvous) fails after that long."""
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if dist.is_available() and dist.is_initialized():  # a warm trainer re-initialised: keep its group
         if dist.get_rank() == rank and dist.get_world_size() == world_size:
@@ -154,7 +157,8 @@ def init_distributed(rank: int, world_size: int, init_method: str, backend: Opti
         raise EngineError("distributed", f"already rank {dist.get_rank()}/{dist.get_world_size()}; "
                                          f"cannot become rank {rank}/{world_size} in the same process")
     try:
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+        extra = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, **extra)
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError/ValueError/TimeoutError
         raise EngineError("distributed", f"rank {rank}/{world_size} could not join {init_method}: {e}") from e
     return backend

@@ -28,6 +28,11 @@ from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
 from .weights import Publisher, apply_blob, export_bf16, model_tensors
 
+# Every collective (and the rendezvous) of a trainer's process group fails after this, so a
+# rank whose peer died or hangs is not stuck for torch's default of 30 min. The head fails a
+# gang within seconds from its executors' heartbeats; this is the backstop inside the engine.
+DEFAULT_COLLECTIVE_TIMEOUT_MS = 300_000
+
 # Kept generation sessions (each holds a KV cache); older ones are released first.
 MAX_SESSIONS = 8
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -168,7 +173,9 @@ class Engine:
         d = args.get("distributed")
         backend = None
         if d:
-            backend = init_distributed(int(d["rank"]), int(d["world_size"]), d["init_method"], d.get("backend"))
+            timeout_s = float(d.get("collective_timeout_ms") or DEFAULT_COLLECTIVE_TIMEOUT_MS) / 1000
+            backend = init_distributed(int(d["rank"]), int(d["world_size"]), d["init_method"], d.get("backend"),
+                                       timeout_s)
         self.trainer = Trainer(model, _params(args.get("config", {}), GRPOConfig))
         self.sessions.clear()
         return {"config": asdict(self.trainer.cfg), "backend": backend}
@@ -317,12 +324,15 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
             return 0
 
 
-def start_parent_watchdog(poll_s: float = 0.2) -> threading.Thread:
-    """Exit the moment the parent (the executor) is gone, even mid-request.
+def start_parent_watchdog(poll_s: float = 0.2, beat_fd: Optional[int] = None) -> threading.Thread:
+    """Exit the moment the parent (the executor) is gone, even mid-request; heartbeat on `beat_fd`.
 
     While a request computes, the main thread is not reading stdin, so it
     would never see EOF; this thread polls the parent pid instead (a dead
-    parent reparents us) and ends the process, freeing its GPU memory.
+    parent reparents us) and ends the process, freeing its GPU memory. With
+    `beat_fd` it also writes one byte per poll there: the TypeScript link kills
+    the engine as hung when the beats stop (the process is stopped or frozen,
+    or a C call holds the GIL), which no request deadline would see soon.
     """
     parent = os.getppid()
 
@@ -331,6 +341,11 @@ def start_parent_watchdog(poll_s: float = 0.2) -> threading.Thread:
             time.sleep(poll_s)
             if os.getppid() != parent:
                 os._exit(3)
+            if beat_fd is not None:
+                try:
+                    os.write(beat_fd, b".")
+                except OSError:  # the reading end is gone: so is the parent
+                    os._exit(3)
 
     thread = threading.Thread(target=watch, name="hearth-parent-watchdog", daemon=True)
     thread.start()
@@ -339,7 +354,8 @@ def start_parent_watchdog(poll_s: float = 0.2) -> threading.Thread:
 
 def main() -> int:
     """Entry point: protocol on the original stdout; anything printed goes to stderr."""
-    start_parent_watchdog()
+    beat = os.environ.get("HEARTH_ENGINE_BEAT_FD")
+    start_parent_watchdog(beat_fd=int(beat) if beat else None)
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
