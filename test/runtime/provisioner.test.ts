@@ -12,6 +12,7 @@ import { after, before, test } from "node:test";
 import { connect, registerProvisioner } from "../../sdk/connect.js";
 import type { HeadClient } from "../../sdk/runtime/head-client.js";
 import type { AppProvision, Provisioner, ProvisionTarget } from "../../sdk/runtime/provisioner.js";
+import { hearthHome } from "../../sdk/wire/auth.js";
 import { ServiceConfigError } from "../../sdk/wire/errors.js";
 import { FIXTURES, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";
@@ -67,7 +68,7 @@ function attachSpare(client: HeadClient, target: ProvisionTarget): AppProvision 
 const spare: Provisioner<{ spare?: { note?: string } }> = {
   engine: "spare-test",
   async head(_opts, given) {
-    return { endpoint: given ?? cluster.endpoint, curveKeys: null, home: cluster.dir };
+    return { endpoint: given ?? cluster.endpoint, curveKeys: null, home: hearthHome() }; // the test head keeps its secret there
   },
   async attach(client, target) {
     return attachSpare(client, target);
