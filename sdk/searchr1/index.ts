@@ -20,7 +20,8 @@
  * ```
  */
 export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type StepResult, type EvalResult } from "./run.js";
-export { BASE_OPTIONS, layerOptions, validateOptions, type RecipeDefaults } from "./options.js";
+export { BASE_OPTIONS, layerOptions, validateOptions, type RecipeDefaults, type ServiceSource } from "./options.js";
+export { RolloutsAhead, lagOf, lagStats, type LagStats, type LaunchRollouts } from "./overlap.js";
 export { recipeFor, RECIPES, syntheticRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkChatModelFolder } from "./recipes/index.js";
 export type { TaskRecipe, PreparedTask, ModelShape, WarmStartContext } from "./recipe.js";
 export { StepStore, KEPT_STEPS, trainLoop, regroup, type TrainOptions } from "./interactive.js";

@@ -68,6 +68,14 @@ export interface SearchR1Options {
   rebaseEvery: number;
   /** …or once the patches outweigh this share of the base. */
   rebaseShare: number;
+  /**
+   * Policy lag allowed between sampling and training, in published versions.
+   * 0: the synchronous loop (rollouts, then update, then publication). K ≥ 1:
+   * the rollouts of the next K steps run while the trainers update; a
+   * trajectory sampled more than K versions before the trainers' current one
+   * is dropped and counted.
+   */
+  maxLag: number;
   /** Write the standalone checkpoint at the end of a CLI run (model, trainer state, driver state). */
   checkpoint: boolean;
   /** Replace this app's services when they were declared with other settings (the CLI owns its app). */
@@ -80,12 +88,24 @@ export interface SearchR1Options {
   name: string;
   /** Progress lines. */
   log: (line: string) => void;
+  /**
+   * Service classes standing in for the rollout and trainer services (same
+   * methods; e.g. subclasses with a simulated engine, for benchmarks).
+   * Default: SearchR1Rollout and SearchR1Trainer.
+   */
+  serviceModules?: { rollout?: ServiceSource; trainer?: ServiceSource };
   /** Typed progress (events.ts): the task, executors, warm start, publications, syncs, steps, evaluations. */
   onEvent?: RunEventHandler;
 }
 
+/** Where a service class lives: an ES module file and its export. */
+export interface ServiceSource {
+  module: string;
+  export: string;
+}
+
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace" | "checkpoint" | "onEvent">>;
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules">>;
 
 /** The generic defaults, sized for the tiny preset on 2 CPU cores (a recipe's own override them). */
 export const BASE_OPTIONS: SearchR1Options = {
@@ -123,6 +143,7 @@ export const BASE_OPTIONS: SearchR1Options = {
   logprobGapWarn: 0.05,
   rebaseEvery: 20,
   rebaseShare: 0.5,
+  maxLag: 0,
   replace: false,
   checkpoint: true,
   name: "search-r1",
@@ -159,6 +180,7 @@ const WHOLE: Record<string, number> = {
   threads: 0,
   seed: 0,
   rebaseEvery: 1,
+  maxLag: 0,
 };
 const CHOICES: Record<string, readonly string[]> = {
   rolloutDtype: ["auto", "bfloat16", "float32"],

@@ -3,7 +3,9 @@
  * services: fan prompts out to the rollout pool, score the answers with the
  * reward, compute group advantages, ship per-rank slices to the trainer gang
  * (rank 0 then publishes the new weights), and gather the step's metrics.
- * Nothing here knows which task recipe it runs.
+ * With a max lag K ≥ 1 the next K steps' rollouts are already running while
+ * this step updates (overlap.ts); with K = 0 the step is the synchronous
+ * loop. Nothing here knows which task recipe it runs.
  */
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { App } from "../runtime/app.js";
@@ -13,6 +15,7 @@ import { buildSlices, scoreSamples, type ScoredSample } from "./batch.js";
 import type { SearchR1Options } from "./options.js";
 import type { ProtocolOptions } from "./protocol.js";
 import type { PreparedTask } from "./recipe.js";
+import { lagOf, lagStats, type RolloutsAhead } from "./overlap.js";
 import { emReward, type RewardFn } from "./reward.js";
 import type { RolloutItem, RolloutResult, SearchR1Rollout, Trajectory } from "./rollout-service.js";
 import { rng, type Question } from "./synthetic.js";
@@ -51,6 +54,21 @@ export interface StepMetrics {
   grad_norm?: number;
   eval_em?: number;
   eval_searches?: number;
+  /* The overlap fields below are written by every step; optional only because a history from before them lacks them. */
+  /** The lag allowed (--max-lag), and the trainers' policy version this step trained from. */
+  max_lag?: number;
+  policy_version?: number;
+  /** How many versions the trained trajectories lag behind it: max and mean (0 when in sync). */
+  policy_lag_max?: number;
+  policy_lag_mean?: number;
+  /** Trajectories dropped for lagging more than max_lag versions (only with max_lag ≥ 1). */
+  stale_dropped?: number;
+  /** Executor-seconds the rollout calls of this step's trajectories took, and the trainers' train calls (summed over ranks). */
+  rollout_busy_s?: number;
+  trainer_busy_s?: number;
+  /** Busy seconds over step_s × executors (rollouts; trainers): the share of the step each kind worked. */
+  rollout_util?: number;
+  trainer_util?: number;
 }
 
 /** What `step()` returns. */
@@ -78,6 +96,8 @@ export interface StepServices {
   trainer: GangHandle<SearchR1Trainer>;
   rolloutSetup: ObjectRef;
   weightsKey: string;
+  /** The rollouts started ahead of their steps and the trainers' policy version. */
+  ahead: RolloutsAhead<RolloutParts>;
 }
 
 /** The rollout calls of one batch of questions. */
@@ -113,14 +133,23 @@ export async function rollouts(svc: StepServices, questions: Question[], groupSi
   );
 }
 
-/** Fetches the trajectories of rollout calls and scores them with `reward`. */
-export async function collect(app: App, parts: RolloutParts, reward: RewardFn): Promise<ReturnType<typeof scoreSamples>> {
+/**
+ * Fetches the trajectories of rollout calls and scores them with `reward`.
+ * With `fresh`, a group with a trajectory it refuses is left out (a group's
+ * samples come from one call, so they share a policy version) and counted.
+ */
+export async function collect(app: App, parts: RolloutParts, reward: RewardFn, fresh?: (t: Trajectory) => boolean): Promise<ReturnType<typeof scoreSamples> & { staleDropped: number }> {
   const groups: Array<{ question: string; golds: string[]; samples: Trajectory[] }> = [];
+  let staleDropped = 0;
   for (const { q, r } of parts) {
     const trajs = await app.objects.get<Trajectory[]>(r.trajectories);
-    q.forEach((question, g) => groups.push({ question: question.question, golds: question.golds, samples: trajs.filter((t) => t.group === g) }));
+    q.forEach((question, g) => {
+      const samples = trajs.filter((t) => t.group === g);
+      if (fresh && !samples.every(fresh)) staleDropped += samples.length;
+      else groups.push({ question: question.question, golds: question.golds, samples });
+    });
   }
-  return scoreSamples(groups, reward);
+  return { ...scoreSamples(groups, reward), staleDropped };
 }
 
 /** One update on the kept samples: slices balanced by tokens, one per rank, by reference. */
@@ -141,16 +170,34 @@ export function stepQuestions(o: SearchR1Options, task: PreparedTask, step: numb
   return Array.from({ length: o.promptsPerStep }, () => task.train[Math.floor(r() * task.train.length)]!);
 }
 
-/** Runs step number `step`: rollouts, reward, advantages, update, publication. */
-export async function runStep(svc: StepServices, step: number, reward: RewardFn): Promise<StepResult> {
+/** Launches the rollouts of step `step` (its seeded questions, G samples each); what RolloutsAhead starts. */
+export function stepRollouts(svc: StepServices, step: number): Promise<RolloutParts> {
   const o = svc.opts;
+  return rollouts(svc, stepQuestions(o, svc.task, step), o.groupSize, o.temperature, step);
+}
+
+/**
+ * Runs step number `step`: rollouts (started now, or ahead of the step with
+ * a max lag ≥ 1, in which case the next steps' rollouts start here too),
+ * reward, advantages, update, publication.
+ */
+export async function runStep(svc: StepServices, step: number, reward: RewardFn): Promise<StepResult> {
+  const ahead = svc.ahead;
   const t0 = performance.now();
-  const parts = await rollouts(svc, stepQuestions(o, svc.task, step), o.groupSize, o.temperature, step);
-  const scored = await collect(svc.app, parts, reward);
+  const pending = ahead.take(step);
+  ahead.prefetch(step);
+  const parts = await pending;
+  // Every earlier step has published: this is the version the update trains from.
+  const version = ahead.policyVersion;
+  const k = ahead.maxLag;
+  const scored = await collect(svc.app, parts, reward, k === 0 ? undefined : (t) => lagOf(t, version) <= k);
   const t1 = performance.now();
   const kept = scored.samples.filter((s) => s.kept);
   const trained = await update(svc, kept);
   const t2 = performance.now();
+  const published = trained[0]?.publish;
+  if (published) ahead.policyVersion = published.version;
+  const lag = lagStats(scored.samples, version);
   const metrics: StepMetrics = {
     step,
     reward_mean: mean(scored.samples.map((s) => s.reward)),
@@ -162,12 +209,22 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
     tokens: scored.samples.reduce((a, s) => a + s.tokens.length, 0),
     rollout_s: (t1 - t0) / 1000,
     update_s: (t2 - t1) / 1000,
-    publish_bytes: trained[0]?.publish?.bytes ?? 0,
+    publish_bytes: published?.bytes ?? 0,
     step_s: (t2 - t0) / 1000,
-    weights_version: trained[0]?.publish?.cacheVersion ?? parts[0]?.r.weightsVersion ?? 0,
+    weights_version: published?.cacheVersion ?? parts[0]?.r.weightsVersion ?? 0,
     sync_bytes: parts.reduce((n, p) => n + p.r.syncBytes, 0),
     sync_executors: new Set(parts.filter((p) => p.r.syncBytes > 0).map((p) => p.r.executorId)).size,
+    max_lag: k,
+    policy_version: version,
+    policy_lag_max: lag.max,
+    policy_lag_mean: lag.mean,
+    stale_dropped: scored.staleDropped,
+    rollout_busy_s: parts.reduce((n, p) => n + p.r.busySeconds, 0),
+    trainer_busy_s: trained.reduce((n, t) => n + t.seconds, 0),
+    rollout_util: 0,
+    trainer_util: 0,
   };
+  setUtilisation(metrics, svc.opts);
   const tm = trained[0]?.metrics;
   if (tm && !tm.skipped) {
     Object.assign(metrics, {
@@ -183,6 +240,13 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
     });
   }
   return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples };
+}
+
+/** Sets the utilisations from the busy seconds and `step_s` (call again when step_s changes). */
+export function setUtilisation(m: StepMetrics, o: Pick<SearchR1Options, "rollouts" | "trainers">): void {
+  const wall = m.step_s > 0 ? m.step_s : Number.POSITIVE_INFINITY;
+  m.rollout_util = (m.rollout_busy_s ?? 0) / (wall * o.rollouts);
+  m.trainer_util = (m.trainer_busy_s ?? 0) / (wall * o.trainers);
 }
 
 /** Greedy answers on the held-out questions; exact match. */

@@ -4,6 +4,10 @@
  * the executor, so retrieval never waits on another service). Before each
  * batch it brings its weights to the latest publication by fetching only the
  * patches it has not seen, and the engine loads only the changed tensors.
+ * Calls on one executor run one after another (even with a service
+ * concurrency above 1), so new weights arrive between calls, never in the
+ * middle of a sample; every trajectory names the policy version it was
+ * sampled with.
  */
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
@@ -57,6 +61,8 @@ export interface RolloutResult {
   syncBytes: number;
   syncSeconds: number;
   generateSeconds: number;
+  /** Seconds this executor spent on the call (waiting for an earlier call on it excluded). */
+  busySeconds: number;
   tokens: number;
 }
 
@@ -71,6 +77,8 @@ export interface Trajectory {
   response: string;
   searches: string[];
   finish: string;
+  /** The publication version of the weights that sampled it (the trainers' version then). */
+  policyVersion: number;
 }
 
 /** The service class executors load. */
@@ -84,6 +92,8 @@ export class SearchR1Rollout {
   private weights: PublicationRecord = { version: 0 };
   private weightsKeyHeld?: string;
   private syncsToSkip = 0;
+  /** The call running on this executor: the next one waits for it (weights change only between calls). */
+  private turn: Promise<unknown> = Promise.resolve();
 
   async init(ctx: ExecutorContext): Promise<void> {
     this.ctx = ctx;
@@ -96,7 +106,7 @@ export class SearchR1Rollout {
     this.tokenizer = tokenizerFromFiles(s.tokenizer);
     this.text = s.text;
     // One engine per executor (its torch threads are fixed when it starts).
-    this.engine ??= await TensorEngine.start({ env: { HEARTH_THREADS: String(s.threads) } });
+    this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads) });
     await this.engine.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads, dtype: s.dtype });
     await this.engine.setVocab(this.tokenizer.pieces());
     const corpus = await this.ctx.objects.get<Passage[]>(s.corpus);
@@ -110,6 +120,18 @@ export class SearchR1Rollout {
 
   /** Generates `groupSize` episodes per item with the latest published weights. */
   async rollout(req: RolloutRequest): Promise<RolloutResult> {
+    const run = this.turn.then(() => this.rolloutNow(req));
+    this.turn = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Starts a tensor engine (a subclass may give a stand-in, e.g. a simulated one for benchmarks). */
+  protected startEngine(env: Record<string, string>): Promise<TensorEngine> {
+    return TensorEngine.start({ env });
+  }
+
+  private async rolloutNow(req: RolloutRequest): Promise<RolloutResult> {
+    const tCall = performance.now();
     await this.setup(req.setup);
     const t0 = performance.now();
     const before = this.ctx.objects.stats.bytesReceived;
@@ -130,10 +152,12 @@ export class SearchR1Rollout {
     const protocol = seeds.length === prompts.length ? { ...req.protocol, seeds } : req.protocol;
     const t1 = performance.now();
     const episodes = await runEpisodes(this.engine!, this.tokenizer, this.text, (q, k) => this.index.search(q, k), prompts, protocol);
+    const policyVersion = this.weights.version;
     const trajectories: Trajectory[] = episodes.map((e, i) => ({
       itemId: req.items[Math.floor(i / req.groupSize)]!.id,
       group: Math.floor(i / req.groupSize),
       ...e,
+      policyVersion,
     }));
     const ref = await this.ctx.objects.put(trajectories);
     return {
@@ -143,6 +167,7 @@ export class SearchR1Rollout {
       syncBytes,
       syncSeconds,
       generateSeconds: (performance.now() - t1) / 1000,
+      busySeconds: (performance.now() - tCall) / 1000,
       tokens: episodes.reduce((n, e) => n + e.tokens.length, 0),
     };
   }

@@ -22,7 +22,8 @@ import { parseResreq } from "../runtime/resreq.js";
 import { readResume, writeCheckpointJson, writeStandaloneCheckpoint } from "./checkpoint.js";
 import { StepStore, trainLoop, type TrainOptions } from "./interactive.js";
 import { backendFor, layerOptions, threadsFor, validateOptions, type SearchR1Options } from "./options.js";
-import { evaluate, runStep, type EvalResult, type StepMetrics, type StepResult, type StepServices } from "./pipeline.js";
+import { RolloutsAhead } from "./overlap.js";
+import { evaluate, runStep, setUtilisation, stepRollouts, type EvalResult, type RolloutParts, type StepMetrics, type StepResult, type StepServices } from "./pipeline.js";
 import type { PreparedTask, TaskRecipe } from "./recipe.js";
 import { recipeFor } from "./recipes/index.js";
 import { readRunState, runFingerprint, writeRunState, type RunState } from "./run-state.js";
@@ -65,7 +66,9 @@ export class SearchR1Run {
     private readonly trainer: GangHandle<SearchR1Trainer>,
     rolloutSetup: ObjectRef,
   ) {
-    this.svc = { app, opts, task, rollout, trainer, rolloutSetup, weightsKey: `searchr1/${opts.name}/weights` };
+    const svc: Omit<StepServices, "ahead"> = { app, opts, task, rollout, trainer, rolloutSetup, weightsKey: `searchr1/${opts.name}/weights` };
+    const ahead: RolloutsAhead<RolloutParts> = new RolloutsAhead((step) => stepRollouts(this.svc, step), opts.maxLag);
+    this.svc = { ...svc, ahead };
   }
 
   /**
@@ -113,17 +116,19 @@ export class SearchR1Run {
     }
     const replace = opts.replace;
     const rollout = await app.service<SearchR1Rollout>(
-      { module: path.join(HERE, "rollout-service.js"), export: "SearchR1Rollout" },
+      opts.serviceModules?.rollout ?? { module: path.join(HERE, "rollout-service.js"), export: "SearchR1Rollout" },
       { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts, replace },
     );
     const trainer = await app.service<SearchR1Trainer>(
-      { module: path.join(HERE, "trainer-service.js"), export: "SearchR1Trainer" },
+      opts.serviceModules?.trainer ?? { module: path.join(HERE, "trainer-service.js"), export: "SearchR1Trainer" },
       { name: "trainer", resreq: opts.trainerResreq, warmup: opts.trainers, autoscale: false, replace },
     );
     log(`services ready: ${opts.rollouts} rollout executor(s) (${opts.rolloutResreq}), a gang of ${opts.trainers} trainer(s) (${opts.trainerResreq}, ${backendFor(opts)})`);
     const run = new SearchR1Run(app, opts, task, recipe, rollout, trainer, rolloutSetup);
-    if (prior && prior.fingerprint === fp.digest && (await run.trainersHold(prior.runId))) {
+    const held = prior && prior.fingerprint === fp.digest ? await run.trainersHold(prior.runId) : undefined;
+    if (prior && held) {
       run.reattach(prior);
+      run.svc.ahead.policyVersion = held.policyVersion;
       log(`reattached to run '${opts.name}' at step ${prior.step}: trainers, rollouts and their state are as they were`);
       opts.onEvent?.({ type: "executors", rollouts: opts.rollouts, trainers: opts.trainers, reattached: true });
     } else {
@@ -134,10 +139,10 @@ export class SearchR1Run {
     return run;
   }
 
-  /** Do all trainer ranks hold run `runId` (set up for RL and not restarted since)? */
-  private async trainersHold(runId: string): Promise<boolean> {
+  /** Do all trainer ranks hold run `runId` (set up for RL and not restarted since)? If so, rank 0's policy version. */
+  private async trainersHold(runId: string): Promise<{ policyVersion: number } | undefined> {
     const st = await this.trainer.broadcast("status", Array.from({ length: this.opts.trainers }, () => [] as []));
-    return st.every((s) => s.runId === runId && s.mode === "rl");
+    return st.every((s) => s.runId === runId && s.mode === "rl") ? { policyVersion: st[0]!.policyVersion } : undefined;
   }
 
   private reattach(state: RunState): void {
@@ -196,6 +201,7 @@ export class SearchR1Run {
     const res = await this.trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [ref, "rl"] as [ObjectRef, "rl"]));
     for (const f of [checkpoint, state]) if (f) await dropFolder(this.app.objects, f);
     const r0 = res[0]!;
+    this.svc.ahead.policyVersion = r0.publish?.version ?? 0;
     const from = checkpoint ? ` from ${checkpoint.dir} (${r0.inPlace ? "read in place" : "shipped file by file"})` : "";
     o.log(`trainers ready (${r0.params.toLocaleString()} parameters on ${r0.device ?? "?"}${from}); weights published (${r0.publish?.bytes ?? 0} bytes)`);
     o.onEvent?.({ type: "published", version: r0.publish?.version ?? 0, bytes: r0.publish?.bytes ?? 0, kind: r0.publish?.kind ?? "full", params: r0.params });
@@ -244,7 +250,9 @@ export class SearchR1Run {
       const m = result.metrics;
       const emit = this.opts.onEvent;
       emit?.({ type: "sync", step, bytes: m.sync_bytes, executors: m.sync_executors, version: m.weights_version });
-      if (m.logprob_gap !== undefined && m.logprob_gap > this.opts.logprobGapWarn) {
+      // Behind by a version or more, the gap is the policy's own change: the check means "stale or different numerics" only in sync.
+      const inSync = this.opts.maxLag === 0 || m.policy_lag_max === 0;
+      if (inSync && m.logprob_gap !== undefined && m.logprob_gap > this.opts.logprobGapWarn) {
         const text = `the sampler's logprobs differ from the trainer's by ${m.logprob_gap.toFixed(4)} per token on average (max ${(m.logprob_gap_max ?? NaN).toFixed(4)}; warn above ${this.opts.logprobGapWarn}): a rollout may hold stale weights, or its numerics differ from the trainer's`;
         this.opts.log(`warning: step ${step}: ${text}`);
         emit?.({ type: "warning", step, text });
@@ -255,6 +263,7 @@ export class SearchR1Run {
         m.eval_searches = ev.searchesPerSample;
       }
       m.step_s = (performance.now() - t0) / 1000;
+      setUtilisation(m, this.opts);
       this.history.push(m);
       appendFileSync(path.join(this.opts.out, "metrics.jsonl"), `${JSON.stringify(m)}\n`);
       writeCheckpointJson(this.opts.out, { step, app: this.app.name, weightsKey: this.svc.weightsKey, rolloutSetup: this.svc.rolloutSetup, lastTrajectories: result.trajectories });
@@ -269,7 +278,23 @@ export class SearchR1Run {
 
   /** Runs `n` steps with a progress bar; stops between steps when `signal` aborts or the kernel interrupts, leaving the run consistent. */
   async train(n: number, opts: TrainOptions = {}): Promise<StepMetrics[]> {
-    return trainLoop(n, () => this.step(), opts);
+    // With a max lag, no rollouts are started for steps past the last one asked for.
+    this.svc.ahead.horizon = this.stepNo + n;
+    try {
+      return await trainLoop(n, () => this.step(), opts);
+    } finally {
+      this.svc.ahead.horizon = Number.POSITIVE_INFINITY;
+    }
+  }
+
+  /** The policy lag allowed (K); settable between steps. */
+  get maxLag(): number {
+    return this.svc.ahead.maxLag;
+  }
+
+  set maxLag(k: number) {
+    this.svc.ahead.maxLag = k;
+    this.opts.maxLag = k;
   }
 
   /** A held step's result (default the latest; the last 50 are held). */
@@ -304,13 +329,15 @@ export class SearchR1Run {
     });
   }
 
-  /** Leaves the executors warm (for the app's keep-alive) and disconnects. */
+  /** Leaves the executors warm (for the app's keep-alive) and disconnects (after the rollouts started ahead of their steps settle). */
   async disconnect(): Promise<void> {
+    await this.svc.ahead.discard();
     await this.app.disconnect();
   }
 
-  /** Stops the services and disconnects. */
+  /** Stops the services and disconnects (after the rollouts started ahead of their steps settle). */
   async close(): Promise<void> {
+    await this.svc.ahead.discard();
     await this.app.close();
   }
 }

@@ -82,6 +82,8 @@ export class SearchR1Trainer {
   private scratch?: string;
   private publisher?: WeightPublisher;
   private runId?: string;
+  /** The version of the last publication (rank 0), or 0. */
+  private published = 0;
 
   async init(ctx: ExecutorContext): Promise<void> {
     if (ctx.rank === null || ctx.worldSize === null || ctx.rendezvous === null) {
@@ -106,7 +108,7 @@ export class SearchR1Trainer {
     if (key === this.setupRef && mode === this.mode) return { rank: this.ctx.rank!, params: 0 };
     const s = await this.ctx.objects.get<TrainerSetup>(ref);
     // One engine per executor: its process group is made once and kept across setups.
-    this.engine ??= await TensorEngine.start({ env: { HEARTH_THREADS: String(s.threads), GLOO_SOCKET_IFNAME: process.env.GLOO_SOCKET_IFNAME ?? "lo" } });
+    this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads), GLOO_SOCKET_IFNAME: process.env.GLOO_SOCKET_IFNAME ?? "lo" });
     const engine = this.engine;
     const checkpoint = s.checkpoint ? await openFolder(this.ctx.objects, s.checkpoint) : undefined;
     const init = await engine.initModel({
@@ -129,7 +131,13 @@ export class SearchR1Trainer {
     this.runId = s.runId;
     this.publisher = this.ctx.rank === 0 ? new WeightPublisher(this.ctx.objects, this.weightsKey, engine, s.rebase) : undefined;
     const publish = mode === "rl" ? await this.publisher?.publish() : undefined;
+    this.published = publish?.version ?? 0;
     return { rank: this.ctx.rank!, params: init.params, publish, device: init.device, inPlace: checkpoint?.inPlace };
+  }
+
+  /** Starts a tensor engine (a subclass may give a stand-in, e.g. a simulated one for benchmarks). */
+  protected startEngine(env: Record<string, string>): Promise<TensorEngine> {
+    return TensorEngine.start({ env });
   }
 
   private need(): TensorEngine {
@@ -144,6 +152,7 @@ export class SearchR1Trainer {
     const b = await this.ctx.objects.get<TrainSlice>(slice);
     const metrics = await engine.trainStep(b);
     const publish = await this.publisher?.publish();
+    if (publish) this.published = publish.version;
     this.ctx.objects.forget(slice);
     return { rank: this.ctx.rank!, metrics, publish, seconds: (performance.now() - t0) / 1000 };
   }
@@ -196,10 +205,10 @@ export class SearchR1Trainer {
     this.scratch = undefined;
   }
 
-  /** What this rank holds: the run it was set up for and its mode, and the optimizer steps taken. */
-  async status(): Promise<{ rank: number; runId: string | null; mode: string | null; steps: number }> {
+  /** What this rank holds: the run it was set up for and its mode, the optimizer steps taken, and (rank 0) the last published policy version. */
+  async status(): Promise<{ rank: number; runId: string | null; mode: string | null; steps: number; policyVersion: number }> {
     const steps = this.engine && this.mode ? (await this.engine.stateDigest()).steps : 0;
-    return { rank: this.ctx.rank!, runId: this.runId ?? null, mode: this.mode ?? null, steps };
+    return { rank: this.ctx.rank!, runId: this.runId ?? null, mode: this.mode ?? null, steps, policyVersion: this.published };
   }
 
   /** sha256 of this rank's exact trainer state (fp32 master weights; AdamW moments and steps). */

@@ -34,6 +34,7 @@ function sample(question: string, golds: string[], answerIds: number[], extra: P
     response: response.replace(/ <\/answer>$/, "</answer>").replace("<answer> ", "<answer>"),
     searches: ["ada"],
     finish: "answer",
+    policyVersion: 0,
     question,
     golds,
     answer,

@@ -1,0 +1,214 @@
+/**
+ * Overlapped rollouts and training (`maxLag`) on real processes with the
+ * tiny model: K = 0 is the synchronous loop exactly (metrics.jsonl, trainer
+ * state and rollout weights equal a run without the option and a loop
+ * spelled out from the pipeline's parts); at K = 1 the rollouts run ahead
+ * and the lag stays within K, also when a rollout executor is killed
+ * mid-call and its call is retried; trajectories older than K versions are
+ * dropped and counted. Plus the scheduler's launch rule on a fake launcher
+ * and the option's validation.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { parseTrainFlags } from "../../sdk/searchr1/cli.js";
+import { BASE_OPTIONS, validateOptions } from "../../sdk/searchr1/options.js";
+import { RolloutsAhead } from "../../sdk/searchr1/overlap.js";
+import { collect, rollouts, stepQuestions, update, type RolloutParts, type StepServices } from "../../sdk/searchr1/pipeline.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
+import { executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
+
+let cluster: TestCluster;
+const home = mkdtempSync(path.join(os.tmpdir(), "hearth-overlap-home-"));
+
+before(async () => {
+  process.env.HEARTH_HOME = home; // the (4-step) warm start is made once and shared by the runs here
+  cluster = await startCluster({ agents: [{ id: "n1", cpus: 2, mem: "8g" }] });
+});
+
+after(async () => {
+  await cluster?.stop();
+});
+
+/** A reward that varies within groups even for a barely trained policy: every step updates. */
+const lengthParity = (response: string): number => (response.length % 2 === 0 ? 1 : 0);
+
+function options(name: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+  return {
+    head: cluster.endpoint,
+    name,
+    out: mkdtempSync(path.join(os.tmpdir(), `hearth-overlap-${name}-`)),
+    promptsPerStep: 4,
+    promptsPerTask: 2,
+    groupSize: 4,
+    evalSize: 8,
+    evalEvery: 0,
+    bootstrapSteps: 4,
+    seed: 7,
+    temperature: 3,
+    log: () => undefined,
+    ...extra,
+  };
+}
+
+/** metrics.jsonl without wall-clock times and their shares. */
+function metricsOf(out: string): Array<Record<string, unknown>> {
+  return readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => {
+    const m = JSON.parse(l) as Record<string, unknown>;
+    for (const k of Object.keys(m)) if (k.endsWith("_s") || k.endsWith("_util")) delete m[k];
+    return m;
+  });
+}
+
+async function finalState(run: SearchR1Run) {
+  await run.evaluate(); // every rollout syncs to the last publication
+  return { states: await run.trainerGang.broadcast("stateDigest", [[], []]), digests: await run.digests() };
+}
+
+test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout weights equal a run without the option and the loop spelled out", async () => {
+  const runWith = async (name: string, extra: Partial<SearchR1Options>) => {
+    const o = options(name, extra);
+    const run = await SearchR1Run.create(o);
+    run.setReward(lengthParity);
+    try {
+      for (let i = 0; i < 2; i++) assert.ok((await run.step()).metrics.samples_trained > 0, `${name}: the step trained`);
+      return { metrics: metricsOf(o.out!), ...(await finalState(run)) };
+    } finally {
+      await run.close();
+    }
+  };
+  const plain = await runWith("k0-plain", {});
+  const zero = await runWith("k0-zero", { maxLag: 0 });
+  assert.deepEqual(zero.metrics, plain.metrics, "metrics.jsonl is identical but for wall-clock times");
+  for (const m of zero.metrics) {
+    assert.equal(m.max_lag, 0);
+    assert.equal(m.policy_lag_max, 0, `step ${m.step}: every trajectory was sampled with the trainers' current weights`);
+    assert.equal(m.stale_dropped, 0);
+  }
+  assert.deepEqual(zero.metrics.map((m) => m.policy_version), [1, 2], "one publication per step");
+  assert.deepEqual(zero.states.map((s) => [s.weights, s.moments, s.steps]), plain.states.map((s) => [s.weights, s.moments, s.steps]), "trainer states are bit-identical");
+  assert.equal(zero.digests.rollouts.length, 2);
+  for (const r of zero.digests.rollouts) assert.equal(r.digest, plain.digests.trainers[0]!.digest, `rollout ${r.executorId} holds the same policy`);
+
+  // The synchronous loop as it was written before the option: rollouts, score, update, in sequence.
+  const o = options("k0-spelled");
+  const run = await SearchR1Run.create(o);
+  try {
+    const svc: StepServices = {
+      app: run.app,
+      opts: run.opts,
+      task: run.task,
+      rollout: run.rolloutPool,
+      trainer: run.trainerGang,
+      rolloutSetup: run.rolloutSetup,
+      weightsKey: `searchr1/${run.opts.name}/weights`,
+      ahead: new RolloutsAhead<RolloutParts>(() => Promise.reject(new Error("not used")), 0),
+    };
+    const spelled: Array<Record<string, unknown>> = [];
+    for (let step = 1; step <= 2; step++) {
+      const parts = await rollouts(svc, stepQuestions(run.opts, run.task, step), run.opts.groupSize, run.opts.temperature, step);
+      const scored = await collect(run.app, parts, lengthParity);
+      const kept = scored.samples.filter((s) => s.kept);
+      await update(svc, kept);
+      spelled.push({ step, reward_mean: scored.samples.reduce((a, s) => a + s.reward, 0) / scored.samples.length, samples_trained: kept.length, tokens: scored.samples.reduce((a, s) => a + s.tokens.length, 0) });
+    }
+    assert.deepEqual(spelled, zero.metrics.map((m) => ({ step: m.step, reward_mean: m.reward_mean, samples_trained: m.samples_trained, tokens: m.tokens })), "the same samples, rewards and batches");
+    const s = await finalState(run);
+    assert.deepEqual(s.states.map((x) => [x.weights, x.moments]), zero.states.map((x) => [x.weights, x.moments]), "and the same trainer state");
+  } finally {
+    await run.close();
+  }
+});
+
+test("K = 1: rollouts run ahead, no trajectory lags more than 1 version, also with a rollout executor killed mid-call and its call retried", async () => {
+  const o = options("k1-kill", { maxLag: 1 });
+  const run = await SearchR1Run.create(o);
+  run.setReward(lengthParity);
+  try {
+    const retriedBefore = (await cluster.status()).head.calls.retried as number;
+    const seen: StepMetrics[] = [];
+    for (let step = 1; step <= 4; step++) {
+      const pending = run.step();
+      if (step === 3) {
+        // Kill a rollout executor while it runs a call (step 3's, or step 4's started ahead).
+        const busy = await waitFor("a rollout call to be running", async () => executorsOf(await cluster.status(), o.name!, "rollout").find((e: any) => e.inflight === 1));
+        process.kill(busy.pid, "SIGKILL");
+      }
+      const r = await pending;
+      const m = r.metrics;
+      seen.push(m);
+      assert.equal(m.max_lag, 1);
+      assert.ok(m.policy_lag_max! <= 1, `step ${step}: lag ${m.policy_lag_max} ≤ 1`);
+      for (const s of r.samples) {
+        const lag = m.policy_version! - s.policyVersion;
+        assert.ok(lag >= 0 && lag <= 1, `step ${step}: a trajectory of policy version ${s.policyVersion} trained at version ${m.policy_version}`);
+      }
+      assert.equal(m.stale_dropped, 0, "the launch rule leaves nothing stale");
+    }
+    assert.ok((await cluster.status()).head.calls.retried > retriedBefore, "the killed executor's call was retried");
+    assert.ok(seen.some((m) => m.policy_lag_max === 1), "some steps trained on rollouts sampled during the previous update");
+    assert.deepEqual(seen.map((m) => m.policy_version), [1, 2, 3, 4]);
+    const lines = metricsOf(o.out!);
+    for (const k of ["policy_lag_max", "policy_lag_mean", "stale_dropped", "max_lag", "policy_version"]) assert.ok(lines.every((m) => typeof m[k] === "number"), `metrics.jsonl has ${k}`);
+    const raw = readFileSync(path.join(o.out!, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as StepMetrics);
+    for (const m of raw) {
+      assert.ok(m.rollout_busy_s! > 0 && m.trainer_busy_s! > 0, "busy seconds of rollouts and trainers");
+      assert.ok(m.rollout_util! > 0 && m.trainer_util! > 0 && m.trainer_util! <= 1, `utilisations (${m.rollout_util}, ${m.trainer_util})`);
+    }
+  } finally {
+    await run.close();
+  }
+});
+
+test("K = 1: trajectories older than K versions are dropped and counted (a rollout that skipped its weight syncs)", async () => {
+  const o = options("k1-stale", { maxLag: 1, rollouts: 1 });
+  const run = await SearchR1Run.create(o);
+  run.setReward(lengthParity);
+  try {
+    // The only rollout executor keeps its weights (version 0: none yet) for steps 1-3's six calls.
+    await run.rolloutPool.call("skipSyncs", 6);
+    const seen: StepMetrics[] = [];
+    for (let i = 0; i < 4; i++) seen.push((await run.step()).metrics);
+    const perStep = 4 * 4;
+    // Step 1 trains at version 1 (lag 1: kept); steps 2 and 3 at version 2 (lag 2: dropped, so no update);
+    // step 4's calls, started ahead during step 3, synced to version 2 (lag 0).
+    assert.deepEqual(seen.map((m) => m.stale_dropped), [0, perStep, perStep, 0]);
+    assert.deepEqual(seen.map((m) => m.policy_version), [1, 2, 2, 2]);
+    assert.deepEqual(seen.map((m) => m.samples_trained > 0), [true, false, false, true]);
+    assert.deepEqual(seen.map((m) => m.policy_lag_max), [1, 0, 0, 0], "what was trained on lagged at most 1");
+  } finally {
+    await run.close();
+  }
+});
+
+test("the launch rule: step t's rollouts start once step t − K − 1 has published, in step order, up to the horizon", async () => {
+  const launched: number[] = [];
+  const ahead = new RolloutsAhead<number>(async (t) => (launched.push(t), t), 2);
+  assert.equal(await ahead.take(1), 1);
+  ahead.prefetch(1);
+  assert.deepEqual(launched, [1, 2, 3], "at step 1, steps 2 and 3 start");
+  assert.equal(await ahead.take(2), 2);
+  ahead.prefetch(2);
+  assert.deepEqual(launched, [1, 2, 3, 4], "step 3 is not started twice");
+  ahead.horizon = 4;
+  assert.equal(await ahead.take(3), 3);
+  ahead.prefetch(3);
+  assert.deepEqual(launched, [1, 2, 3, 4], "nothing past the horizon");
+  ahead.maxLag = 0;
+  assert.equal(await ahead.take(4), 4);
+  ahead.prefetch(4);
+  assert.equal(await ahead.take(5), 5);
+  assert.deepEqual(launched, [1, 2, 3, 4, 5], "K = 0: a step's rollouts start when it is taken");
+  assert.deepEqual(ahead.ahead, []);
+  assert.throws(() => (ahead.maxLag = -1), /--max-lag must be a whole number ≥ 0; got -1/);
+});
+
+test("--max-lag is parsed and checked before any service starts", () => {
+  assert.equal(parseTrainFlags(["--max-lag", "2"]).maxLag, 2);
+  const out = mkdtempSync(path.join(os.tmpdir(), "hearth-overlap-opts-"));
+  assert.throws(() => validateOptions({ ...BASE_OPTIONS, out, maxLag: 1.5 }), /--max-lag must be a whole number ≥ 0; got 1\.5/);
+  assert.throws(() => validateOptions({ ...BASE_OPTIONS, out, maxLag: -1 }), /--max-lag must be a whole number ≥ 0; got -1/);
+  validateOptions({ ...BASE_OPTIONS, out, maxLag: 3 });
+});
