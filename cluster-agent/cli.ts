@@ -26,7 +26,7 @@ commands:
   head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F] [--agent-timeout 6s]
           [--curve-keys FILE]   accept only CURVE clients with the keys in FILE (created if missing)
           [--max-keep-alive 24h] [--max-apps 1000]   caps on what drivers may ask for
-          [--max-peers 4096] [--max-drivers-per-app 64] [--max-agents 1024]   proven connections held at most
+          [--max-peers 16384] [--max-drivers-per-app 64] [--max-agents 1024]   proven connections held at most
           [--max-unproven 1024] connections waiting to prove a credential at once (beyond it the oldest is dropped)
           [--secret-file F]     the cluster secret peers prove (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret; made if missing)
           run a head (scheduler, registry); prints its endpoint

@@ -37,7 +37,7 @@ export interface PeerLimits {
 }
 
 /** The defaults of PeerLimits: far above what one cluster needs, low enough to bound the head's memory. */
-export const PEER_LIMITS: PeerLimits = { maxPeers: 4096, maxDriversPerApp: 64, maxAgents: 1024 };
+export const PEER_LIMITS: PeerLimits = { maxPeers: 16_384, maxDriversPerApp: 64, maxAgents: 1024 };
 
 /**
  * Every peer heartbeats each second; a binding silent this long does not count
