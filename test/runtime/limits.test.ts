@@ -11,6 +11,8 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { pack } from "msgpackr";
+import { connect } from "../../sdk/connect.js";
+import { AuthError } from "../../sdk/wire/errors.js";
 import { startCluster, waitFor } from "../helpers/cluster.js";
 import { RawClient, rawAdminCredential, rawCredential, type RawCredential } from "../helpers/raw-client.js";
 
@@ -45,6 +47,8 @@ test("a driver connection beyond --max-drivers-per-app is refused, naming the li
     // The two admitted drivers still work.
     await raws[0]!.request("hello", { app: "lim" });
     await raws[1]!.request("hello", { app: "lim" });
+    // The SDK's connect() ends with the same error instead of waiting.
+    await assert.rejects(connect({ name: "lim", head: cluster.endpoint }), (e: unknown) => e instanceof AuthError && /maximum of 2 driver connections \(hearth head --max-drivers-per-app\)/.test(e.message));
   } finally {
     for (const r of raws) await r.close();
     await cluster.stop();
