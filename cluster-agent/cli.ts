@@ -26,6 +26,8 @@ commands:
   head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F] [--agent-timeout 6s]
           [--curve-keys FILE]   accept only CURVE clients with the keys in FILE (created if missing)
           [--max-keep-alive 24h] [--max-apps 1000]   caps on what drivers may ask for
+          [--max-peers 16384] [--max-drivers-per-app 64] [--max-agents 1024]   proven connections held at most
+          [--max-unproven 1024] connections waiting to prove a credential at once (beyond it the oldest is dropped)
           [--secret-file F]     the cluster secret peers prove (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret; made if missing)
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
@@ -77,7 +79,8 @@ async function main(argv: string[]): Promise<number> {
     case "head": {
       const { values } = parseArgs({
         args: rest,
-        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" }, "max-keep-alive": { type: "string" }, "max-apps": { type: "string" }, "secret-file": { type: "string" } },
+        options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" }, "max-keep-alive": { type: "string" }, "max-apps": { type: "string" }, "secret-file": { type: "string" },
+          "max-peers": { type: "string" }, "max-drivers-per-app": { type: "string" }, "max-agents": { type: "string" }, "max-unproven": { type: "string" } },
       });
       const head = await Head.start({
         bind: values.bind,
@@ -89,6 +92,12 @@ async function main(argv: string[]): Promise<number> {
         maxKeepAliveMs: values["max-keep-alive"] ? parseDuration(values["max-keep-alive"]) : undefined,
         maxApps: values["max-apps"] ? positiveInt("--max-apps", values["max-apps"]) : undefined,
         secret: ensureSecret(values["secret-file"] ?? secretFile()),
+        peerLimits: {
+          maxPeers: values["max-peers"] ? positiveInt("--max-peers", values["max-peers"]) : undefined,
+          maxDriversPerApp: values["max-drivers-per-app"] ? positiveInt("--max-drivers-per-app", values["max-drivers-per-app"]) : undefined,
+          maxAgents: values["max-agents"] ? positiveInt("--max-agents", values["max-agents"]) : undefined,
+        },
+        maxUnproven: values["max-unproven"] ? positiveInt("--max-unproven", values["max-unproven"]) : undefined,
       });
       console.log(`hearth head listening on ${head.endpoint}`);
       if (values["endpoint-file"]) writeFileSync(values["endpoint-file"], head.endpoint, { mode: 0o600 });

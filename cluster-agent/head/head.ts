@@ -22,7 +22,7 @@ import { startZapHandler, type CurveKeys } from "../../sdk/wire/curve.js";
 import { Authenticator, type Peer } from "../../sdk/wire/authenticator.js";
 import { ensureSecret, secretFile } from "../../sdk/wire/auth.js";
 import { AuthError } from "../../sdk/wire/errors.js";
-import { peerKey } from "./peer-roles.js";
+import { PEER_LIMITS, admitPeer, peerKey, type PeerLimits } from "./peer-roles.js";
 
 /** Head settings. */
 export interface HeadOptions {
@@ -52,6 +52,10 @@ export interface HeadOptions {
   maxApps?: number;
   /** The cluster secret every peer's credential is derived from (auth.ts). Default: HEARTH_HOME's, made on first use. */
   secret?: Buffer;
+  /** Proven connections the head holds (total, drivers per app, agents); a hello beyond them is refused. Default PEER_LIMITS. */
+  peerLimits?: Partial<PeerLimits>;
+  /** Connections waiting to prove a credential at once; beyond it the oldest is dropped. Default 1024. */
+  maxUnproven?: number;
 }
 
 /** A running head. Create with `Head.start()`. */
@@ -98,6 +102,7 @@ export class Head {
     this.channel = new RouterChannel({
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),
+      onRefused: (id, frames, err) => this.onRefusedMessage(id, frames, err),
       curveServerSecretKey: opts.curve?.serverSecretKey,
     });
     this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }));
@@ -125,9 +130,13 @@ export class Head {
       if (restored) head.recovery.restore(restored, head.agentTimeoutMs);
     }
     const secret = opts.secret ?? ensureSecret(secretFile());
+    // Unset fields (undefined) keep their defaults.
+    const peerLimits: PeerLimits = { ...PEER_LIMITS, ...Object.fromEntries(Object.entries(opts.peerLimits ?? {}).filter(([, v]) => v !== undefined)) };
     head.auth = new Authenticator({
       name: "head",
       keyFor: (role, id, app) => peerKey(secret, role, id, app),
+      admit: (peer, bound) => admitPeer(peerLimits, peer, bound),
+      limits: opts.maxUnproven !== undefined ? { waitingPeers: opts.maxUnproven } : undefined,
       send: (id, frames) => head.channel.sendTo(id, frames),
       deliver: (peer, frames) => head.onMessage(peer, frames),
       onBound: (peer) => {
@@ -179,6 +188,23 @@ export class Head {
       const rid = typeof h?.rid === "number" ? h.rid : undefined;
       this.channel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error, head: this.id } : { t: "err", error, head: this.id })]);
     }
+  }
+
+  /** A message over the channel's bounds (channel.ts): a proven peer is told why, an unproven one nothing. */
+  private onRefusedMessage(id: Buffer, frames: Buffer[], err: MessageTooLargeError): void {
+    this.stats.malformed++;
+    const peer = this.auth.peer(id);
+    this.log(`refused a message from ${printable(id)}${peer ? "" : " (unproven)"}: ${err.message}`);
+    if (!peer) return;
+    let rid: unknown;
+    try {
+      // A header is small; a huge first frame is not worth decoding just to find a rid.
+      if (frames[0] && frames[0].length <= 64 * 1024) rid = decodeHeader(frames[0]).rid;
+    } catch {
+      // No usable header: the generic error below still names the limit.
+    }
+    const error = toWireError(err);
+    this.channel.sendTo(id, [encode(typeof rid === "number" ? { t: "rep", rid, ok: false, error, head: this.id } : { t: "err", error, head: this.id })]);
   }
 
   // ---- drivers -------------------------------------------------------------

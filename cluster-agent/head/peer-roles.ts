@@ -25,3 +25,54 @@ export function peerKey(secret: Buffer, role: Role, id: string, app: string): Bu
       return app !== "" ? deriveKey(secret, "executor", id, app) : "an executor credential names its app";
   }
 }
+
+/** How many proven connections the head holds (the `hearth head` flags in brackets). */
+export interface PeerLimits {
+  /** All proven connections together (`--max-peers`). */
+  maxPeers: number;
+  /** Proven driver connections of one app (`--max-drivers-per-app`). */
+  maxDriversPerApp: number;
+  /** Proven agent connections (`--max-agents`). */
+  maxAgents: number;
+}
+
+/** The defaults of PeerLimits: far above what one cluster needs, low enough to bound the head's memory. */
+export const PEER_LIMITS: PeerLimits = { maxPeers: 16_384, maxDriversPerApp: 64, maxAgents: 1024 };
+
+/**
+ * Every peer heartbeats each second; a binding silent this long does not count
+ * towards a limit and is dropped when a limit is reached (if its peer is alive
+ * it re-proves itself transparently on its next message).
+ */
+export const STALE_BINDING_MS = 15_000;
+
+/**
+ * Whether a newly proven peer may be bound, given the current bindings: a
+ * reason naming the limit and its flag, or undefined. Stale bindings are
+ * dropped from `bound` first, so peers that left without a word (a killed
+ * driver) never hold a slot for long.
+ */
+export function admitPeer(limits: PeerLimits, candidate: { role: Role; app: string }, bound: Map<string, { role: Role; app: string; lastSeen: number }>, now = Date.now()): string | undefined {
+  const count = (): { all: number; drivers: number; agents: number } => {
+    let all = 0;
+    let drivers = 0;
+    let agents = 0;
+    for (const p of bound.values()) {
+      all++;
+      if (p.role === "driver" && p.app === candidate.app) drivers++;
+      if (p.role === "agent") agents++;
+    }
+    return { all, drivers, agents };
+  };
+  const over = (c: { all: number; drivers: number; agents: number }): string | undefined => {
+    if (c.all >= limits.maxPeers) return `the head holds its maximum of ${limits.maxPeers} connections (hearth head --max-peers)`;
+    if (candidate.role === "driver" && c.drivers >= limits.maxDriversPerApp) {
+      return `app '${candidate.app}' already has its maximum of ${limits.maxDriversPerApp} driver connections (hearth head --max-drivers-per-app)`;
+    }
+    if (candidate.role === "agent" && c.agents >= limits.maxAgents) return `the head holds its maximum of ${limits.maxAgents} agents (hearth head --max-agents)`;
+    return undefined;
+  };
+  if (over(count()) === undefined) return undefined;
+  for (const [k, p] of bound) if (now - p.lastSeen > STALE_BINDING_MS) bound.delete(k);
+  return over(count());
+}

@@ -55,6 +55,14 @@ export interface AuthenticatorOptions {
   deliver(peer: Peer, frames: Buffer[]): void;
   /** Called once a peer proved itself. */
   onBound?(peer: Peer): void;
+  /**
+   * Asked before a proven peer is bound: a reason to refuse it (a limit, named with the
+   * flag that raises it), or undefined to admit it. `bound` holds the current bindings;
+   * it may drop stale ones from it (their peers re-prove themselves on their next message).
+   */
+  admit?(candidate: Peer, bound: Map<string, Peer>): string | undefined;
+  /** Overrides of AUTH_LIMITS (the head's `--max-unproven` sets waitingPeers). */
+  limits?: Partial<AuthLimits>;
   log(line: string): void;
   /** What this server is, in log lines ("head", "agent cache"). */
   name: string;
@@ -67,8 +75,31 @@ interface Waiting {
   bytes: number;
 }
 
-/** Messages held per unproven peer, their bytes, and unproven peers at once. */
-export const AUTH_LIMITS = { heldMessages: 256, heldBytes: 128 * 1024 * 1024, waitingPeers: 1024, waitMs: 30_000, idleBindingMs: 30 * 60_000 };
+/** Bounds on peers that have not proven a credential yet, and on idle bindings. */
+export interface AuthLimits {
+  /** Messages held per unproven peer. */
+  heldMessages: number;
+  /** Bytes held per unproven peer. */
+  heldBytes: number;
+  /** Bytes held for all unproven peers together (without it, waitingPeers × heldBytes could be held). */
+  heldBytesTotal: number;
+  /** Unproven peers at once; a new one beyond this drops the oldest. */
+  waitingPeers: number;
+  /** How long an unproven peer may take to prove itself. */
+  waitMs: number;
+  /** A binding idle this long is dropped (the peer re-proves itself transparently). */
+  idleBindingMs: number;
+}
+
+/** The defaults of AuthLimits. */
+export const AUTH_LIMITS: AuthLimits = {
+  heldMessages: 256,
+  heldBytes: 128 * 1024 * 1024,
+  heldBytesTotal: 256 * 1024 * 1024,
+  waitingPeers: 1024,
+  waitMs: 30_000,
+  idleBindingMs: 30 * 60_000,
+};
 
 const ID = /^[\x21-\x7e]{1,256}$/;
 const ROLES = new Set<Role>(["admin", "driver", "agent", "executor"]);
@@ -79,8 +110,13 @@ export class Authenticator {
   private readonly waiting = new Map<string, Waiting>();
   /** Refused handshakes and messages dropped unproven (tests and status read these). */
   readonly stats = { refused: 0, dropped: 0, bound: 0 };
+  private readonly limits: AuthLimits;
+  /** Bytes held for all unproven peers now. */
+  private heldTotal = 0;
 
-  constructor(private readonly opts: AuthenticatorOptions) {}
+  constructor(private readonly opts: AuthenticatorOptions) {
+    this.limits = { ...AUTH_LIMITS, ...opts.limits };
+  }
 
   /** Handles one message from the ROUTER. */
   receive(routingId: Buffer, frames: Buffer[]): void {
@@ -108,22 +144,18 @@ export class Authenticator {
   /** Drops unproven peers past the wait and bindings idle for long. */
   sweep(now = Date.now()): void {
     for (const [k, w] of this.waiting) {
-      if (now - w.since > AUTH_LIMITS.waitMs) {
-        this.stats.dropped += w.held.length;
-        this.waiting.delete(k);
-      }
+      if (now - w.since > this.limits.waitMs) this.unwait(k, true);
     }
-    for (const [k, p] of this.peers) if (now - p.lastSeen > AUTH_LIMITS.idleBindingMs) this.peers.delete(k);
+    for (const [k, p] of this.peers) if (now - p.lastSeen > this.limits.idleBindingMs) this.peers.delete(k);
   }
 
   private challenge(key: string, routingId: Buffer): Waiting {
     let w = this.waiting.get(key);
     if (w) return w;
-    if (this.waiting.size >= AUTH_LIMITS.waitingPeers) {
+    if (this.waiting.size >= this.limits.waitingPeers) {
       // Oldest first: a flood of unproven connections cannot keep a real peer waiting for long.
       const [oldest] = this.waiting.keys();
-      this.stats.dropped += this.waiting.get(oldest!)!.held.length;
-      this.waiting.delete(oldest!);
+      this.unwait(oldest!, true);
     }
     w = { nonce: randomBytes(32), since: Date.now(), held: [], bytes: 0 };
     this.waiting.set(key, w);
@@ -134,12 +166,23 @@ export class Authenticator {
   private hold(key: string, routingId: Buffer, frames: Buffer[]): void {
     const w = this.challenge(key, routingId);
     const size = frames.reduce((n, f) => n + f.length, 0);
-    if (w.held.length >= AUTH_LIMITS.heldMessages || w.bytes + size > AUTH_LIMITS.heldBytes) {
+    if (w.held.length >= this.limits.heldMessages || w.bytes + size > this.limits.heldBytes || this.heldTotal + size > this.limits.heldBytesTotal) {
       this.stats.dropped++;
       return;
     }
     w.held.push(frames);
     w.bytes += size;
+    this.heldTotal += size;
+  }
+
+  /** Stops waiting for a peer; `dropped` counts its held messages as lost. */
+  private unwait(key: string, dropped: boolean): Waiting | undefined {
+    const w = this.waiting.get(key);
+    if (!w) return undefined;
+    if (dropped) this.stats.dropped += w.held.length;
+    this.heldTotal -= w.bytes;
+    this.waiting.delete(key);
+    return w;
   }
 
   private onHandshake(key: string, routingId: Buffer, body: Buffer): void {
@@ -153,7 +196,7 @@ export class Authenticator {
     }
     if (m.t === "auth-start") {
       // A fresh start (also from a bound peer that reconnected and wants to be sure): a new nonce.
-      this.waiting.delete(key);
+      this.unwait(key, true);
       this.peers.delete(key);
       this.challenge(key, routingId);
       return;
@@ -173,8 +216,10 @@ export class Authenticator {
     if (got.length !== expected.length || !timingSafeEqual(got, expected)) {
       return this.refuse(key, routingId, `a wrong credential for ${role} '${id}'${app ? ` of app '${app}'` : ""}`);
     }
-    this.waiting.delete(key);
     const peer: Peer = { role: role as Role, id, app, routingId: Buffer.from(routingId), lastSeen: Date.now() };
+    const limit = this.opts.admit?.(peer, this.peers);
+    if (limit !== undefined) return this.refuse(key, routingId, limit, "Wait for a connection to close, or raise the limit");
+    this.unwait(key, false);
     this.peers.set(key, peer);
     this.stats.bound++;
     this.opts.send(routingId, [AUTH_MARK, encode({ t: "auth-ok" })]);
@@ -182,14 +227,12 @@ export class Authenticator {
     for (const frames of w.held) this.opts.deliver(peer, frames);
   }
 
-  private refuse(key: string, routingId: Buffer, what: string): void {
+  private refuse(key: string, routingId: Buffer, what: string, remedy = "Check the credential (HEARTH_HOME's secret, or the app token)"): void {
     this.stats.refused++;
-    const w = this.waiting.get(key);
-    if (w) this.stats.dropped += w.held.length;
-    this.waiting.delete(key);
+    this.unwait(key, true);
     this.peers.delete(key);
     this.opts.log(`${this.opts.name}: refused a peer (${printable(routingId)}): ${what}`);
-    const error = toWireError(new AuthError(`the ${this.opts.name} refused this connection: ${what}. Check the credential (HEARTH_HOME's secret, or the app token)`));
+    const error = toWireError(new AuthError(`the ${this.opts.name} refused this connection: ${what}. ${remedy}`));
     this.opts.send(routingId, [AUTH_MARK, encode({ t: "auth-failed", error })]);
   }
 }

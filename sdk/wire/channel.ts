@@ -9,7 +9,7 @@ import type { CurveClientKeys } from "./curve.js";
 import { authMac, type Credential } from "./auth.js";
 import { AUTH_MARK, isAuthMessage } from "./authenticator.js";
 import { decode, encode } from "./codec.js";
-import { AuthError, fromWireError, type WireError } from "./errors.js";
+import { AuthError, MessageTooLargeError, formatBytes, fromWireError, type WireError } from "./errors.js";
 
 /** Frames of one outgoing message. */
 export type Frames = Array<Buffer | Uint8Array | string>;
@@ -75,6 +75,37 @@ class Outbox {
   }
 }
 
+/**
+ * What a server socket (ROUTER) accepts in one message. Every message a peer
+ * sends a server is a header frame plus at most one payload frame (docs/protocol.md);
+ * the largest is an 8 MiB upload chunk. ZeroMQ's maxMessageSize bounds each
+ * frame before it is buffered; these bound the whole message once ZeroMQ has
+ * handed it over, before anything decodes, holds or forwards it.
+ */
+export const MESSAGE_BOUNDS = {
+  /** Header plus payload frames. */
+  maxFrames: 4,
+  /** Sum of all frames' sizes. */
+  maxTotalBytes: 16 * 1024 * 1024,
+};
+
+/** Why a message breaks MESSAGE_BOUNDS-style limits, or undefined when it does not. */
+export function checkMessageBounds(frames: Buffer[], bounds: { maxFrames: number; maxTotalBytes: number }): MessageTooLargeError | undefined {
+  let total = 0;
+  for (const f of frames) total += f.length;
+  if (frames.length > bounds.maxFrames) {
+    const e = new MessageTooLargeError(total, bounds.maxTotalBytes, "message");
+    e.message = `a message of ${frames.length} frames was refused: at most ${bounds.maxFrames} frames (a header and its payload) are accepted; nothing of it was processed`;
+    return e;
+  }
+  if (total > bounds.maxTotalBytes) {
+    const e = new MessageTooLargeError(total, bounds.maxTotalBytes, "message");
+    e.message = `a message of ${formatBytes(total)} in ${frames.length} frames was refused: over the ${formatBytes(bounds.maxTotalBytes)} limit on a whole message; nothing of it was processed. Upload large data in chunks (obj-begin/obj-chunk)`;
+    return e;
+  }
+  return undefined;
+}
+
 /** Options shared by both wrappers. */
 export interface ChannelOptions {
   /** Called for errors inside the receive loop or handler; defaults to stderr. */
@@ -93,6 +124,14 @@ export interface ChannelOptions {
   auth?: Credential;
   /** DEALER with `auth`: the ROUTER refused the credential. Default: onError. */
   onAuthFailed?: (err: AuthError) => void;
+  /** ROUTER: frames and total bytes of one message (default MESSAGE_BOUNDS). */
+  bounds?: { maxFrames: number; maxTotalBytes: number };
+  /**
+   * ROUTER: a message broke `bounds`; it is not passed to the handler. The
+   * owner decides whether the sender may be told (only a proven peer is).
+   * Default: onError.
+   */
+  onRefused?: (routingId: Buffer, frames: Buffer[], err: MessageTooLargeError) => void;
 }
 
 const defaultOnError = (err: unknown): void => {
@@ -189,9 +228,13 @@ export class RouterChannel {
   private readonly outbox: Outbox;
   private readonly onError: (err: unknown) => void;
   private closed = false;
+  private readonly bounds: { maxFrames: number; maxTotalBytes: number };
+  private readonly onRefused: (routingId: Buffer, frames: Buffer[], err: MessageTooLargeError) => void;
 
   constructor(opts: ChannelOptions = {}) {
     this.onError = opts.onError ?? defaultOnError;
+    this.bounds = opts.bounds ?? MESSAGE_BOUNDS;
+    this.onRefused = opts.onRefused ?? ((_id, _frames, err) => this.onError(err));
     const curve = opts.curveServerSecretKey ? { curveServer: true, curveSecretKey: opts.curveServerSecretKey } : {};
     // No handover: a second connection that presents a live peer's routing id is refused by
     // ZeroMQ, so a routing id bound to a credential (authenticator.ts) cannot be taken over.
@@ -214,6 +257,11 @@ export class RouterChannel {
     try {
       for await (const [id, ...frames] of this.socket) {
         try {
+          const refused = checkMessageBounds(frames, this.bounds);
+          if (refused) {
+            this.onRefused(id!, frames, refused);
+            continue;
+          }
           await handler(id!, frames);
         } catch (err) {
           this.onError(err);

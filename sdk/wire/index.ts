@@ -26,7 +26,7 @@ export {
   type Credential,
   type Role,
 } from "./auth.js";
-export { AUTH_LIMITS, AUTH_MARK, Authenticator, isAuthMessage, type AuthenticatorOptions, type Peer } from "./authenticator.js";
+export { AUTH_LIMITS, AUTH_MARK, Authenticator, isAuthMessage, type AuthLimits, type AuthenticatorOptions, type Peer } from "./authenticator.js";
 export {
   AuthError,
   ClosedError,
