@@ -3,11 +3,12 @@
  * and stops them, leaving no process behind.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
+import { SECRET_FILE_ENV, secretFile } from "../../sdk/wire/auth.js";
 
 /** The compiled tree (dist/). */
 export const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -86,7 +87,17 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     if (spec.cpus !== undefined) args.push("--cpus", String(spec.cpus));
     if (spec.mem !== undefined) args.push("--mem", spec.mem);
     args.push("--gpus", String(spec.gpus ?? 0), ...(spec.args ?? []));
-    const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid });
+    let env: NodeJS.ProcessEnv | undefined;
+    if (spec.uid !== undefined) {
+      // Another user cannot read this HEARTH_HOME (0700): like an agent on another host, it gets
+      // its own copy of the cluster secret, owned by it and private (HEARTH_SECRET_FILE).
+      const secret = path.join(workDir, "secret");
+      copyFileSync(secretFile(), secret);
+      chownSync(secret, spec.uid, spec.gid ?? spec.uid);
+      chmodSync(secret, 0o600);
+      env = { ...process.env, [SECRET_FILE_ENV]: secret };
+    }
+    const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid, env });
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
     agents.set(spec.id, p);
     await waitFor(`agent ${spec.id} to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id) ? true : undefined));
