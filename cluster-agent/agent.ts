@@ -12,17 +12,14 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
+import { DealerChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
-import { toWireError, truncateLogLine } from "../sdk/wire/errors.js";
+import { truncateLogLine } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { randomBytes } from "node:crypto";
 import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, credentialFrom, deriveKey, loadSecret, secretFile } from "../sdk/wire/auth.js";
-import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
-import { download } from "../sdk/cache/transfer.js";
-import { ObjectStore } from "./head/object-store.js";
-import { ObjectService } from "./object-service.js";
+import { NodeCache } from "./node-cache.js";
 import { ProjectStore } from "./projects.js";
 import { detectResources, type NodeResources } from "./resources.js";
 
@@ -79,12 +76,7 @@ export class Agent {
   private readonly channel: DealerChannel;
   private readonly headRequests: PendingRequests;
   /** Node-local object cache: executors read objects through it, so bytes cross from the head once per node. */
-  readonly cache: ObjectService;
-  private readonly cacheChannel: RouterChannel;
-  /** Only this agent's own executors, each with its own credential, may read the cache. */
-  private readonly cacheAuth: Authenticator;
-  private cacheEndpoint = "";
-  private readonly refreshing = new Map<string, Promise<void>>();
+  readonly cache: NodeCache;
   private readonly children = new Map<string, Child>();
   private readonly workDir: string;
   private readonly projects: ProjectStore;
@@ -122,18 +114,15 @@ export class Agent {
       onAuthFailed: (err) => this.log(`the head refused this agent's credential: ${err.message}`),
     });
     this.headRequests = new PendingRequests(this.channel, `head at ${opts.head}`);
-    this.cache = new ObjectService(new ObjectStore({ memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4) }), { readOnly: true });
-    this.cacheChannel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`cache socket error: ${String(err)}`) });
-    this.cacheAuth = new Authenticator({
-      name: "agent cache",
-      keyFor: (role, id, app) => {
-        if (role !== "executor") return "only executors read an agent's cache";
-        const child = this.children.get(id);
-        return child && child.app === app ? deriveKey(secret, "executor", id, app) : `executor ${id} of app '${app}' does not run on agent ${this.id}`;
-      },
-      send: (id, frames) => this.cacheChannel.sendTo(id, frames),
-      deliver: (peer, frames) => void this.onCacheRequest(peer, frames),
-      log: (m) => this.log(m),
+    // Only this agent's own executors, each with its own credential, may read the cache.
+    this.cache = new NodeCache({
+      agentId: this.id,
+      head: opts.head,
+      secret,
+      control: this.headRequests,
+      memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4),
+      appOf: (executorId) => this.children.get(executorId)?.app,
+      log: this.log,
     });
     this.projects = new ProjectStore(this.workDir, this.log);
     this.stopped = new Promise((r) => (this.done = r));
@@ -143,8 +132,7 @@ export class Agent {
   static async start(opts: AgentOptions): Promise<Agent> {
     const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()));
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
-    agent.cacheEndpoint = await agent.cacheChannel.bind("tcp://127.0.0.1:0");
-    void agent.cacheChannel.serve((id, frames) => agent.cacheAuth.receive(id, frames));
+    await agent.cache.start();
     agent.channel.connect(opts.head);
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
@@ -152,7 +140,7 @@ export class Agent {
     const headGraceMs = opts.headGraceMs ?? HEAD_GRACE_MS;
     agent.heartbeat = setInterval(() => {
       agent.channel.send([encode({ t: "hb" })]);
-      agent.cacheAuth.sweep();
+      agent.cache.sweep();
       const silent = Date.now() - agent.lastHeard;
       if (silent > headGraceMs) {
         agent.log(`nothing heard from the head at ${opts.head} for ${Math.round(silent / 1000)} s (grace ${headGraceMs / 1000} s); stopping executors and exiting`);
@@ -232,40 +220,6 @@ export class Agent {
     }
   }
 
-  /** An executor asks the node-local cache for an object: refresh from the head (once per node), then serve locally. */
-  private async onCacheRequest(peer: Peer, frames: Buffer[]): Promise<void> {
-    const id = peer.routingId;
-    let rid: number | undefined;
-    try {
-      const h = decodeHeader(frames[0]);
-      rid = num(h, "rid");
-      // The executor and app it proved at the handshake (its credential names both).
-      const executorId = peer.id;
-      const app = this.children.get(executorId)?.app;
-      if (!app || app !== peer.app) throw new Error(`unknown executor '${executorId}' on agent ${this.id}`);
-      const op = str(h, "op");
-      if (op === "obj-get") await this.refresh(app, str(h, "key"));
-      const r = this.cache.handle(op, app, h, frames, "executor");
-      this.cacheChannel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value }), ...(r.frames ?? [])]);
-    } catch (err) {
-      this.cacheChannel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error: toWireError(err) } : { t: "err", error: toWireError(err) })]);
-    }
-  }
-
-  /** Brings the local copy of `app/key` to the head's latest version; concurrent callers share one fetch. */
-  private refresh(app: string, key: string): Promise<void> {
-    const full = `${app}/${key}`;
-    let p = this.refreshing.get(full);
-    if (!p) {
-      const held = this.cache.store.peek(full);
-      p = download(this.headRequests, { app, key, have: held?.version, haveBase: held?.baseVersion })
-        .then((d) => this.cache.store.replicate(full, d))
-        .finally(() => this.refreshing.delete(full));
-      this.refreshing.set(full, p);
-    }
-    return p;
-  }
-
   private async startExecutor(h: Header): Promise<void> {
     const id = str(h, "executor");
     const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
@@ -275,12 +229,7 @@ export class Agent {
       const app = str(h, "app");
       this.settingUp.add(id);
       try {
-        const dir = await this.projects.ensure(project.hash, async () => {
-          await this.refresh(app, project.key);
-          const r = this.cache.store.read(`${app}/${project.key}`);
-          if (r.mode === "not-modified") throw new Error("unexpected not-modified");
-          return r.parts[0]!.data!;
-        });
+        const dir = await this.projects.ensure(project.hash, () => this.cache.read(app, project.key));
         module = path.join(dir, module);
       } catch (err) {
         this.log(`executor ${id}: project ${project.hash} could not be set up: ${(err as Error).message}`);
@@ -319,7 +268,7 @@ export class Agent {
       HEARTH_HEAD: this.opts.head,
       HEARTH_EXECUTOR_ID: id,
       HEARTH_EXECUTOR_CONTEXT: JSON.stringify(context),
-      HEARTH_AGENT_CACHE: this.cacheEndpoint,
+      HEARTH_AGENT_CACHE: this.cache.address,
       HEARTH_AGENT_PID: String(process.pid),
       CUDA_VISIBLE_DEVICES: gpus.join(","),
     };
@@ -397,9 +346,8 @@ export class Agent {
   }
 
   private finish(): void {
-    void this.channel.flush().then(() => {
+    void Promise.all([this.channel.flush(), this.cache.close()]).then(() => {
       this.channel.close();
-      this.cacheChannel.close();
       this.done();
     });
   }
