@@ -43,8 +43,10 @@ export interface NodeCacheOptions {
   log: (line: string) => void;
 }
 
-/** Counters of the node cache's head fetches. */
+/** Counters of the node cache's gets and head fetches. */
 export interface NodeCacheFetches {
+  /** `obj-get` requests from executors. */
+  gets: number;
   /** Fetches sent to the head (one per miss or freshness check that found no fetch in flight). */
   started: number;
   /** Gets that found a fetch of their object in flight and waited for it instead. */
@@ -55,7 +57,7 @@ export interface NodeCacheFetches {
 export class NodeCache {
   /** The objects and the `obj-*` protocol served to executors (read-only: writes go to the head). */
   readonly service: ObjectService;
-  readonly fetches: NodeCacheFetches = { started: 0, joined: 0 };
+  readonly fetches: NodeCacheFetches = { gets: 0, started: 0, joined: 0 };
   private readonly socket: RouterChannel;
   private readonly auth: Authenticator;
   private readonly bulk: DealerChannel;
@@ -136,7 +138,10 @@ export class NodeCache {
       const app = this.opts.appOf(peer.id);
       if (!app || app !== peer.app) throw new HearthError(`unknown executor '${peer.id}' on agent ${this.opts.agentId}`);
       const op = str(h, "op");
-      if (op === "obj-get") await this.refresh(app, str(h, "key"));
+      if (op === "obj-get") {
+        this.fetches.gets++;
+        await this.refresh(app, str(h, "key"));
+      }
       const r = this.service.handle(op, app, h, frames, "executor");
       const value = op === "obj-stat" ? { ...(r.value as object), fetches: this.fetches } : r.value;
       this.socket.sendTo(peer.routingId, [encode({ t: "rep", rid, ok: true, value }), ...(r.frames ?? [])]);

@@ -44,13 +44,14 @@ async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   }
 }
 
-test("a hit for one executor completes while another executor's 64 MiB miss is held in flight", async () => {
+test("a hit for one executor completes while another executor's 64 MiB miss is held in flight", async (t) => {
   const pool = await app.service<ObjectUser>({ module: FIXTURES, export: "ObjectUser" }, { name: "hit", warmup: 2, max: 2, concurrency: 1 });
   const small = await app.objects.put(Buffer.alloc(1000, 7), { key: "small" });
   const big = await app.objects.put(Buffer.alloc(64 * MiB, 1), { key: "big" });
   assert.equal((await pool.call("digest", small)).size, 1000, "the small object is now cached on the node");
 
   relay.arm(4 * MiB);
+  t.after(() => relay.release()); // a failure below must not leave the link held for the next test
   const bigCall = pool.call("digest", big);
   await within(relay.stalled(), 20_000, "the 64 MiB fetch reaching the relay");
   // The miss is in flight (part of it crossed, the rest is held): the other executor's hit must still be answered.
@@ -63,22 +64,25 @@ test("a hit for one executor completes while another executor's 64 MiB miss is h
   assert.notEqual(got.executorId, hit.executorId, "two executors asked");
 });
 
-test("two executors' concurrent gets of one object cost one head fetch", async () => {
+test("two executors' concurrent gets of one object cost one head fetch", async (t) => {
   const pool = await app.service<ObjectUser>({ module: FIXTURES, export: "ObjectUser" }, { name: "flight", warmup: 3, max: 3, concurrency: 1 });
   const ref = await app.objects.put(Buffer.alloc(16 * MiB, 3), { key: "shared" });
   const before = (await cluster.status()).objects.traffic.gets.full as number;
 
   relay.arm(4 * MiB);
+  t.after(() => relay.release());
   const first = pool.call("digest", ref);
   await within(relay.stalled(), 20_000, "the first fetch reaching the relay");
   const s0 = await pool.call("nodeCacheFetches");
   const second = pool.call("digest", ref);
-  // The third executor reads the node cache's counters: the second get joined the fetch in flight.
-  await waitFor("the second get to join the fetch in flight", async () => ((await pool.call("nodeCacheFetches")).joined > s0.joined ? true : undefined), 10_000);
+  // The third executor reads the node cache's counters: the second get has reached it while the first is held.
+  await waitFor("the second get to reach the node cache", async () => ((await pool.call("nodeCacheFetches")).gets > s0.gets ? true : undefined), 10_000);
   relay.release();
   const [a, b] = await within(Promise.all([first, second]), 20_000, "both gets after the relay let go");
   assert.deepEqual([a.size, b.size], [16 * MiB, 16 * MiB]);
   assert.notEqual(a.executorId, b.executorId, "two executors asked");
   const after = (await cluster.status()).objects.traffic.gets.full as number;
   assert.equal(after - before, 1, "the head served the object to the node once");
+  const s1 = await pool.call("nodeCacheFetches");
+  assert.deepEqual([s1.started - s0.started, s1.joined - s0.joined], [0, 1], "the second get waited for the first one's fetch");
 });
