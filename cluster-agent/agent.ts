@@ -1,28 +1,27 @@
 /**
- * The agent: one per node. Registers its resources with the head, starts and
- * supervises executor processes (one per service instance) with their GPUs
- * pinned through CUDA_VISIBLE_DEVICES, heartbeats, and reports every
- * executor exit. Executors exit on their own if the agent dies (a watchdog
+ * The agent: one per node. It owns the link to the head (register,
+ * heartbeats, re-registration after a head restart, the head's requests) and
+ * composes the two things a node does: executor supervision
+ * (executor-supervisor.ts: spawn, logs, stop, exit reports) and the node
+ * cache (node-cache.ts: executors' object reads, fetched from the head once
+ * per node). Executors exit on their own if the agent dies (a watchdog
  * thread in each executor polls its parent pid), and the agent exits on its
- * own when its head has been silent past a grace period.
+ * own, stopping its executors, when its head has been silent past a grace
+ * period.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
+import { DealerChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
-import { toWireError, truncateLogLine } from "../sdk/wire/errors.js";
+import { truncateLogLine } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { randomBytes } from "node:crypto";
-import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, credentialFrom, deriveKey, loadSecret, secretFile } from "../sdk/wire/auth.js";
-import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
-import { download } from "../sdk/cache/transfer.js";
-import { ObjectStore } from "./head/object-store.js";
-import { ObjectService } from "./object-service.js";
+import { credentialFrom, loadSecret, secretFile } from "../sdk/wire/auth.js";
+import { ExecutorSupervisor } from "./executor-supervisor.js";
+import { NodeCache } from "./node-cache.js";
 import { ProjectStore } from "./projects.js";
 import { detectResources, type NodeResources } from "./resources.js";
 
@@ -51,25 +50,10 @@ export interface AgentOptions {
 }
 
 /** The routing id an executor connects with (to the head and to its agent's cache), set by its agent. */
-export const EXECUTOR_ROUTING_ID_ENV = "HEARTH_EXECUTOR_ROUTING_ID";
+export { EXECUTOR_ROUTING_ID_ENV } from "./executor-supervisor.js";
 
 /** Default of AgentOptions.headGraceMs. */
 export const HEAD_GRACE_MS = 60_000;
-
-const EXECUTOR_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "executor-main.js");
-
-interface Child {
-  app: string;
-  /** What a re-registration reports, so a restarted head can adopt the executor warm. */
-  serviceId: string;
-  rank: number | null;
-  gpus: string[];
-  /** The executor finished init (it says so over IPC as it tells the head). */
-  ready: boolean;
-  proc: ChildProcess;
-  stderrTail: string;
-  killTimer?: NodeJS.Timeout;
-}
 
 /** A running agent. */
 export class Agent {
@@ -79,18 +63,11 @@ export class Agent {
   private readonly channel: DealerChannel;
   private readonly headRequests: PendingRequests;
   /** Node-local object cache: executors read objects through it, so bytes cross from the head once per node. */
-  readonly cache: ObjectService;
-  private readonly cacheChannel: RouterChannel;
-  /** Only this agent's own executors, each with its own credential, may read the cache. */
-  private readonly cacheAuth: Authenticator;
-  private cacheEndpoint = "";
-  private readonly refreshing = new Map<string, Promise<void>>();
-  private readonly children = new Map<string, Child>();
+  readonly cache: NodeCache;
+  /** The executors this agent spawned: their processes, logs and exit reports. */
+  private readonly executors: ExecutorSupervisor;
   private readonly workDir: string;
   private readonly projects: ProjectStore;
-  /** Executors whose project is still being set up, and those stopped meanwhile. */
-  private readonly settingUp = new Set<string>();
-  private readonly cancelled = new Set<string>();
   private readonly log: (line: string) => void;
   private heartbeat?: NodeJS.Timeout;
   private lastHeard = Date.now();
@@ -104,7 +81,7 @@ export class Agent {
 
   private constructor(
     private readonly opts: AgentOptions,
-    private readonly secret: Buffer,
+    secret: Buffer,
   ) {
     this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
     const detected = detectResources();
@@ -122,20 +99,32 @@ export class Agent {
       onAuthFailed: (err) => this.log(`the head refused this agent's credential: ${err.message}`),
     });
     this.headRequests = new PendingRequests(this.channel, `head at ${opts.head}`);
-    this.cache = new ObjectService(new ObjectStore({ memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4) }), { readOnly: true });
-    this.cacheChannel = new RouterChannel({ maxMessageSize: 64 * 1024 * 1024, onError: (err) => this.log(`cache socket error: ${String(err)}`) });
-    this.cacheAuth = new Authenticator({
-      name: "agent cache",
-      keyFor: (role, id, app) => {
-        if (role !== "executor") return "only executors read an agent's cache";
-        const child = this.children.get(id);
-        return child && child.app === app ? deriveKey(secret, "executor", id, app) : `executor ${id} of app '${app}' does not run on agent ${this.id}`;
-      },
-      send: (id, frames) => this.cacheChannel.sendTo(id, frames),
-      deliver: (peer, frames) => void this.onCacheRequest(peer, frames),
-      log: (m) => this.log(m),
+    // Only this agent's own executors, each with its own credential, may read the cache.
+    this.cache = new NodeCache({
+      agentId: this.id,
+      head: opts.head,
+      secret,
+      control: this.headRequests,
+      memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4),
+      appOf: (executorId) => this.executors.appOf(executorId),
+      log: this.log,
     });
     this.projects = new ProjectStore(this.workDir, this.log);
+    this.executors = new ExecutorSupervisor({
+      agentId: this.id,
+      host: this.host,
+      head: opts.head,
+      secret,
+      workDir: this.workDir,
+      projects: this.projects,
+      fetchProject: (app, key) => this.cache.read(app, key),
+      cacheEndpoint: () => this.cache.address,
+      report: (message) => this.channel.send([encode(message)]),
+      onEmpty: () => {
+        if (this.closed) this.finish();
+      },
+      log: this.log,
+    });
     this.stopped = new Promise((r) => (this.done = r));
   }
 
@@ -143,8 +132,7 @@ export class Agent {
   static async start(opts: AgentOptions): Promise<Agent> {
     const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()));
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
-    agent.cacheEndpoint = await agent.cacheChannel.bind("tcp://127.0.0.1:0");
-    void agent.cacheChannel.serve((id, frames) => agent.cacheAuth.receive(id, frames));
+    await agent.cache.start();
     agent.channel.connect(opts.head);
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
@@ -152,14 +140,14 @@ export class Agent {
     const headGraceMs = opts.headGraceMs ?? HEAD_GRACE_MS;
     agent.heartbeat = setInterval(() => {
       agent.channel.send([encode({ t: "hb" })]);
-      agent.cacheAuth.sweep();
+      agent.cache.sweep();
       const silent = Date.now() - agent.lastHeard;
       if (silent > headGraceMs) {
         agent.log(`nothing heard from the head at ${opts.head} for ${Math.round(silent / 1000)} s (grace ${headGraceMs / 1000} s); stopping executors and exiting`);
         void agent.close(2000);
         return;
       }
-      if (agent.children.size > 0 || agent.settingUp.size > 0) idleSince = Date.now();
+      if (agent.executors.size > 0) idleSince = Date.now();
       else if (opts.exitWhenIdleMs !== undefined && Date.now() - idleSince >= opts.exitWhenIdleMs) {
         agent.log(`no executor for ${opts.exitWhenIdleMs} ms; exiting`);
         void agent.close();
@@ -171,7 +159,7 @@ export class Agent {
   /** Registers with the head, reporting the live executors (a restarted head adopts them warm). */
   private register(): void {
     const r = this.resources;
-    const executors = [...this.children].map(([id, c]) => ({ id, serviceId: c.serviceId, rank: c.rank, gpus: c.gpus, pid: c.proc.pid ?? 0, ready: c.ready }));
+    const executors = this.executors.live();
     this.registerSentAt = Date.now();
     this.registered = false;
     this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {}, executors })]);
@@ -189,7 +177,7 @@ export class Agent {
         if (!this.registered) {
           this.log(`registered with head ${String(h.headId)} at ${this.opts.head}`);
           // Executors that outlived a head restart announce themselves, so the new head knows their connections are up.
-          for (const c of this.children.values()) if (c.proc.connected) c.proc.send({ t: "announce" });
+          this.executors.announce();
         }
         this.registered = true;
         return;
@@ -197,14 +185,14 @@ export class Agent {
         // One register per round trip: heartbeats queued while the head was down each earn a `reregister`.
         if (!this.registered && Date.now() - this.registerSentAt < 2000) return;
         // The executors keep running: the head adopts those it can (same pid, warm state) and stops the others.
-        this.log(`head does not know this agent (restarted?); registering again with ${this.children.size} live executor(s)`);
+        this.log(`head does not know this agent (restarted?); registering again with ${this.executors.live().length} live executor(s)`);
         this.register();
         return;
       case "start":
-        void this.startExecutor(h);
+        void this.executors.start(h);
         return;
       case "stop":
-        this.stopExecutor(str(h, "executor"), num(h, "graceMs"));
+        this.executors.stop(str(h, "executor"), num(h, "graceMs"));
         return;
       case "req":
         void this.answer(h);
@@ -232,174 +220,18 @@ export class Agent {
     }
   }
 
-  /** An executor asks the node-local cache for an object: refresh from the head (once per node), then serve locally. */
-  private async onCacheRequest(peer: Peer, frames: Buffer[]): Promise<void> {
-    const id = peer.routingId;
-    let rid: number | undefined;
-    try {
-      const h = decodeHeader(frames[0]);
-      rid = num(h, "rid");
-      // The executor and app it proved at the handshake (its credential names both).
-      const executorId = peer.id;
-      const app = this.children.get(executorId)?.app;
-      if (!app || app !== peer.app) throw new Error(`unknown executor '${executorId}' on agent ${this.id}`);
-      const op = str(h, "op");
-      if (op === "obj-get") await this.refresh(app, str(h, "key"));
-      const r = this.cache.handle(op, app, h, frames, "executor");
-      this.cacheChannel.sendTo(id, [encode({ t: "rep", rid, ok: true, value: r.value }), ...(r.frames ?? [])]);
-    } catch (err) {
-      this.cacheChannel.sendTo(id, [encode(rid !== undefined ? { t: "rep", rid, ok: false, error: toWireError(err) } : { t: "err", error: toWireError(err) })]);
-    }
-  }
-
-  /** Brings the local copy of `app/key` to the head's latest version; concurrent callers share one fetch. */
-  private refresh(app: string, key: string): Promise<void> {
-    const full = `${app}/${key}`;
-    let p = this.refreshing.get(full);
-    if (!p) {
-      const held = this.cache.store.peek(full);
-      p = download(this.headRequests, { app, key, have: held?.version, haveBase: held?.baseVersion })
-        .then((d) => this.cache.store.replicate(full, d))
-        .finally(() => this.refreshing.delete(full));
-      this.refreshing.set(full, p);
-    }
-    return p;
-  }
-
-  private async startExecutor(h: Header): Promise<void> {
-    const id = str(h, "executor");
-    const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
-    let module = str(h, "module");
-    const project = h.project as { hash: string; key: string } | undefined;
-    if (project) {
-      const app = str(h, "app");
-      this.settingUp.add(id);
-      try {
-        const dir = await this.projects.ensure(project.hash, async () => {
-          await this.refresh(app, project.key);
-          const r = this.cache.store.read(`${app}/${project.key}`);
-          if (r.mode === "not-modified") throw new Error("unexpected not-modified");
-          return r.parts[0]!.data!;
-        });
-        module = path.join(dir, module);
-      } catch (err) {
-        this.log(`executor ${id}: project ${project.hash} could not be set up: ${(err as Error).message}`);
-        this.channel.send([encode({ t: "start-failed", executor: id, error: { name: "ProjectSetupError", message: `project ${project.hash} could not be set up on agent ${this.id}: ${(err as Error).message}` } })]);
-        return;
-      } finally {
-        this.settingUp.delete(id);
-      }
-      if (this.cancelled.delete(id)) {
-        this.channel.send([encode({ t: "exit", executor: id, code: null, signal: null, detail: "stopped before it started" })]);
-        return;
-      }
-    }
-    const context = {
-      executorId: id,
-      agentId: this.id,
-      host: this.host,
-      app: str(h, "app"),
-      service: str(h, "service"),
-      module,
-      export: str(h, "export"),
-      concurrency: num(h, "concurrency"),
-      gpus,
-      resources: { cpu: num(h, "cpu"), mem: num(h, "mem"), gpu: gpus.length },
-      rank: typeof h.rank === "number" ? h.rank : null,
-      worldSize: typeof h.worldSize === "number" ? h.worldSize : null,
-      rendezvous: typeof h.masterPort === "number" ? { host: String(h.masterAddr), port: h.masterPort } : null,
-    };
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      // Its own credential and a random routing id, never the cluster secret (nor where the file is).
-      [SECRET_FILE_ENV]: undefined,
-      [APP_TOKEN_ENV]: undefined,
-      [EXECUTOR_TOKEN_ENV]: deriveKey(this.secret, "executor", id, str(h, "app")).toString("hex"),
-      [EXECUTOR_ROUTING_ID_ENV]: `x.${id}.${randomBytes(12).toString("hex")}`,
-      HEARTH_HEAD: this.opts.head,
-      HEARTH_EXECUTOR_ID: id,
-      HEARTH_EXECUTOR_CONTEXT: JSON.stringify(context),
-      HEARTH_AGENT_CACHE: this.cacheEndpoint,
-      HEARTH_AGENT_PID: String(process.pid),
-      CUDA_VISIBLE_DEVICES: gpus.join(","),
-    };
-    if (context.rank !== null && context.rendezvous) {
-      Object.assign(env, {
-        RANK: String(context.rank),
-        WORLD_SIZE: String(context.worldSize),
-        MASTER_ADDR: context.rendezvous.host,
-        MASTER_PORT: String(context.rendezvous.port),
-      });
-    }
-    const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"] });
-    const child: Child = { app: context.app, serviceId: str(h, "serviceId"), rank: context.rank, gpus, ready: false, proc, stderrTail: "" };
-    proc.on("message", (m: { t?: unknown } | null) => {
-      if (m?.t === "ready") child.ready = true;
-    });
-    this.children.set(id, child);
-    const logPath = path.join(this.workDir, "logs", `${id}.log`);
-    const logFile = createWriteStream(logPath);
-    let logBroken = false;
-    // A log that cannot be opened or written (full disk, permissions) must not take the agent down:
-    // the executor keeps running, its output is drained and dropped, and the stderr tail is still kept.
-    logFile.on("error", (err) => {
-      if (logBroken) return;
-      logBroken = true;
-      this.log(`executor ${id}: cannot write its log ${logPath} (${err.message}); its output is dropped`);
-      proc.stdout!.unpipe(logFile);
-      proc.stdout!.resume();
-    });
-    proc.stdout!.pipe(logFile, { end: false });
-    proc.stderr!.on("data", (d: Buffer) => {
-      if (!logBroken) logFile.write(d);
-      child.stderrTail = (child.stderrTail + d.toString()).slice(-2000);
-    });
-    proc.on("error", (err) => this.log(`executor ${id} could not start: ${err.message}`));
-    proc.on("exit", (code, signal) => {
-      clearTimeout(child.killTimer);
-      this.children.delete(id);
-      logFile.end();
-      const detail = child.stderrTail.trim().split("\n").slice(-5).join("\n");
-      this.log(`executor ${id} exited (${signal ?? `code ${code}`})`);
-      this.channel.send([encode({ t: "exit", executor: id, code, signal, detail })]);
-      if (this.closed && this.children.size === 0) this.finish();
-    });
-    this.log(`started executor ${id} of '${context.service}' (pid ${proc.pid}, gpus [${gpus.join(",")}])`);
-  }
-
-  private stopExecutor(id: string, graceMs: number): void {
-    const child = this.children.get(id);
-    if (!child && this.settingUp.has(id)) {
-      this.cancelled.add(id);
-      return;
-    }
-    if (!child) {
-      this.channel.send([encode({ t: "exit", executor: id, code: null, signal: null, detail: "not running on this agent" })]);
-      return;
-    }
-    if (graceMs <= 0) {
-      // A recycle: the executor may be wedged in synchronous code, so close() could never run.
-      child.proc.kill("SIGKILL");
-      return;
-    }
-    child.proc.kill("SIGTERM");
-    child.killTimer ??= setTimeout(() => child.proc.kill("SIGKILL"), graceMs);
-  }
-
   /** Stops every executor (close() first, then SIGKILL after a grace period) and leaves. Idempotent. */
   async close(graceMs = 5000): Promise<void> {
     if (this.closed) return this.stopped;
     this.closed = true;
     clearInterval(this.heartbeat);
-    for (const id of this.children.keys()) this.stopExecutor(id, graceMs);
-    if (this.children.size === 0) this.finish();
+    if (this.executors.stopAll(graceMs) === 0) this.finish();
     return this.stopped;
   }
 
   private finish(): void {
-    void this.channel.flush().then(() => {
+    void Promise.all([this.channel.flush(), this.cache.close()]).then(() => {
       this.channel.close();
-      this.cacheChannel.close();
       this.done();
     });
   }

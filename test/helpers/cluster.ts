@@ -28,6 +28,8 @@ export interface AgentSpec {
   /** Run the agent as this user id (and group id), with its own world-writable work dir. */
   uid?: number;
   gid?: number;
+  /** Where the agent dials the head (a relay in front of it); default the head's endpoint. */
+  head?: string;
   /** More `hearth agent` flags, e.g. ["--head-grace", "1s"]. */
   args?: string[];
 }
@@ -83,7 +85,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
       workDir = mkdtempSync(path.join(os.tmpdir(), `hearth-agent-${spec.id}-`));
       chmodSync(workDir, 0o777);
     }
-    const args = [CLI, "agent", "--head", endpoint, "--id", spec.id, "--work-dir", workDir];
+    const args = [CLI, "agent", "--head", spec.head ?? endpoint, "--id", spec.id, "--work-dir", workDir];
     if (spec.cpus !== undefined) args.push("--cpus", String(spec.cpus));
     if (spec.mem !== undefined) args.push("--mem", spec.mem);
     args.push("--gpus", String(spec.gpus ?? 0), ...(spec.args ?? []));
