@@ -30,7 +30,7 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
   const batch = o.bootstrapBatch;
   const lr = o.bootstrapLr;
   const mixedSteps = Math.round(o.bootstrapSteps * o.bootstrapMixedShare);
-  const recipe = { v: 6, converged: CONVERGED_NLL, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
+  const recipe = { v: 7, converged: CONVERGED_NLL, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch, lr, seed: o.seed };
   const hash = createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 16);
   const dir = path.join(hearthHome(), "bootstrap", hash);
   if (existsSync(path.join(dir, "config.json"))) {
@@ -62,10 +62,12 @@ export async function runBootstrap(app: App, trainer: GangHandle<SearchR1Trainer
     const mix = step < phase1 ? SEARCH_ALWAYS : DEFAULT_MIX;
     const demos = demonstrations(synthetic, task.tokenizer, task.text, retrieve, batch, o.seed * 1_000_003 + step, mix);
     const rows = demos.map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
-    const refs = await Promise.all(buildSlices(rows, o.trainers).map((s) => app.objects.put(s)));
-    const res = await trainer.broadcast("sft", refs.map((r) => [r] as [ObjectRef]));
-    await Promise.all(refs.map((r) => app.objects.delete(r.key)));
-    const nll = res[0]!.metrics.nll ?? NaN;
+    // Rank 0 steps alone on the whole batch (see SearchR1Trainer.sft): measured on 2 cores, a
+    // 2-rank gloo step of this model took 126 ms against 89 ms for one rank on all 32 rows.
+    const ref = await app.objects.put(buildSlices(rows, 1)[0]!);
+    const res = await trainer.broadcast("sft", Array.from({ length: o.trainers }, (_, rank) => [rank === 0 ? ref : null, true] as [ObjectRef | null, boolean]));
+    await app.objects.delete(ref.key);
+    const nll = res.find((r) => r.rank === 0)!.metrics.nll ?? NaN;
     if (step < phase1) {
       recent.push(nll);
       if (recent.length > 25) recent.shift();

@@ -157,15 +157,22 @@ export class SearchR1Trainer {
     return { rank: this.ctx.rank!, metrics, publish, seconds: (performance.now() - t0) / 1000 };
   }
 
-  /** One supervised step (the bootstrap): maximise the likelihood of masked-in tokens. */
-  async sft(slice: ObjectRef): Promise<TrainResult> {
+  /**
+   * One supervised step (the bootstrap): maximise the likelihood of masked-in tokens.
+   * With `alone`, this rank steps on the whole batch without the other ranks (no
+   * all-reduce), and a rank given `null` does nothing: on shared CPU cores a tiny
+   * model's data-parallel step costs more in gloo than it saves, so the warm start runs
+   * on rank 0, whose saved checkpoint every rank then loads.
+   */
+  async sft(slice: ObjectRef | null, alone = false): Promise<TrainResult> {
     const t0 = performance.now();
+    if (slice === null) return { rank: this.ctx.rank!, metrics: { tokens: 0, rows: 0 } as TrainMetrics, seconds: 0 };
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
     // Without old logprobs the engine uses the policy's own (ratio 1), so the clipped
     // policy-gradient loss with advantage 1 is exactly cross-entropy on masked tokens;
     // its `nll` is that cross-entropy before the step, in the same forward pass.
-    const metrics = await engine.trainStep({ rows: b.rows, cols: b.cols, tokens: b.tokens, mask: b.mask, advantages: new Float32Array(b.rows).fill(1) });
+    const metrics = await engine.trainStep({ rows: b.rows, cols: b.cols, tokens: b.tokens, mask: b.mask, advantages: new Float32Array(b.rows).fill(1), local: alone });
     this.ctx.objects.forget(slice);
     return { rank: this.ctx.rank!, metrics, seconds: (performance.now() - t0) / 1000 };
   }

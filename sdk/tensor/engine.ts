@@ -406,6 +406,7 @@ export class TensorEngine {
       advantages: float32Tensor(batch.advantages, advShape),
       old_logprobs: batch.oldLogprobs && float32Tensor(batch.oldLogprobs, shape),
       ref_logprobs: batch.refLogprobs && float32Tensor(batch.refLogprobs, shape),
+      local: batch.local === true,
     }, options);
   }
 

@@ -123,6 +123,8 @@ export interface TrainBatch {
   oldLogprobs?: Float32Array;
   /** Reference logprobs; when absent and klCoef > 0 the engine's frozen reference computes them. */
   refLogprobs?: Float32Array;
+  /** Step this rank alone, joining no all-reduce (its weights then differ from the other ranks'). */
+  local?: boolean;
 }
 
 /** Per-step metrics (token-weighted means over all ranks) and timings. */

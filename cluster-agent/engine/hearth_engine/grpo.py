@@ -237,13 +237,16 @@ class Trainer:
                 self.last_max[k] = max(self.last_max[k], float(torch.where(mask, term, torch.zeros_like(term)).max()))
         return sums
 
-    def step(self, batch: TrainBatch) -> Dict[str, float]:
-        """One optimiser step on this rank's rows (all ranks call it together)."""
+    def step(self, batch: TrainBatch, collective: bool = True) -> Dict[str, float]:
+        """One optimiser step on this rank's rows (all ranks call it together). With
+        `collective=False` this rank steps alone on its rows, joining no all-reduce (the
+        other ranks' weights then differ from it until they load its checkpoint)."""
+        reduce_ = all_reduce_ if collective else (lambda tensors: None)
         self.model.train()
         local = batch.mask[:, 1:].sum().to(torch.float64).reshape(1).to(self.device)
         counts = torch.cat([local, torch.tensor([float(batch.tokens.shape[0])], dtype=torch.float64,
                                                 device=self.device)])
-        all_reduce_([counts])
+        reduce_([counts])
         global_tokens = float(counts[0])
         self.opt.zero_grad(set_to_none=False)
         metrics: Dict[str, float] = {"tokens": global_tokens, "rows": float(counts[1])}
@@ -254,7 +257,7 @@ class Trainer:
                 p.grad = torch.zeros_like(p)
         sums = self.accumulate(batch, global_tokens)
         stats = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
-        all_reduce_([self.params[i].grad for i in range(len(self.params))] + [stats])
+        reduce_([self.params[i].grad for i in range(len(self.params))] + [stats])
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip) \
             if self.cfg.grad_clip > 0 else torch.tensor(float("nan"))
         self.opt.step()
@@ -263,7 +266,7 @@ class Trainer:
             metrics[k] = v / global_tokens
         metrics["loss"] = stats.tolist()[0] / global_tokens
         maxes = torch.tensor([self.last_max["ratio_max"], self.last_max["gap_max"]], dtype=torch.float64, device=self.device)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if collective and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
         metrics["ratio_max"], metrics["gap_max"] = maxes.tolist()
         metrics.update(grad_norm=float(grad_norm), lr=self.cfg.lr, step=float(self.steps))

@@ -202,7 +202,7 @@ class Engine:
                            aligned("ref_logprobs"))
         self.sessions.clear()  # cached keys/values are stale once weights move
         t0 = time.perf_counter()
-        metrics = self.trainer.step(batch)
+        metrics = self.trainer.step(batch, collective=not bool(args.get("local", False)))
         metrics["seconds"] = time.perf_counter() - t0
         return metrics
 

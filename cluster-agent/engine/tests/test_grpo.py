@@ -163,6 +163,28 @@ class TrimmedColumnsTest(unittest.TestCase):
             torch.testing.assert_close(got[name].grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
+class AloneStepTest(unittest.TestCase):
+    def test_a_step_alone_joins_no_collective_and_equals_a_one_process_step(self):
+        from hearth_engine import grpo
+        batch = make_batch()
+        a, b = Trainer(tiny_model(seed=11), GRPOConfig(lr=1e-3)), Trainer(tiny_model(seed=11), GRPOConfig(lr=1e-3))
+        want = a.step(batch)
+
+        def refuse(*_args, **_kw):
+            raise AssertionError("a step alone called a collective")
+        saved = (grpo.all_reduce_, grpo.dist.all_reduce, grpo.dist.is_initialized)
+        grpo.all_reduce_, grpo.dist.all_reduce = refuse, refuse
+        grpo.dist.is_initialized = lambda: True  # as in a gang: only `collective=False` keeps it out
+        try:
+            got = b.step(batch, collective=False)
+        finally:
+            grpo.all_reduce_, grpo.dist.all_reduce, grpo.dist.is_initialized = saved
+        self.assertEqual(got["loss"], want["loss"])
+        pb = dict(b.model.named_parameters())
+        for name, p in a.model.named_parameters():
+            self.assertTrue(torch.equal(p, pb[name]), name)
+
+
 class DataParallelTest(unittest.TestCase):
     def run_worker(self, rank: int, world: int, init: str, out: str, variant: str) -> subprocess.Popen:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
