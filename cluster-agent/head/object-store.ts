@@ -107,7 +107,7 @@ export class ObjectStore {
       obj.version = version;
     } else {
       if (existing) {
-        this.dropData(existing);
+        this.release(existing);
         if (this.dir) for (const p of existing.patches) rmSync(this.patchFile(key, p.version), { force: true });
       }
       obj = { key, version, baseVersion: version, base: part, patches: [], pinned: opts.pin ?? existing?.pinned ?? false, lastUsed: ++this.clock, readers: 0 };
@@ -136,7 +136,7 @@ export class ObjectStore {
       existing.version = d.version;
       existing.lastUsed = ++this.clock;
     } else {
-      if (existing) this.dropData(existing);
+      if (existing) this.release(existing);
       const [base, ...patches] = parts;
       this.objects.set(key, { key, version: d.version, baseVersion: d.baseVersion, base: base!, patches, pinned: false, lastUsed: ++this.clock, readers: 0 });
     }
@@ -214,6 +214,15 @@ export class ObjectStore {
     this.objects.delete(o.key);
     this.evicted.set(o.key, `the cache needed room (limit ${formatBytes(this.opts.memLimit)}) and the head has no --data-dir; pin objects you need to keep`);
     if (this.evicted.size > MAX_TOMBSTONES) this.evicted.delete(this.evicted.keys().next().value!);
+  }
+
+  /**
+   * A replaced version leaves the accounting, but its buffers stay with it: a reader
+   * still pulling its chunks holds the parts and finishes that version; the memory
+   * goes with the last reference.
+   */
+  private release(o: StoredObject): void {
+    for (const p of [o.base, ...o.patches]) if (p.data) this.memUsed -= p.size;
   }
 
   private dropData(o: StoredObject): void {
