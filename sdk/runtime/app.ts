@@ -18,7 +18,7 @@ import { VersionConflictError } from "../wire/errors.js";
 import { findProjectRoot, packProject } from "./project.js";
 import { loadCurveKeys } from "../wire/curve.js";
 import type { AppProvision, ProvisionStatus, Provisioner } from "./provisioner.js";
-import type { Credential } from "../wire/auth.js";
+import { SECRET_FILE_ENV, type Credential } from "../wire/auth.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -129,7 +129,7 @@ export class App {
     }
     const head = await provisioner.head(opts, opts.head ?? process.env.HEARTH_HEAD);
     const curve = head.curveKeys ? loadCurveKeys(head.curveKeys) : undefined;
-    const { client, hello } = await HeadClient.open(head.endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve, credential: opts.credential, home: head.home });
+    const { client, hello } = await HeadClient.open(head.endpoint, { app: opts.name, keepAliveMs: opts.keepAliveMs }, { timeoutMs: opts.timeoutMs, curve, credential: opts.credential, home: process.env[SECRET_FILE_ENV] ? undefined : head.home }); // a kernel or job handed HEARTH_SECRET_FILE uses that file
     const project = opts.project === true ? findProjectRoot(process.cwd()) : typeof opts.project === "string" ? findProjectRoot(opts.project) : undefined;
     let provision: AppProvision | undefined;
     try {
