@@ -23,6 +23,9 @@ import { Authenticator, type Peer } from "../../sdk/wire/authenticator.js";
 import { ensureSecret, secretFile } from "../../sdk/wire/auth.js";
 import { AuthError } from "../../sdk/wire/errors.js";
 import { PEER_LIMITS, admitPeer, peerKey, type PeerLimits } from "./peer-roles.js";
+import { SUSPECT_AGENT_TIMEOUT_MS, onExecutorMessage, type ExecutorPeerHost } from "./executor-protocol.js";
+
+export { SUSPECT_AGENT_TIMEOUT_MS };
 
 /** Head settings. */
 export interface HeadOptions {
@@ -179,7 +182,7 @@ export class Head {
       h = decodeHeader(frames[0]);
       // The role and identity the peer proved at the handshake, never what its routing id looks like.
       if (peer.role === "agent") this.onAgentMessage(id, peer.id, h, frames);
-      else if (peer.role === "executor") this.onExecutorMessage(id, peer, h, frames);
+      else if (peer.role === "executor") onExecutorMessage(this.executorHost, id, peer, h, frames);
       else this.onDriverMessage(id, h, frames, peer);
     } catch (err) {
       this.stats.malformed++;
@@ -362,6 +365,17 @@ export class Head {
     }
   }
 
+  /** What the executor protocol (executor-protocol.ts) may use of this head. */
+  private readonly executorHost: ExecutorPeerHost = ((self: Head) => ({
+    id: self.id,
+    get scheduler() { return self.scheduler; },
+    get recovery() { return self.recovery; },
+    get objects() { return self.objects; },
+    sendTo: (route: Buffer, frames: Buffer[]) => self.channel.sendTo(route, frames),
+    log: (line: string) => self.log(line),
+    answerObject: (route: Buffer, rid: number, work: () => ServiceReply) => self.answerObject(route, rid, work),
+  }))(this);
+
   private answerObject(id: Buffer, rid: number, work: () => ServiceReply): void {
     try {
       const r = work();
@@ -483,74 +497,6 @@ export class Head {
     throw new ProtocolError(`unknown message type '${h.t}' from an agent`);
   }
 
-  private onExecutorMessage(route: Buffer, peer: Peer, h: Header, frames: Buffer[]): void {
-    const executorId = peer.id;
-    const sched = this.scheduler;
-    const late = sched.draining.get(executorId);
-    if (late && (h.t === "result" || h.t === "failed")) {
-      if (h.t === "result" && frames.length !== 2) throw new ProtocolError("'result' message needs exactly one payload frame");
-      // Its exit report overtook this answer: accept it rather than run the call again.
-      const call = sched.router.complete(late, num(h, "hid"), h.t === "result" ? { value: frames[1]! } : { error: obj(h, "error") as unknown as WireError });
-      const s = sched.services.get(late.serviceId);
-      if (call && s) sched.onCallsChanged(s);
-      return;
-    }
-    const e = sched.executors.get(executorId);
-    if (!e && this.recovery.active) {
-      // Its agent may not have reported it yet: do not tell it to exit. A result is for a call of the old head.
-      if (h.t === "ready") this.recovery.noteReady(executorId, num(h, "pid"));
-      else if (h.t === "result" || h.t === "failed") sched.router.stats.staleResults++;
-      else if (h.t === "req") {
-        const error = { name: "HeadRestartedError", message: `the head restarted and does not know executor ${executorId} yet (its agent has not re-registered); retry`, retryable: true };
-        this.channel.sendTo(route, [encode({ t: "rep", rid: num(h, "rid"), ok: false, error, head: this.id })]);
-      }
-      return;
-    }
-    if (!e) {
-      this.log(`message '${h.t}' from unknown executor ${executorId}; telling it to exit`);
-      this.channel.sendTo(route, [encode({ t: "exit-now" })]);
-      return;
-    }
-    const s = sched.services.get(e.serviceId)!;
-    if (s.app !== peer.app) throw new AuthError(`executor ${executorId} proved a credential of app '${peer.app}', but runs for app '${s.app}'`);
-    if (e.unconfirmed) this.recovery.confirm(e);
-    switch (h.t) {
-      case "hello":
-        return; // an adopted executor announcing itself to a restarted head (handled just above)
-      case "hb":
-        return sched.deadlines.onExecutorHeartbeat(e, h.engines);
-      case "orphaned": {
-        // Its agent (its parent) is gone, it says: confirmed by that agent's silence, not taken on its word.
-        const agent = sched.agents.get(e.agentId);
-        if (agent && agent.suspectSince === undefined) {
-          agent.suspectSince = Date.now();
-          this.log(`executor ${executorId} reports its agent ${agent.id} gone; the agent is lost unless heard from within ${SUSPECT_AGENT_TIMEOUT_MS} ms`);
-        }
-        return;
-      }
-      case "req": {
-        const op = str(h, "op");
-        if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);
-        return this.answerObject(route, num(h, "rid"), () => this.objects.handle(op, s.app, h, frames, "executor"));
-      }
-      case "ready":
-        sched.onExecutorReady(executorId, num(h, "pid"));
-        return;
-      case "init-failed":
-        sched.onExecutorInitFailed(executorId, obj(h, "error") as unknown as WireError);
-        return;
-      case "result": {
-        if (frames.length !== 2) throw new ProtocolError("'result' message needs exactly one payload frame");
-        if (sched.router.complete(e, num(h, "hid"), { value: frames[1]! })) sched.onCallsChanged(s);
-        return;
-      }
-      case "failed":
-        return sched.onCallFailed(e, num(h, "hid"), obj(h, "error") as unknown as WireError);
-      default:
-        throw new ProtocolError(`unknown message type '${h.t}' from an executor`);
-    }
-  }
-
   /** True when `executorId` is one the head placed on `agent` (or one it does not know, whose report changes nothing). */
   private reportsOwn(agent: AgentRecord, executorId: string): boolean {
     const e = this.scheduler.executors.get(executorId) ?? this.scheduler.draining.get(executorId);
@@ -634,7 +580,6 @@ const DEFERRED = Symbol("deferred");
  * before it is lost (agents heartbeat every second; the usual agent timeout is
  * 6 s). A live agent keeps heartbeating, so a wrong report costs nothing.
  */
-export const SUSPECT_AGENT_TIMEOUT_MS = 2_500;
 
 function optStrField(h: Header, field: string): string | undefined {
   return typeof h[field] === "string" ? (h[field] as string) : undefined;
