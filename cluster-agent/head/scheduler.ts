@@ -151,28 +151,34 @@ export class Scheduler {
   /** Runs one scheduling pass: start pending gangs whole, grow pools, resolve readiness. */
   schedule(): void {
     const order = [...this.services.values()].sort((a, b) => a.seq - b.seq);
-    for (const s of order) {
-      if (s.state === "failed" || s.state === "stopped") continue;
-      if (s.recovering) {
-        // Restored after a head restart: serve the adopted executors, start nothing until the agents had time to report theirs.
-      } else if (s.kind === "gang") {
-        if (s.state === "pending") this.tryStartGang(s);
-      } else {
-        this.growPool(s);
-      }
-      this.router.dispatch(s);
-      this.checkReady(s);
+    for (const s of order) this.scheduleOne(s);
+  }
+
+  /**
+   * One service's part of a pass. Calls changing on one service alter no other
+   * service's resources or readiness, so `onCallsChanged` runs only this.
+   */
+  private scheduleOne(s: ServiceRecord): void {
+    if (s.state === "failed" || s.state === "stopped") return;
+    if (s.recovering) {
+      // Restored after a head restart: serve the adopted executors, start nothing until the agents had time to report theirs.
+    } else if (s.kind === "gang") {
+      if (s.state === "pending") this.tryStartGang(s);
+    } else {
+      this.growPool(s);
     }
+    this.router.dispatch(s);
+    this.checkReady(s);
   }
 
   /**
    * A call was queued on `s` or one of its calls finished: hand out queued
-   * calls, and run a full pass only when some are still waiting (the pool may
-   * need to grow). Keeps the per-call path short.
+   * calls, and run this service's pass only when some are still waiting (the
+   * pool may need to grow). Keeps the per-call path short.
    */
   onCallsChanged(s: ServiceRecord): void {
     this.router.dispatch(s);
-    if (s.queue.length > 0) this.schedule();
+    if (s.queue.length > 0) this.scheduleOne(s);
   }
 
   /** Stops idle pool executors beyond warmup once they were idle for the idle timeout. */
@@ -478,6 +484,8 @@ export class Scheduler {
 
   private checkReady(s: ServiceRecord): void {
     if (s.state !== "starting" && s.state !== "ready") return;
+    // Ready with nobody waiting: nothing to change or send (this runs on every call's path).
+    if (s.state === "ready" && s.waiters.length === 0) return;
     const live = liveExecutors(s);
     const serving = live.filter(isServing).length;
     const starting = live.filter((e) => e.state === "starting").length;
