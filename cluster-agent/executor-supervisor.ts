@@ -11,7 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { num, str, type Header } from "../sdk/wire/codec.js";
-import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, deriveKey } from "../sdk/wire/auth.js";
+import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, deriveKey, rendezvousKey } from "../sdk/wire/auth.js";
 import type { ProjectStore } from "./projects.js";
 
 /** The routing id an executor connects with (to the head and to its agent's cache), set by its agent. */
@@ -137,7 +137,10 @@ export class ExecutorSupervisor {
       resources: { cpu: num(h, "cpu"), mem: num(h, "mem"), gpu: gpus.length },
       rank: typeof h.rank === "number" ? h.rank : null,
       worldSize: typeof h.worldSize === "number" ? h.worldSize : null,
-      rendezvous: typeof h.masterPort === "number" ? { host: String(h.masterAddr), port: h.masterPort } : null,
+      rendezvous:
+        typeof h.masterPort === "number"
+          ? { host: String(h.masterAddr), port: h.masterPort, key: rendezvousKey(this.opts.secret, str(h, "app"), str(h, "serviceId"), h.masterPort).toString("hex") }
+          : null,
     };
     const env: NodeJS.ProcessEnv = {
       ...process.env,

@@ -28,6 +28,7 @@ export type { AppProvision, ProvisionAgent, ProvisionedHead, ProvisionStatus, Pr
 export { GangHandle, PoolHandle, type GangMember, type MapOptions, type ServiceInfo } from "./runtime/handles.js";
 export { CALL_DEADLINE_SLACK_MS, type CallOptions } from "./runtime/head-client.js";
 export { DEFAULT_RESOURCES, formatResources, parseMem, parseResreq, type Resources } from "./runtime/resreq.js";
+export { gangDistributed } from "./runtime/gang.js";
 export type { ExecutorContext, MethodArgs, MethodNames, MethodResult, ServiceInstance } from "./runtime/types.js";
 export { ObjectCache, isObjectRef, type ObjectRef, type Fold, type GetOptions, type PutOptions, type WriteOptions } from "./cache/object-cache.js";
 export { ensureLocalCluster, findLocalCluster, hearthHome, localProvisioner, stopLocalCluster, type LocalCluster, type LocalClusterOptions, type LocalEngineOptions } from "./engines/local.js";

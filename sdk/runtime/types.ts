@@ -20,8 +20,13 @@ export interface ExecutorContext {
   /** Gang members only: rank (by sorted executor id) and world size. */
   rank: number | null;
   worldSize: number | null;
-  /** Gang members only: rank 0's host and a port reserved for collectives (also MASTER_ADDR/MASTER_PORT). */
-  rendezvous: { host: string; port: number } | null;
+  /**
+   * Gang members only: rank 0's host and a port reserved for collectives (also
+   * MASTER_ADDR/MASTER_PORT), and `key` (hex), a secret only this gang's members
+   * hold: pass it as the engine's `rendezvousKey` (gangDistributed does) so the
+   * rendezvous is signed; torch's TCPStore alone lets any local process write to it.
+   */
+  rendezvous: { host: string; port: number; key: string } | null;
   /** The app's object cache: reads go through this node's agent, writes to the head. */
   objects: ObjectCache;
 }

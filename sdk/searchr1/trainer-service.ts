@@ -13,6 +13,7 @@ import path from "node:path";
 import { openFolder, shipFolder, type FolderRef } from "../cache/folder.js";
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
+import { gangDistributed } from "../runtime/gang.js";
 import { TensorEngine } from "../tensor/index.js";
 import type { TrainMetrics, TrainerOptions } from "../tensor/types.js";
 import { HearthError } from "../wire/errors.js";
@@ -92,11 +93,6 @@ export class SearchR1Trainer {
     this.ctx = ctx;
   }
 
-  private distributed(backend: "gloo" | "nccl") {
-    const { rank, worldSize, rendezvous } = this.ctx;
-    return { rank: rank!, worldSize: worldSize!, initMethod: `tcp://${rendezvous!.host}:${rendezvous!.port}`, backend };
-  }
-
   /**
    * Builds the policy (from a shipped checkpoint or a seeded random init),
    * becomes a trainer for `mode` ("sft": no reference, no KL; "rl": GRPO with
@@ -120,7 +116,7 @@ export class SearchR1Trainer {
       dtype: "float32",
     });
     const trainer = mode === "sft" ? { ...s.trainer, klCoef: 0 } : s.trainer;
-    await engine.trainInit(trainer, this.distributed(s.backend));
+    await engine.trainInit(trainer, gangDistributed(this.ctx, s.backend));
     if (s.state) {
       const state = await openFolder(this.ctx.objects, s.state);
       await engine.loadState(state.dir);

@@ -98,6 +98,12 @@ export interface DistributedOptions {
   rank: number;
   worldSize: number;
   initMethod: string;
+  /**
+   * Hex key that signs every rendezvous value (the gang's `ctx.rendezvous.key`).
+   * Required with a tcp:// initMethod: torch's TCPStore authenticates nobody, so
+   * the engine refuses an unsigned one. file:// (one host) needs none.
+   */
+  rendezvousKey?: string;
   backend?: "gloo" | "nccl";
   /**
    * Every collective of the process group (and the rendezvous) fails after

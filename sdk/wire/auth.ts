@@ -100,6 +100,16 @@ export function deriveKey(secret: Buffer, role: Role, id: string, app: string): 
   }
 }
 
+/**
+ * The key a gang's members sign their rendezvous with (torch's TCPStore does
+ * not authenticate; the engine's rendezvous.py signs every value). Each agent
+ * of a member derives it from the cluster secret, so it never travels; it is
+ * bound to the app, the gang's service id and its reserved port.
+ */
+export function rendezvousKey(secret: Buffer, app: string, serviceId: string, port: number): Buffer {
+  return hmac(secret, `hearth/rendezvous\0${app}\0${serviceId}\0${port}`);
+}
+
 /** A credential made from the secret. */
 export function credentialFrom(secret: Buffer, role: Role, id: string, app = ""): Credential {
   return { role, id, app, key: deriveKey(secret, role, id, app) };

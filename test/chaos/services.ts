@@ -7,6 +7,7 @@
 import { writeFileSync } from "node:fs";
 import { TensorEngine } from "../../sdk/tensor/index.js";
 import type { ExecutorContext } from "../../sdk/runtime/types.js";
+import { gangDistributed } from "../../sdk/runtime/gang.js";
 
 /** The tensor engine's tiny CPU model (as in the engine tests). */
 const TINY = { config: "tiny-test", seed: 1 } as const;
@@ -21,8 +22,7 @@ export class TrainerRank {
     if (ctx.rank === null || ctx.worldSize === null || ctx.rendezvous === null) throw new Error("TrainerRank runs only as a gang member");
     this.engine = await TensorEngine.start({ env: { GLOO_SOCKET_IFNAME: "lo", HEARTH_THREADS: "1" } });
     await this.engine.initModel(TINY);
-    const { host, port } = ctx.rendezvous;
-    await this.engine.trainInit({ lr: 1e-3, klCoef: 0 }, { rank: ctx.rank, worldSize: ctx.worldSize, initMethod: `tcp://${host}:${port}`, backend: "gloo" });
+    await this.engine.trainInit({ lr: 1e-3, klCoef: 0 }, gangDistributed(ctx, "gloo"));
   }
 
   /** This rank's executor and engine processes. */

@@ -60,6 +60,12 @@ test("a gang of 2 runs whole while a competing gang of 2 waits whole, then runs"
   const b = await bPromise;
   assert.equal(b.members.length, 2);
   assert.deepEqual(await b.broadcast("sumAtRoot", [[1], [2]]), [3, 1]);
+  // Every member of a gang holds the same rendezvous key, another gang another one, and no driver sees it.
+  const bCtx = await b.broadcast("context", [[], []]);
+  for (const c of [...ctx, ...bCtx]) assert.match(c.rendezvous?.key ?? "", /^[0-9a-f]{64}$/, "a 256-bit rendezvous key for every member");
+  assert.equal(bCtx[1]!.rendezvous!.key, bCtx[0]!.rendezvous!.key);
+  assert.notEqual(bCtx[0]!.rendezvous!.key, ctx[0]!.rendezvous!.key, "each gang start signs with its own key");
+  assert.equal(JSON.stringify(b.info).includes(bCtx[0]!.rendezvous!.key), false, "the service info drivers get carries no key");
   await b.stop();
 });
 

@@ -5,6 +5,7 @@ import os from "node:os";
 import { TensorEngine } from "../../sdk/tensor/index.js";
 import type { TrainMetrics } from "../../sdk/tensor/index.js";
 import type { ExecutorContext } from "../../sdk/runtime/types.js";
+import { gangDistributed } from "../../sdk/runtime/gang.js";
 
 /** The tensor engine's tiny CPU model (as in the engine tests). */
 const TINY = { config: "tiny-test", seed: 1 } as const;
@@ -38,8 +39,7 @@ export class Reducer {
     if (ctx.rank === null || ctx.worldSize === null || ctx.rendezvous === null) throw new Error("Reducer runs only as a gang member");
     this.engine = await TensorEngine.start({ env: { GLOO_SOCKET_IFNAME: "lo", HEARTH_THREADS: "1" } });
     await this.engine.initModel(TINY);
-    const { host, port } = ctx.rendezvous;
-    await this.engine.trainInit({ lr: 1e-3, klCoef: 0 }, { rank: ctx.rank, worldSize: ctx.worldSize, initMethod: `tcp://${host}:${port}`, backend: "gloo" });
+    await this.engine.trainInit({ lr: 1e-3, klCoef: 0 }, gangDistributed(ctx, "gloo"));
   }
 
   placement(): Placement {

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .errors import EngineError
 from .model import Transformer
+from .rendezvous import signed_tcp_store
 
 
 @dataclass
@@ -147,18 +148,29 @@ def all_reduce_(tensors: List[Tensor], bucket_bytes: int = 256 * 1024 ** 2) -> N
 
 
 def init_distributed(rank: int, world_size: int, init_method: str, backend: Optional[str] = None,
-                     timeout_s: Optional[float] = None) -> str:
-    """Join a process group (file:// or tcp:// rendezvous); nccl on CUDA, else gloo. With
-    `timeout_s`, every collective of the group (and the rendezvous) fails after that long."""
+                     timeout_s: Optional[float] = None, rendezvous_key: Optional[str] = None) -> str:
+    """Join a process group; nccl on CUDA, else gloo. With `timeout_s`, every collective
+    of the group (and the rendezvous) fails after that long. A tcp:// rendezvous is
+    torch's unauthenticated TCPStore, so it needs the gang's `rendezvous_key` (hex): every
+    value is signed with it (rendezvous.py). file:// (one host, a private folder) needs none."""
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if dist.is_available() and dist.is_initialized():  # a warm trainer re-initialised: keep its group
         if dist.get_rank() == rank and dist.get_world_size() == world_size:
             return str(dist.get_backend())
         raise EngineError("distributed", f"already rank {dist.get_rank()}/{dist.get_world_size()}; "
                                          f"cannot become rank {rank}/{world_size} in the same process")
+    if init_method.startswith("tcp://") and not rendezvous_key:
+        raise EngineError("distributed", f"rank {rank}/{world_size}: a tcp:// rendezvous needs the gang's rendezvous "
+                                         f"key (ctx.rendezvous.key); torch's TCPStore does not authenticate peers")
     try:
         extra = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, **extra)
+        if rendezvous_key:
+            store = signed_tcp_store(init_method, rank, world_size, rendezvous_key, timeout_s or 1800.0)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, **extra)
+        else:
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, **extra)
+    except EngineError:
+        raise
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError/ValueError/TimeoutError
         raise EngineError("distributed", f"rank {rank}/{world_size} could not join {init_method}: {e}") from e
     return backend

@@ -175,7 +175,7 @@ class Engine:
         if d:
             timeout_s = float(d.get("collective_timeout_ms") or DEFAULT_COLLECTIVE_TIMEOUT_MS) / 1000
             backend = init_distributed(int(d["rank"]), int(d["world_size"]), d["init_method"], d.get("backend"),
-                                       timeout_s)
+                                       timeout_s, d.get("rendezvous_key"))
         self.trainer = Trainer(model, _params(args.get("config", {}), GRPOConfig))
         self.sessions.clear()
         return {"config": asdict(self.trainer.cfg), "backend": backend}
