@@ -4,8 +4,9 @@
  * process measured in the same run. Goals: p50 ≤ 2× the raw round trip, and
  * ≥ 5,000 calls/s with 4 executors. hearth is always authenticated (a signed
  * hello per connection, docs/architecture.md); the bench also runs it with
- * CURVE encryption on top, and times a connection's handshake (signed hello +
- * app hello) against a raw DEALER's first round trip.
+ * CURVE encryption on top, times a connection's handshake (signed hello +
+ * app hello) against a raw DEALER's first round trip, and times what
+ * authentication adds to each message against an unauthenticated hand-off.
  */
 import { mkdtempSync } from "node:fs";
 import os from "node:os";
@@ -17,6 +18,9 @@ import { Dealer } from "zeromq";
 import { connect } from "../sdk/connect.js";
 import { HeadClient } from "../sdk/runtime/head-client.js";
 import { CURVE_KEYS_ENV, ensureCurveKeys } from "../sdk/wire/curve.js";
+import { authMac } from "../sdk/wire/auth.js";
+import { AUTH_MARK, Authenticator, type Peer } from "../sdk/wire/authenticator.js";
+import { decode, encode } from "../sdk/wire/codec.js";
 import { startCluster } from "../test/helpers/cluster.js";
 import { quantile, table } from "./stats.js";
 import type { Noop } from "./noop-service.js";
@@ -130,6 +134,45 @@ async function curveRoundTrip(n: number): Promise<number[]> {
   }
 }
 
+/**
+ * What authentication adds to every message after the handshake, in ns: the
+ * head's Authenticator.receive for a bound peer against handing the same
+ * message straight to the handler (what the head did before authentication).
+ */
+function authPerMessage(count: number): { authNs: number; plainNs: number } {
+  let delivered = 0;
+  const sink = (_p: Peer | null, frames: Buffer[]): void => {
+    delivered += frames.length;
+  };
+  let challenge: Buffer | undefined;
+  const auth = new Authenticator({
+    name: "bench",
+    keyFor: () => Buffer.alloc(32, 7),
+    send: (_id, frames) => {
+      const m = decode(frames[1] as Buffer) as { t: string; nonce?: Uint8Array };
+      if (m.t === "challenge") challenge = Buffer.from(m.nonce!);
+    },
+    deliver: (peer, frames) => sink(peer, frames),
+    log: () => {},
+  });
+  const id = Buffer.from("d.bench-driver.0123456789abcdef");
+  auth.receive(id, [AUTH_MARK, encode({ t: "auth-start" })]);
+  const mac = authMac(Buffer.alloc(32, 7), challenge!, id, "driver", "bench", "bench");
+  auth.receive(id, [AUTH_MARK, encode({ t: "auth", role: "driver", id: "bench", app: "bench", mac })]);
+  if (!auth.peer(id)) throw new Error("bench: the in-process handshake did not bind the peer");
+  const frames = [encode({ t: "call", cid: 1, service: "one", method: "ping" }), Buffer.from([0x90])];
+  const time = (f: () => void): number => {
+    for (let i = 0; i < 10_000; i++) f();
+    const t = process.hrtime.bigint();
+    for (let i = 0; i < count; i++) f();
+    return Number(process.hrtime.bigint() - t) / count;
+  };
+  const plainNs = time(() => sink(null, frames));
+  const authNs = time(() => auth.receive(id, frames));
+  if (delivered === 0) throw new Error("bench: nothing was delivered");
+  return { authNs, plainNs };
+}
+
 /** Runs the benchmark and prints the table; returns the results. */
 export async function benchRpc(args: string[]): Promise<Record<string, number>> {
   const n = Number(args[0] ?? 3000);
@@ -160,6 +203,7 @@ export async function benchRpc(args: string[]): Promise<Record<string, number>> 
     const hello = await hearthConnect(cluster.endpoint, connects);
     const rawFirst = await rawFirstTrip(connects);
     const curveLat = await curveRoundTrip(n);
+    const perMessage = authPerMessage(1_000_000);
 
     const rawP50 = quantile(raw.lat, 0.5);
     const p50 = quantile(lat, 0.5);
@@ -176,12 +220,17 @@ export async function benchRpc(args: string[]): Promise<Record<string, number>> 
     );
     const ratio = p50 / rawP50;
     const curveRatio = quantile(curveLat, 0.5) / rawP50;
-    console.log(`\nround-trip ratio hearth (authenticated)/raw echo (p50): ${ratio.toFixed(2)}× (goal ≤ 2×; before authentication: 3.2× in docs/results.md)`);
-    console.log(`with CURVE encryption on top: ${curveRatio.toFixed(2)}×; authentication costs one round trip per connection, nothing per call`);
+    console.log(`\nround-trip ratio hearth (authenticated)/raw echo (p50): ${ratio.toFixed(2)}× (goal ≤ 2×; before authentication 2.5–3.2×, docs/results.md)`);
+    const authUs = (2 * (perMessage.authNs - perMessage.plainNs)) / 1000;
+    console.log(`with CURVE encryption on top: ${curveRatio.toFixed(2)}×`);
+    console.log(
+      `authentication per message after the handshake: ${perMessage.authNs.toFixed(0)} ns (unauthenticated hand-off: ${perMessage.plainNs.toFixed(0)} ns); ` +
+        `a call's 2 messages into the head: +${authUs.toFixed(2)} µs, ${((100 * authUs) / p50).toFixed(2)}% of its p50`,
+    );
     console.log(`connect: hearth ${(quantile(hello, 0.5) / quantile(rawFirst, 0.5)).toFixed(2)}× a raw DEALER's connect + first echo (p50)`);
     console.log(`hops alone (raw relay/raw echo, p50): ${(quantile(relayLat, 0.5) / rawP50).toFixed(2)}×; hearth over the raw relay: ${(p50 / quantile(relayLat, 0.5)).toFixed(2)}×`);
     console.log(`throughput with 4 executors: ${Math.round(perSec)} calls/s (goal ≥ 5,000)`);
-    return { rawP50, relayP50: quantile(relayLat, 0.5), p50, ratio, curveP50: quantile(curveLat, 0.5), curveRatio, connectP50: quantile(hello, 0.5), rawConnectP50: quantile(rawFirst, 0.5), perSec, rawPerSec: raw.perSec };
+    return { authNs: perMessage.authNs, plainNs: perMessage.plainNs, rawP50, relayP50: quantile(relayLat, 0.5), p50, ratio, curveP50: quantile(curveLat, 0.5), curveRatio, connectP50: quantile(hello, 0.5), rawConnectP50: quantile(rawFirst, 0.5), perSec, rawPerSec: raw.perSec };
   } finally {
     await app.close();
     await cluster.stop();
