@@ -138,12 +138,34 @@ const defaultOnError = (err: unknown): void => {
   console.error(`[hearth] ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
 };
 
+/** What both wrappers share: one socket, its outbox, and how they end. */
+abstract class Channel<S extends Dealer | Router> {
+  protected readonly outbox: Outbox;
+  protected closed = false;
+
+  constructor(
+    protected readonly socket: S,
+    protected readonly onError: (err: unknown) => void,
+  ) {
+    this.outbox = new Outbox(socket, onError);
+  }
+
+  /** Resolves once everything queued that can go has been handed to ZeroMQ. */
+  async flush(): Promise<void> {
+    await this.outbox.drain();
+  }
+
+  /** Drops what is still queued and closes the socket. Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.outbox.close();
+    this.socket.close();
+  }
+}
+
 /** A DEALER connected to one ROUTER (the head), identified by a routing id. */
-export class DealerChannel {
-  private readonly socket: Dealer;
-  private readonly outbox: Outbox;
-  private readonly onError: (err: unknown) => void;
-  private closed = false;
+export class DealerChannel extends Channel<Dealer> {
   private readonly routingId: Buffer;
   private readonly auth?: Credential;
   private readonly onAuthFailed: (err: AuthError) => void;
@@ -152,14 +174,12 @@ export class DealerChannel {
   private markAuthenticated: () => void = () => {};
 
   constructor(routingId: string, opts: ChannelOptions = {}) {
-    this.onError = opts.onError ?? defaultOnError;
     const curve = opts.curveClient
       ? { curveServerKey: opts.curveClient.serverPublicKey, curvePublicKey: opts.curveClient.publicKey, curveSecretKey: opts.curveClient.secretKey }
       : {};
+    super(new Dealer({ routingId, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve }), opts.onError ?? defaultOnError);
     this.routingId = Buffer.from(routingId);
-    this.socket = new Dealer({ routingId, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve });
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
-    this.outbox = new Outbox(this.socket, this.onError);
     this.auth = opts.auth;
     this.onAuthFailed = opts.onAuthFailed ?? ((err) => this.onError(err));
     this.outbox.held = this.auth !== undefined;
@@ -209,38 +229,21 @@ export class DealerChannel {
       if (!this.closed) this.onError(err);
     }
   }
-
-  async flush(): Promise<void> {
-    await this.outbox.drain();
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.outbox.close();
-    this.socket.close();
-  }
 }
 
 /** A ROUTER bound to an endpoint; messages arrive with the sender's routing id first. */
-export class RouterChannel {
-  private readonly socket: Router;
-  private readonly outbox: Outbox;
-  private readonly onError: (err: unknown) => void;
-  private closed = false;
+export class RouterChannel extends Channel<Router> {
   private readonly bounds: { maxFrames: number; maxTotalBytes: number };
   private readonly onRefused: (routingId: Buffer, frames: Buffer[], err: MessageTooLargeError) => void;
 
   constructor(opts: ChannelOptions = {}) {
-    this.onError = opts.onError ?? defaultOnError;
-    this.bounds = opts.bounds ?? MESSAGE_BOUNDS;
-    this.onRefused = opts.onRefused ?? ((_id, _frames, err) => this.onError(err));
     const curve = opts.curveServerSecretKey ? { curveServer: true, curveSecretKey: opts.curveServerSecretKey } : {};
     // No handover: a second connection that presents a live peer's routing id is refused by
     // ZeroMQ, so a routing id bound to a credential (authenticator.ts) cannot be taken over.
-    this.socket = new Router({ handover: false, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve });
+    super(new Router({ handover: false, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve }), opts.onError ?? defaultOnError);
+    this.bounds = opts.bounds ?? MESSAGE_BOUNDS;
+    this.onRefused = opts.onRefused ?? ((_id, _frames, err) => this.onError(err));
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
-    this.outbox = new Outbox(this.socket, this.onError);
   }
 
   /** Binds and returns the concrete endpoint (port 0 / `*` resolved). */
@@ -270,16 +273,5 @@ export class RouterChannel {
     } catch (err) {
       if (!this.closed) this.onError(err);
     }
-  }
-
-  async flush(): Promise<void> {
-    await this.outbox.drain();
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.outbox.close();
-    this.socket.close();
   }
 }
