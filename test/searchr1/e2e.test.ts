@@ -15,6 +15,7 @@ import { promisify } from "node:util";
 import type { RunEvent } from "../../sdk/searchr1/events.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
 import { DIST, startCluster, type TestCluster } from "../helpers/cluster.js";
+import { lengthParity, smallRun } from "./small-run.js";
 
 const exec = promisify(execFile);
 const DRIVER = path.join(DIST, "test/fixtures/sr1-driver.js");
@@ -32,27 +33,8 @@ after(async () => {
   await cluster?.stop();
 });
 
-/** A reward that varies within groups even for a random policy (exact match would be 0 everywhere): every step then updates. */
-const lengthParity = (response: string): number => (response.length % 2 === 0 ? 1 : 0);
-
 function options(out: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
-  return {
-    head: cluster.endpoint,
-    name: `e2e-${path.basename(out)}`,
-    out,
-    steps: 3,
-    promptsPerStep: 4,
-    promptsPerTask: 2,
-    groupSize: 4,
-    evalSize: 8,
-    evalEvery: 0,
-    bootstrapSteps: 4,
-    seed: 7,
-    // Sampling hot, so the barely warmed-up policy writes varied responses (with lengthParity, every step trains).
-    temperature: 3,
-    log: () => undefined,
-    ...extra,
-  };
+  return smallRun(cluster.endpoint, `e2e-${path.basename(out)}`, out, { steps: 3, ...extra });
 }
 
 test("three steps write every metrics field, emit typed progress, and rollouts end bit-identical to the trainers", async () => {

@@ -19,6 +19,7 @@ import { RolloutsAhead } from "../../sdk/searchr1/overlap.js";
 import { collect, rollouts, stepQuestions, update, type RolloutParts, type StepServices } from "../../sdk/searchr1/pipeline.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
 import { executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
+import { lengthParity, smallRun } from "./small-run.js";
 
 let cluster: TestCluster;
 const home = mkdtempSync(path.join(os.tmpdir(), "hearth-overlap-home-"));
@@ -32,25 +33,8 @@ after(async () => {
   await cluster?.stop();
 });
 
-/** A reward that varies within groups even for a barely trained policy: every step updates. */
-const lengthParity = (response: string): number => (response.length % 2 === 0 ? 1 : 0);
-
 function options(name: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
-  return {
-    head: cluster.endpoint,
-    name,
-    out: mkdtempSync(path.join(os.tmpdir(), `hearth-overlap-${name}-`)),
-    promptsPerStep: 4,
-    promptsPerTask: 2,
-    groupSize: 4,
-    evalSize: 8,
-    evalEvery: 0,
-    bootstrapSteps: 4,
-    seed: 7,
-    temperature: 3,
-    log: () => undefined,
-    ...extra,
-  };
+  return smallRun(cluster.endpoint, name, mkdtempSync(path.join(os.tmpdir(), `hearth-overlap-${name}-`)), extra);
 }
 
 /** metrics.jsonl without wall-clock times and their shares. */
