@@ -3,10 +3,11 @@
  * and stops them, leaving no process behind.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, copyFileSync, mkdtempSync, readFileSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { alive } from "../../sdk/engines/local.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { SECRET_FILE_ENV, secretFile } from "../../sdk/wire/auth.js";
 
@@ -133,19 +134,8 @@ export function executorsOf(status: any, app: string, service: string): any[] {
   return a?.services.find((s: any) => s.name === service)?.executors ?? [];
 }
 
-/** True while a process id exists (a zombie, exited but not yet reaped, counts as gone). */
-export function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
+/** True while a process id exists (a zombie, exited but not yet reaped, counts as gone): the local engine's check. */
+export const pidAlive = alive;
 
 /** Polls until process `pid` is gone; fails naming `what` after `timeoutMs`. Returns how long it took. */
 export async function waitForExit(what: string, pid: number, timeoutMs = 10_000): Promise<number> {
