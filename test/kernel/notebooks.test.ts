@@ -4,52 +4,27 @@
 // must resolve through the kernelspec), and checks: no error outputs, the
 // expected MIME types, and what the notebook shows.
 import assert from "node:assert/strict";
-import { secretFile } from "../../sdk/wire/auth.js";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync, existsSync, mkdirSync } from "node:fs";
 import path from "node:path";
-import { after, before, test } from "node:test";
-import { startCluster, type TestCluster } from "../helpers/cluster.js";
-import { REPO_ROOT, TempKernelspec } from "./bridge.js";
-import { cellHtml, cellText, errorOutputs, htmlRows, runNotebook } from "./nbclient.js";
-import { CHROMIUM, exportHtml, pngStats, renderedDom, screenshot } from "./render.js";
+import { test } from "node:test";
+import { REPO_ROOT } from "./bridge.js";
+import { cellHtml, cellText, htmlRows } from "./nbclient.js";
+import { assertDrawn, useNotebookRig } from "./notebook-rig.js";
+import { CHROMIUM, exportHtml, renderedDom, screenshot } from "./render.js";
 
-let cluster: TestCluster;
-let spec: TempKernelspec;
-let home: string;
-
-before(async () => {
-  cluster = await startCluster({ agents: [{ id: "nb-agent", cpus: 4, mem: "8g" }] });
-  spec = new TempKernelspec();
-  home = mkdtempSync(path.join(tmpdir(), "hearth-nb-home-"));
-});
-
-after(async () => {
-  await cluster?.stop();
-  spec?.remove();
-  if (home) rmSync(home, { recursive: true, force: true });
-});
+const rig = useNotebookRig("nb-agent", "hearth-nb-home-");
 
 let executed: string | undefined;
 
 test("02-runtime-tour.ipynb runs under nbclient with no errors and renders tables, a figure, progress, objects and status", async () => {
-  const outFile = path.join(home, "02-runtime-tour.out.ipynb");
+  const outFile = path.join(rig.home, "02-runtime-tour.out.ipynb");
   // A folder of the user's, outside the checkout: the notebook and the services beside it.
-  const folder = path.join(home, "my-project");
+  const folder = path.join(rig.home, "my-project");
   cpSync(path.join(REPO_ROOT, "notebooks", "02-runtime-tour.ipynb"), path.join(folder, "02-runtime-tour.ipynb"));
   cpSync(path.join(REPO_ROOT, "notebooks", "services"), path.join(folder, "services"), { recursive: true });
   assert.ok(path.relative(REPO_ROOT, folder).startsWith(".."), `${folder} is outside the checkout`);
-  // The kernel has its own HEARTH_HOME; the cluster's secret is named explicitly (its driver proves a key derived from it).
-  const result = await runNotebook(path.join(folder, "02-runtime-tour.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home, HEARTH_SECRET_FILE: secretFile() }, outFile, 150_000);
-  console.log(`# 02-runtime-tour.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
-
-  assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");
-  const stderr = result.cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "stream" && o.name === "stderr").map((o) => o.text));
-  assert.deepEqual(stderr, [], "no cell writes to stderr");
-  for (const c of result.cells) assert.ok(c.execution_count !== null, `cell ${c.index} ran`);
-
-  const rich = result.cells.flatMap((c) => c.outputs.filter((o) => o.mime).map((o) => ({ cell: c.index, mime: o.mime!, text: o.text ?? "" })));
-  for (const r of rich) assert.ok(r.mime.includes("text/plain"), `every bundle has text/plain (cell ${r.cell})`);
+  const result = await rig.run(path.join(folder, "02-runtime-tour.ipynb"), outFile, 150_000);
+  const rich = result.rich;
   const tables = rich.filter((r) => r.mime.includes("text/html") && /executor|rank/.test(r.text));
   assert.ok(tables.length >= 3, `gang table, answers table and status views render as HTML (${tables.length})`);
   const figures = rich.filter((r) => r.mime.includes("application/vnd.plotly.v1+json"));
@@ -93,7 +68,5 @@ test("the executed 02-runtime-tour exported to HTML draws its plot offline in he
   assert.match(dom, /<progress value="12" max="12"/, "the progress bar's final state is in the export");
   const png = path.join(outDir, "02-runtime-tour.png");
   await screenshot(html, png);
-  const stats = pngStats(png);
-  console.log(`# screenshot ${png}: ${stats.width}x${stats.height}, ${(stats.nonWhite * 100).toFixed(1)}% non-white, ${stats.colors} colors`);
-  assert.ok(stats.nonWhite > 0.02 && stats.colors > 50, `the screenshot is not blank: ${JSON.stringify(stats)}`);
+  assertDrawn(png);
 });

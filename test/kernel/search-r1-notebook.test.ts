@@ -7,21 +7,17 @@
 // tables, the same executors before and after the restart, and that its HTML
 // export draws the plots in headless Chromium.
 import assert from "node:assert/strict";
-import { secretFile } from "../../sdk/wire/auth.js";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync } from "node:fs";
 import path from "node:path";
-import { after, before, test } from "node:test";
-import { startCluster, type TestCluster } from "../helpers/cluster.js";
-import { REPO_ROOT, TempKernelspec } from "./bridge.js";
-import { cellHtml, cellText, errorOutputs, htmlRows, runNotebook, textRows } from "./nbclient.js";
-import { CHROMIUM, exportHtml, pngStats, renderedDom, screenshot } from "./render.js";
+import { test } from "node:test";
+import { REPO_ROOT } from "./bridge.js";
+import { cellHtml, cellText, htmlRows, textRows } from "./nbclient.js";
+import { assertDrawn, useNotebookRig } from "./notebook-rig.js";
+import { CHROMIUM, exportHtml, renderedDom, screenshot } from "./render.js";
 
 const PLOTLY = "application/vnd.plotly.v1+json";
 
-let cluster: TestCluster;
-let spec: TempKernelspec;
-let home: string;
+const rig = useNotebookRig("sr1-nb-agent", "hearth-nb01-home-");
 let executed: string | undefined;
 
 /** A step summary's metrics (its text table: metric, value). */
@@ -30,31 +26,10 @@ function summaryMetrics(text: string): Record<string, number> {
 }
 
 
-before(async () => {
-  cluster = await startCluster({ agents: [{ id: "sr1-nb-agent", cpus: 4, mem: "8g" }] });
-  spec = new TempKernelspec();
-  home = mkdtempSync(path.join(tmpdir(), "hearth-nb01-home-"));
-});
-
-after(async () => {
-  await cluster?.stop();
-  spec?.remove();
-  if (home) rmSync(home, { recursive: true, force: true });
-});
-
 test("01-search-r1.ipynb trains end to end under nbclient, across a kernel restart: tables, trajectory spans, figures, progress bars, the values each section shows", async () => {
-  const outFile = path.join(home, "01-search-r1.out.ipynb");
-  // The kernel has its own HEARTH_HOME; the cluster's secret is named explicitly (its driver proves a key derived from it).
-  const result = await runNotebook(path.join(REPO_ROOT, "notebooks/01-search-r1.ipynb"), spec, { HEARTH_HEAD: cluster.endpoint, HEARTH_HOME: home, HEARTH_SECRET_FILE: secretFile() }, outFile, 540_000, 240);
-  console.log(`# 01-search-r1.ipynb executed in ${result.elapsed_s.toFixed(1)} s`);
-
-  assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");
-  const stderr = result.cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "stream" && o.name === "stderr").map((o) => o.text));
-  assert.deepEqual(stderr, [], "no cell writes to stderr");
-  for (const c of result.cells) assert.ok(c.execution_count !== null, `cell ${c.index} ran`);
-
-  const rich = result.cells.flatMap((c) => c.outputs.filter((o) => o.mime).map((o) => ({ cell: c.index, mime: o.mime!, text: o.text ?? "" })));
-  for (const r of rich) assert.ok(r.mime.includes("text/plain"), `every bundle has text/plain (cell ${r.cell})`);
+  const outFile = path.join(rig.home, "01-search-r1.out.ipynb");
+  const result = await rig.run(path.join(REPO_ROOT, "notebooks/01-search-r1.ipynb"), outFile, 540_000, 240);
+  const rich = result.rich;
   const html = (re: RegExp) => rich.filter((r) => r.mime.includes("text/html") && re.test(r.text));
 
   const warmup = html(/^warm-up \[/);
@@ -137,7 +112,5 @@ test("the executed 01-search-r1 exported to HTML draws its plots and trajectory 
   assert.match(dom, /<progress value="20" max="20"/, "the training bar's final state is in the export");
   const png = path.join(outDir, "01-search-r1.png");
   await screenshot(exported, png, 1200, 6000);
-  const stats = pngStats(png);
-  console.log(`# screenshot ${png}: ${stats.width}x${stats.height}, ${(stats.nonWhite * 100).toFixed(1)}% non-white, ${stats.colors} colors`);
-  assert.ok(stats.nonWhite > 0.02 && stats.colors > 50, `the screenshot is not blank: ${JSON.stringify(stats)}`);
+  assertDrawn(png);
 });

@@ -1,0 +1,81 @@
+/**
+ * What the notebook tests share: a head and agent of their own, a temporary
+ * kernelspec and HEARTH_HOME, a run of a notebook under nbclient with the
+ * checks every notebook must pass (no error output, nothing on stderr, every
+ * cell ran, every rich bundle has text/plain), and the screenshot check.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before } from "node:test";
+import { secretFile } from "../../sdk/wire/auth.js";
+import { startCluster, type TestCluster } from "../helpers/cluster.js";
+import { TempKernelspec } from "./bridge.js";
+import { errorOutputs, runNotebook, type CellSummary } from "./nbclient.js";
+import { pngStats } from "./render.js";
+
+/** One rich output bundle of an executed notebook. */
+export interface RichOutput {
+  cell: number;
+  /** The bundle's MIME types. */
+  mime: string[];
+  text: string;
+}
+
+/** The rig's parts, valid once the test file's `before` hook ran. */
+export interface NotebookRig {
+  readonly cluster: TestCluster;
+  readonly home: string;
+  /**
+   * Runs `notebook` (writing `outFile`) through the hearth kernel against the
+   * rig's cluster, asserts what every notebook must pass, and returns its
+   * cells and rich outputs.
+   */
+  run(notebook: string, outFile: string, limitMs: number, cellTimeoutS?: number): Promise<{ cells: CellSummary[]; rich: RichOutput[] }>;
+}
+
+/** Registers `before`/`after` hooks that start and remove the rig; call at a test file's top level. */
+export function useNotebookRig(agentId: string, homePrefix: string): NotebookRig {
+  let cluster: TestCluster | undefined;
+  let spec: TempKernelspec | undefined;
+  let home: string | undefined;
+  before(async () => {
+    cluster = await startCluster({ agents: [{ id: agentId, cpus: 4, mem: "8g" }] });
+    spec = new TempKernelspec();
+    home = mkdtempSync(path.join(tmpdir(), homePrefix));
+  });
+  after(async () => {
+    await cluster?.stop();
+    spec?.remove();
+    if (home) rmSync(home, { recursive: true, force: true });
+  });
+  return {
+    get cluster() {
+      return cluster!;
+    },
+    get home() {
+      return home!;
+    },
+    async run(notebook, outFile, limitMs, cellTimeoutS) {
+      // The kernel has its own HEARTH_HOME; the cluster's secret is named explicitly (its driver proves a key derived from it).
+      const env = { HEARTH_HEAD: cluster!.endpoint, HEARTH_HOME: home!, HEARTH_SECRET_FILE: secretFile() };
+      const result = await runNotebook(notebook, spec!, env, outFile, limitMs, cellTimeoutS);
+      console.log(`# ${path.basename(notebook)} executed in ${result.elapsed_s.toFixed(1)} s`);
+      assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");
+      const stderr = result.cells.flatMap((c) => c.outputs.filter((o) => o.output_type === "stream" && o.name === "stderr").map((o) => o.text));
+      assert.deepEqual(stderr, [], "no cell writes to stderr");
+      for (const c of result.cells) assert.ok(c.execution_count !== null, `cell ${c.index} ran`);
+      const rich = result.cells.flatMap((c) => c.outputs.filter((o) => o.mime).map((o) => ({ cell: c.index, mime: o.mime!, text: o.text ?? "" })));
+      for (const r of rich) assert.ok(r.mime.includes("text/plain"), `every bundle has text/plain (cell ${r.cell})`);
+      return { cells: result.cells, rich };
+    },
+  };
+}
+
+/** Fails unless the screenshot at `png` shows something (not a blank page); logs its size and colour counts. */
+export function assertDrawn(png: string): void {
+  const stats = pngStats(png);
+  console.log(`# screenshot ${png}: ${stats.width}x${stats.height}, ${(stats.nonWhite * 100).toFixed(1)}% non-white, ${stats.colors} colors`);
+  assert.ok(stats.nonWhite > 0.02 && stats.colors > 50, `the screenshot is not blank: ${JSON.stringify(stats)}`);
+}
