@@ -10,34 +10,7 @@ import type { Frames } from "../../sdk/wire/channel.js";
 import type { WireError } from "../../sdk/wire/errors.js";
 import { isServing, liveExecutors, type CallRouter } from "./call-router.js";
 import { everFitsOne } from "./placement.js";
-import type { AgentRecord, CallRecord, EngineReport, ExecutorRecord, ServiceRecord } from "./records.js";
-
-const ENGINE_STATES = new Set(["running", "hung", "wedged", "exited"]);
-
-/** The engines of a heartbeat, malformed entries left out (an executor runs user code; trust nothing). */
-export function parseEngineReports(raw: unknown): EngineReport[] {
-  if (!Array.isArray(raw)) return [];
-  const out: EngineReport[] = [];
-  for (const x of raw.slice(0, 64)) {
-    if (typeof x !== "object" || x === null) continue;
-    const r = x as Record<string, unknown>;
-    if (typeof r.state !== "string" || !ENGINE_STATES.has(r.state)) continue;
-    out.push({
-      pid: typeof r.pid === "number" ? r.pid : null,
-      state: r.state as EngineReport["state"],
-      silentMs: typeof r.silentMs === "number" ? r.silentMs : 0,
-      op: typeof r.op === "string" ? r.op.slice(0, 64) : null,
-      detail: typeof r.detail === "string" ? r.detail.slice(0, 400) : null,
-    });
-  }
-  return out;
-}
-
-/** Why an engine report means the executor lost its engine, for the error message. */
-function engineLoss(r: EngineReport): string {
-  const what = r.state === "hung" ? `hung (no heartbeat from its process for ${r.silentMs} ms)` : r.state === "wedged" ? "was wedged (a request passed its deadline)" : "died";
-  return `its tensor engine (pid ${r.pid ?? "?"}) ${what}${r.op ? ` during '${r.op}'` : ""}${r.detail ? `: ${r.detail}` : ""}`;
-}
+import type { AgentRecord, CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
 
 /** What deadline handling needs from the scheduler (it implements this). */
 export interface DeadlineHost {
@@ -88,23 +61,6 @@ export class Deadlines {
       callId: call.cid,
     });
     if (s && e.state !== "dead") this.host.recycle(s, e, `call ${call.cid} (${name}.${call.method}) passed its ${secs} deadline`);
-  }
-
-  /**
-   * An executor heartbeat, with the liveness of its tensor engines. The first
-   * report of an engine that is not running recycles the executor: its warm
-   * state is gone. A gang fails with GangFailedError naming the rank (its
-   * members restart together when it is declared again); a pool requeues the
-   * executor's calls and starts a replacement, whose init starts a new engine.
-   */
-  onExecutorHeartbeat(e: ExecutorRecord, engines: unknown): void {
-    e.heardAt = Date.now();
-    e.engines = parseEngineReports(engines);
-    if (e.state === "stopping" || e.state === "dead") return;
-    const lost = e.engines.find((r) => r.state !== "running");
-    const s = this.host.services.get(e.serviceId);
-    if (!lost || !s) return;
-    this.host.recycle(s, e, engineLoss(lost));
   }
 
   /** Why a queued call of `s` has not reached an executor, for timeout messages. */
