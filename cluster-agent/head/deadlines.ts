@@ -11,6 +11,8 @@ import type { WireError } from "../../sdk/wire/errors.js";
 import { isServing, liveExecutors, type CallRouter } from "./call-router.js";
 import { everFitsOne } from "./placement.js";
 import type { AgentRecord, CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
+import type { ServiceLifecycle } from "./service-lifecycle.js";
+import type { ServicePolicy } from "./service-policy.js";
 
 /** What deadline handling needs from the scheduler (it implements this). */
 export interface DeadlineHost {
@@ -19,8 +21,9 @@ export interface DeadlineHost {
   readonly executors: Map<string, ExecutorRecord>;
   readonly draining: Map<string, ExecutorRecord>;
   readonly router: CallRouter;
+  readonly lifecycle: Pick<ServiceLifecycle, "failService">;
   agentsFor(s: ServiceRecord): AgentRecord[];
-  failService(s: ServiceRecord, error: WireError): void;
+  policyFor(s: Pick<ServiceRecord, "kind">): ServicePolicy;
   killExecutor(e: ExecutorRecord): void;
   recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void;
 }
@@ -50,12 +53,13 @@ export class Deadlines {
     }
     e.inflight.delete(call.hid);
     call.executorId = undefined;
-    const gang = s?.kind === "gang";
+    // A service already forgotten (stopped, its executors gone) reads as a pool's: nothing more fails.
+    const policy = this.host.policyFor(s ?? { kind: "pool" });
     this.host.router.fail(call, {
       name: "TimeoutError",
       message:
         `call ${call.cid} to ${name}.${call.method} timed out after ${secs} on executor ${e.id} (agent ${e.agentId}); ` +
-        (gang ? `the executor was killed and gang '${name}' fails (declare it again to restart it)` : "the executor was killed and is being replaced"),
+        policy.afterCallTimeout(name),
       service: name,
       executorId: e.id,
       callId: call.cid,
@@ -88,7 +92,7 @@ export class Deadlines {
       const s = this.host.services.get(e.serviceId)!;
       if (now - e.startedAt <= s.spec.initTimeoutMs) continue;
       const secs = s.spec.initTimeoutMs / 1000;
-      this.host.failService(s, {
+      this.host.lifecycle.failService(s, {
         name: "ServiceStartError",
         message: `service '${s.spec.name}': executor ${e.id} on agent ${e.agentId} was not ready within its init timeout of ${secs} s (module load, project setup or init() still running); it was killed. Raise initTimeoutMs if init is legitimately slow.`,
         service: s.spec.name,
@@ -109,7 +113,7 @@ export class Deadlines {
           this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
         }
       }
-      if (s.kind !== "pool" || s.spec.elastic || s.recovering || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.host.agentsFor(s), s.spec.resources)) {
+      if (!this.host.policyFor(s).endsOrphanedCalls || s.spec.elastic || s.recovering || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.host.agentsFor(s), s.spec.resources)) {
         s.orphanedSince = undefined;
         continue;
       }
@@ -130,7 +134,7 @@ export class Deadlines {
     const live = liveExecutors(s);
     const ready = live.filter(isServing).length;
     const starting = live.filter((e) => e.state === "starting").length;
-    const want = s.kind === "gang" ? `${s.spec.warmup} gang members` : `${s.spec.warmup} warm executor(s)`;
+    const want = this.host.policyFor(s).describeWarmup(s);
     return `state ${s.state}, ${ready} ready and ${starting} starting of ${want}${s.blocked ? "; waiting for free resources (another service may hold them)" : ""}`;
   }
 }

@@ -12,7 +12,7 @@ import type { Peer } from "../../sdk/wire/authenticator.js";
 import { isServing } from "./call-router.js";
 import { answerObject, type HeadContext } from "./head-context.js";
 import type { AppRecord } from "./records.js";
-import { DeclareError } from "./scheduler.js";
+import { DeclareError } from "./service-lifecycle.js";
 import { parseServiceSpec, SERVICE_LIMITS } from "./spec.js";
 
 /** What the driver protocol needs beyond the common context. */
@@ -87,15 +87,9 @@ export class DriverProtocol {
     if (size > MESSAGE_LIMIT) return this.failCall(id, cid, toWireError(new MessageTooLargeError(size, MESSAGE_LIMIT, "call arguments")));
     if (!s || s.app !== app.name) return this.failCall(id, cid, { name: "ServiceNotFoundError", message: `no service with id '${serviceId}' in app '${app.name}'`, service: serviceId });
     if (s.state === "failed" || s.state === "stopped") return this.failCall(id, cid, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
-    const rank = optNum(h, "rank");
-    if (s.kind === "gang" && (rank === undefined || !Number.isInteger(rank) || rank < 0 || rank >= s.spec.warmup)) {
-      return this.failCall(id, cid, { name: "ProtocolError", message: `gang '${s.spec.name}' has ranks 0..${s.spec.warmup - 1}; got rank ${String(rank)}` });
-    }
-    // A pool call may name one executor (to reach every member, e.g. for digests): it waits for that one only.
-    const exe = typeof h.exe === "string" ? h.exe : undefined;
-    if (exe !== undefined && (s.kind !== "pool" || !s.executors.has(exe))) {
-      return this.failCall(id, cid, { name: "ExecutorNotFoundError", message: `service '${s.spec.name}' has no executor '${exe}' (list them with members())`, service: s.spec.name, executorId: exe });
-    }
+    // A gang call names its rank; a pool call may name one executor (to reach every member, e.g. for digests).
+    const address = sched.policyFor(s).addressCall(s, optNum(h, "rank"), typeof h.exe === "string" ? h.exe : undefined);
+    if ("error" in address) return this.failCall(id, cid, address.error);
     if (frames.length !== 2) throw new ProtocolError("'call' message needs exactly one payload frame (msgpack args array)");
     const timeoutMs = optNum(h, "timeoutMs") ?? s.spec.callTimeoutMs ?? undefined;
     if (timeoutMs !== undefined && !(timeoutMs > 0 && timeoutMs <= SERVICE_LIMITS.timeoutMs)) {
@@ -108,7 +102,7 @@ export class DriverProtocol {
         service: s.spec.name,
       });
     }
-    sched.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined, timeoutMs, exe);
+    sched.router.submit(s, id, cid, str(h, "method"), frames[1]!, address.rank, timeoutMs, address.target);
     sched.onCallsChanged(s);
   }
 
@@ -133,14 +127,14 @@ export class DriverProtocol {
     switch (op) {
       case "service": {
         const spec = parseServiceSpec(obj(h, "spec"));
-        const s = sched.declare(app, spec, h.replace === true);
-        return sched.serviceInfo(s);
+        const s = sched.lifecycle.declare(app, spec, h.replace === true);
+        return sched.lifecycle.serviceInfo(s);
       }
       case "ready": {
         const s = serviceOf(app, str(h, "service"));
         const timeoutMs = optNum(h, "timeoutMs");
         if (timeoutMs !== undefined && !(timeoutMs > 0)) throw new ProtocolError(`ready timeoutMs must be a positive number of milliseconds; got ${timeoutMs}`);
-        sched.awaitReady(s, id, rid, timeoutMs);
+        sched.lifecycle.awaitReady(s, id, rid, timeoutMs);
         return DEFERRED;
       }
       case "members": {
@@ -153,7 +147,7 @@ export class DriverProtocol {
       }
       case "stop-service": {
         const s = serviceOf(app, str(h, "service"));
-        sched.stopService(s, `service '${s.spec.name}' was stopped by the driver`);
+        sched.lifecycle.stopService(s, `service '${s.spec.name}' was stopped by the driver`);
         return { stopped: s.spec.name };
       }
       case "detach":
@@ -201,7 +195,7 @@ export class DriverProtocol {
       headId: this.ctx.id,
       endpoint: this.ctx.endpoint,
       keepAliveMs: app.keepAliveMs,
-      services: [...app.services.values()].map((s) => sched.serviceInfo(s)),
+      services: [...app.services.values()].map((s) => sched.lifecycle.serviceInfo(s)),
     };
   }
 
@@ -228,7 +222,7 @@ export class DriverProtocol {
 
   /** Stops every service of an app and forgets it. */
   releaseApp(app: AppRecord, reason: string): void {
-    for (const s of [...app.services.values()]) this.ctx.scheduler.stopService(s, reason);
+    for (const s of [...app.services.values()]) this.ctx.scheduler.lifecycle.stopService(s, reason);
     this.ctx.scheduler.apps.delete(app.name);
     this.ctx.saveState();
     this.ctx.log(`app '${app.name}' released: ${reason}`);

@@ -3,7 +3,8 @@
  */
 import type { ObjectService } from "../object-service.js";
 import type { AppRecord } from "./records.js";
-import { serviceSummary, type Scheduler } from "./scheduler.js";
+import type { Scheduler } from "./scheduler.js";
+import { serviceSummary } from "./service-lifecycle.js";
 
 /** What the status document is built from (the head provides it; this file does not import head.ts). */
 export interface StatusSource {
