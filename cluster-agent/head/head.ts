@@ -26,10 +26,8 @@ import { ensureSecret, secretFile } from "../../sdk/wire/auth.js";
 import { PEER_LIMITS, admitPeer, peerKey, type PeerLimits } from "./peer-roles.js";
 import type { HeadContext } from "./head-context.js";
 import { DriverProtocol, type DriverContext } from "./driver-protocol.js";
-import { AgentProtocol, SUSPECT_AGENT_TIMEOUT_MS } from "./agent-protocol.js";
+import { AgentProtocol } from "./agent-protocol.js";
 import { ExecutorProtocol } from "./executor-protocol.js";
-
-export { SUSPECT_AGENT_TIMEOUT_MS };
 
 /** Head settings. */
 export interface HeadOptions {
