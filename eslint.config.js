@@ -18,6 +18,15 @@ const layers = [
   { target: "./sdk/notebook", from: [...ENGINE_CHOICE, "./sdk/runtime/provisioner.ts"], message: "sdk/notebook knows no provisioner or engine." },
   { target: ["./sdk/wire", "./sdk/cache", "./sdk/tensor"], from: [...ENGINE_CHOICE, "./sdk/runtime"], message: "sdk/wire, sdk/cache and sdk/tensor sit below the runtime and the engines." },
   { target: "./sdk/engines", from: ["./sdk/connect.ts", "./sdk/index.ts"], message: "engines implement Provisioner; they do not import the engine choice above them." },
+  // The head is composed by role (docs/architecture.md): head.ts builds the driver, agent and executor
+  // protocols and hands each a context (head-context.ts); nothing under head/ imports head.ts back.
+  { target: "./cluster-agent/head", from: "./cluster-agent/head/head.ts", message: "head.ts composes the head; the role protocols, scheduler and the rest take a context interface (head-context.ts) instead of importing it." },
+  // The scheduler picks a policy per service kind and hands it a PolicyContext; policies and the lifecycle sit below it.
+  {
+    target: ["./cluster-agent/head/service-policy.ts", "./cluster-agent/head/pool-policy.ts", "./cluster-agent/head/gang-policy.ts", "./cluster-agent/head/service-lifecycle.ts"],
+    from: "./cluster-agent/head/scheduler.ts",
+    message: "service policies and the service lifecycle get their context (PolicyContext, LifecycleHost) from the scheduler; they do not import scheduler.ts.",
+  },
 ];
 
 export default tseslint.config(

@@ -24,6 +24,12 @@ export interface CallTransport {
   toExecutor(executorId: string, frames: Frames): void;
 }
 
+/** How queued calls of one service meet its executors (the service's policy: service-policy.ts). */
+export interface CallDispatch {
+  /** Hands queued calls of `s` to executors with free slots through `send`; the rest stay queued. */
+  dispatch(s: ServiceRecord, send: (e: ExecutorRecord, call: CallRecord) => void): void;
+}
+
 /** Routes calls; owns the table of calls in flight. */
 export class CallRouter {
   readonly calls = new Map<number, CallRecord>();
@@ -39,7 +45,9 @@ export class CallRouter {
   constructor(
     private readonly transport: CallTransport,
     /** Called when a call's deadline passes while it is still unanswered. */
-    private readonly onDeadline: (call: CallRecord) => void = () => {},
+    private readonly onDeadline: (call: CallRecord) => void,
+    /** Which executor takes which call depends on the kind of service (a gang's rank, a pool's least loaded). */
+    private readonly dispatchOf: (s: ServiceRecord) => CallDispatch,
   ) {}
 
   /**
@@ -101,42 +109,10 @@ export class CallRouter {
     }
   }
 
-  /** Hands queued calls of `s` to executors with free slots. */
+  /** Hands queued calls of `s` to executors with free slots, as its policy routes them. */
   dispatch(s: ServiceRecord): void {
     if (s.queue.length === 0) return;
-    const c = s.spec.concurrency;
-    if (s.kind === "gang") {
-      const byRank = new Map<number, ExecutorRecord>();
-      for (const e of s.executors.values()) if (e.rank !== undefined) byRank.set(e.rank, e);
-      const rest: CallRecord[] = [];
-      for (const call of s.queue) {
-        const e = byRank.get(call.rank ?? -1);
-        if (e && isServing(e) && e.inflight.size < c) this.send(e, call);
-        else rest.push(call);
-      }
-      s.queue = rest;
-      return;
-    }
-    const serving = [...s.executors.values()].filter(isServing);
-    if (serving.length === 0) return;
-    if (s.queue.some((call) => call.target !== undefined)) {
-      // Pinned calls wait for their executor; the others take any free one, in order.
-      const rest: CallRecord[] = [];
-      for (const call of s.queue) {
-        const e = call.target !== undefined ? s.executors.get(call.target) : leastLoaded(serving, c);
-        if (e && isServing(e) && e.inflight.size < c) this.send(e, call);
-        else rest.push(call);
-      }
-      s.queue = rest;
-      return;
-    }
-    let taken = 0;
-    while (taken < s.queue.length) {
-      const best = leastLoaded(serving, c);
-      if (best === null) break;
-      this.send(best, s.queue[taken++]!);
-    }
-    if (taken > 0) s.queue = s.queue.slice(taken);
+    this.dispatchOf(s).dispatch(s, (e, call) => this.send(e, call));
   }
 
   private send(e: ExecutorRecord, call: CallRecord): void {
@@ -216,13 +192,6 @@ export class CallRouter {
       this.transport.toDriver(call.driver, [encode({ t: "failed", cid: call.cid, error: outcome.error })]);
     }
   }
-}
-
-/** The serving executor with the fewest calls in flight and a free slot, if any. */
-function leastLoaded(serving: ExecutorRecord[], concurrency: number): ExecutorRecord | null {
-  let best: ExecutorRecord | null = null;
-  for (const e of serving) if (e.inflight.size < concurrency && (best === null || e.inflight.size < best.inflight.size)) best = e;
-  return best;
 }
 
 function driverCidKey(driver: Buffer, cid: number): string {

@@ -10,34 +10,9 @@ import type { Frames } from "../../sdk/wire/channel.js";
 import type { WireError } from "../../sdk/wire/errors.js";
 import { isServing, liveExecutors, type CallRouter } from "./call-router.js";
 import { everFitsOne } from "./placement.js";
-import type { AgentRecord, CallRecord, EngineReport, ExecutorRecord, ServiceRecord } from "./records.js";
-
-const ENGINE_STATES = new Set(["running", "hung", "wedged", "exited"]);
-
-/** The engines of a heartbeat, malformed entries left out (an executor runs user code; trust nothing). */
-export function parseEngineReports(raw: unknown): EngineReport[] {
-  if (!Array.isArray(raw)) return [];
-  const out: EngineReport[] = [];
-  for (const x of raw.slice(0, 64)) {
-    if (typeof x !== "object" || x === null) continue;
-    const r = x as Record<string, unknown>;
-    if (typeof r.state !== "string" || !ENGINE_STATES.has(r.state)) continue;
-    out.push({
-      pid: typeof r.pid === "number" ? r.pid : null,
-      state: r.state as EngineReport["state"],
-      silentMs: typeof r.silentMs === "number" ? r.silentMs : 0,
-      op: typeof r.op === "string" ? r.op.slice(0, 64) : null,
-      detail: typeof r.detail === "string" ? r.detail.slice(0, 400) : null,
-    });
-  }
-  return out;
-}
-
-/** Why an engine report means the executor lost its engine, for the error message. */
-function engineLoss(r: EngineReport): string {
-  const what = r.state === "hung" ? `hung (no heartbeat from its process for ${r.silentMs} ms)` : r.state === "wedged" ? "was wedged (a request passed its deadline)" : "died";
-  return `its tensor engine (pid ${r.pid ?? "?"}) ${what}${r.op ? ` during '${r.op}'` : ""}${r.detail ? `: ${r.detail}` : ""}`;
-}
+import type { AgentRecord, CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
+import type { ServiceLifecycle } from "./service-lifecycle.js";
+import type { ServicePolicy } from "./service-policy.js";
 
 /** What deadline handling needs from the scheduler (it implements this). */
 export interface DeadlineHost {
@@ -46,8 +21,9 @@ export interface DeadlineHost {
   readonly executors: Map<string, ExecutorRecord>;
   readonly draining: Map<string, ExecutorRecord>;
   readonly router: CallRouter;
+  readonly lifecycle: Pick<ServiceLifecycle, "failService">;
   agentsFor(s: ServiceRecord): AgentRecord[];
-  failService(s: ServiceRecord, error: WireError): void;
+  policyFor(s: Pick<ServiceRecord, "kind">): ServicePolicy;
   killExecutor(e: ExecutorRecord): void;
   recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void;
 }
@@ -77,34 +53,18 @@ export class Deadlines {
     }
     e.inflight.delete(call.hid);
     call.executorId = undefined;
-    const gang = s?.kind === "gang";
+    // A service already forgotten (stopped, its executors gone) reads as a pool's: nothing more fails.
+    const policy = this.host.policyFor(s ?? { kind: "pool" });
     this.host.router.fail(call, {
       name: "TimeoutError",
       message:
         `call ${call.cid} to ${name}.${call.method} timed out after ${secs} on executor ${e.id} (agent ${e.agentId}); ` +
-        (gang ? `the executor was killed and gang '${name}' fails (declare it again to restart it)` : "the executor was killed and is being replaced"),
+        policy.afterCallTimeout(name),
       service: name,
       executorId: e.id,
       callId: call.cid,
     });
     if (s && e.state !== "dead") this.host.recycle(s, e, `call ${call.cid} (${name}.${call.method}) passed its ${secs} deadline`);
-  }
-
-  /**
-   * An executor heartbeat, with the liveness of its tensor engines. The first
-   * report of an engine that is not running recycles the executor: its warm
-   * state is gone. A gang fails with GangFailedError naming the rank (its
-   * members restart together when it is declared again); a pool requeues the
-   * executor's calls and starts a replacement, whose init starts a new engine.
-   */
-  onExecutorHeartbeat(e: ExecutorRecord, engines: unknown): void {
-    e.heardAt = Date.now();
-    e.engines = parseEngineReports(engines);
-    if (e.state === "stopping" || e.state === "dead") return;
-    const lost = e.engines.find((r) => r.state !== "running");
-    const s = this.host.services.get(e.serviceId);
-    if (!lost || !s) return;
-    this.host.recycle(s, e, engineLoss(lost));
   }
 
   /** Why a queued call of `s` has not reached an executor, for timeout messages. */
@@ -132,7 +92,7 @@ export class Deadlines {
       const s = this.host.services.get(e.serviceId)!;
       if (now - e.startedAt <= s.spec.initTimeoutMs) continue;
       const secs = s.spec.initTimeoutMs / 1000;
-      this.host.failService(s, {
+      this.host.lifecycle.failService(s, {
         name: "ServiceStartError",
         message: `service '${s.spec.name}': executor ${e.id} on agent ${e.agentId} was not ready within its init timeout of ${secs} s (module load, project setup or init() still running); it was killed. Raise initTimeoutMs if init is legitimately slow.`,
         service: s.spec.name,
@@ -153,7 +113,7 @@ export class Deadlines {
           this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
         }
       }
-      if (s.kind !== "pool" || s.spec.elastic || s.recovering || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.host.agentsFor(s), s.spec.resources)) {
+      if (!this.host.policyFor(s).endsOrphanedCalls || s.spec.elastic || s.recovering || s.state === "failed" || s.state === "stopped" || s.queue.length === 0 || liveExecutors(s).length > 0 || everFitsOne(this.host.agentsFor(s), s.spec.resources)) {
         s.orphanedSince = undefined;
         continue;
       }
@@ -174,7 +134,7 @@ export class Deadlines {
     const live = liveExecutors(s);
     const ready = live.filter(isServing).length;
     const starting = live.filter((e) => e.state === "starting").length;
-    const want = s.kind === "gang" ? `${s.spec.warmup} gang members` : `${s.spec.warmup} warm executor(s)`;
+    const want = this.host.policyFor(s).describeWarmup(s);
     return `state ${s.state}, ${ready} ready and ${starting} starting of ${want}${s.blocked ? "; waiting for free resources (another service may hold them)" : ""}`;
   }
 }

@@ -1,6 +1,6 @@
 /**
  * The head's in-memory records: agents, apps, services, executors and calls.
- * Plain data; the behaviour lives in scheduler.ts and head.ts.
+ * Plain data; the behaviour lives in the scheduler and the peer protocols.
  */
 import type { Resources } from "../../sdk/runtime/resreq.js";
 import type { WireError } from "../../sdk/wire/errors.js";
@@ -18,7 +18,7 @@ export interface AgentRecord {
   executors: Set<string>;
   /** Set while a `hearth agent` was started by the embedded engine or Slurm for a job. */
   labels: Record<string, string>;
-  /** Since when one of its executors reported it gone (`orphaned`): it is lost unless heard from soon (head.ts). */
+  /** Since when one of its executors reported it gone (`orphaned`): it is lost unless heard from soon (agent-protocol.ts). */
   suspectSince?: number;
 }
 
@@ -115,7 +115,7 @@ export interface ExecutorRecord {
    */
   unconfirmed?: boolean;
   exit?: { code: number | null; signal: string | null };
-  /** The tensor engines its last heartbeat reported (deadlines.ts acts on one that stopped running). */
+  /** The tensor engines its last heartbeat reported (executor-protocol.ts acts on one that stopped running). */
   engines?: EngineReport[];
   /** When its last heartbeat arrived. */
   heardAt?: number;

@@ -13,11 +13,11 @@
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
-import { isServing, liveExecutors } from "./call-router.js";
 import type { PersistedState } from "./persist.js";
 import { agentAccepts, take } from "./placement.js";
 import { newServiceRecord, type AgentRecord, type ExecutorRecord, type ServiceRecord } from "./records.js";
 import { STOP_GRACE_MS, type Scheduler } from "./scheduler.js";
+import { serviceKind } from "./service-policy.js";
 
 /** One live executor as an agent reports it in `register`. */
 export interface ExecutorReport {
@@ -57,13 +57,14 @@ export class Recovery {
     for (const p of state.services) {
       const app = this.sched.apps.get(p.app);
       if (!app || app.services.has(p.spec.name)) continue;
-      const kind = p.spec.autoscale ? "pool" : "gang";
+      const kind = serviceKind(p.spec);
       const s = newServiceRecord({
         id: p.id,
         app: p.app,
         spec: p.spec,
         kind,
-        state: kind === "gang" && !p.started ? "pending" : "starting",
+        // A service that had started (a gang granted) resumes starting; one that had not starts as declared.
+        state: p.started ? "starting" : this.sched.policyFor({ kind }).initialState,
         seq: p.seq,
         createdAt: p.createdAt,
         rendezvous: p.rendezvous,
@@ -105,7 +106,7 @@ export class Recovery {
         agentId: agent.id,
         gpus: r.gpus,
         state: ready ? "idle" : "starting",
-        rank: s.kind === "gang" ? (r.rank ?? undefined) : undefined,
+        rank: this.sched.policyFor(s).adoptedRank(r.rank),
         pid: ready ? r.pid : undefined,
         inflight: new Map(),
         startedAt: Date.now(),
@@ -130,11 +131,7 @@ export class Recovery {
     if (r.gpus.length !== need.gpu || r.gpus.some((g) => !agent.free.gpus.includes(g)) || agent.free.cpu < need.cpu - 1e-9 || agent.free.mem < need.mem) {
       return `its resources (${need.cpu} cpu, gpus [${r.gpus.join(",")}]) are not free on agent ${agent.id}`;
     }
-    if (s.kind === "gang") {
-      if (r.rank === null || !Number.isInteger(r.rank) || r.rank < 0 || r.rank >= s.spec.warmup) return `rank ${String(r.rank)} is not a rank of gang '${s.spec.name}'`;
-      if ([...s.executors.values()].some((e) => e.rank === r.rank)) return `gang '${s.spec.name}' already has rank ${r.rank}`;
-    }
-    return undefined;
+    return this.sched.policyFor(s).refuseAdoption(s, r.rank);
   }
 
   /** An adopted executor was heard from on its own connection: calls can reach it now. */
@@ -163,17 +160,7 @@ export class Recovery {
     for (const s of [...this.sched.services.values()]) {
       if (!s.recovering) continue;
       s.recovering = false;
-      if (s.kind !== "gang" || s.state !== "starting" && s.state !== "ready") continue;
-      const have = new Set(liveExecutors(s).map((e) => e.rank));
-      const missing = [...Array(s.spec.warmup).keys()].filter((rank) => !have.has(rank));
-      if (missing.length === 0) continue;
-      const back = liveExecutors(s).filter(isServing).length;
-      this.sched.failService(s, {
-        name: "GangFailedError",
-        message: `gang '${s.spec.name}' lost rank ${missing.join(", ")} in the head restart (${back} of ${s.spec.warmup} members were reported by their agents); declare the service again to restart it`,
-        service: s.spec.name,
-        rank: missing[0],
-      });
+      this.sched.policyFor(s).onRecovered(s);
     }
     this.sched.schedule();
   }

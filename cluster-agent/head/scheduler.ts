@@ -1,23 +1,24 @@
 /**
- * The head's scheduler: declares services, places executors on agents
- * (pools one at a time, gangs all together or not at all), grows pools while
- * calls pend, shrinks them when idle, and reacts to executors that become
- * ready, fail to start or die.
+ * The head's scheduler: the registry of agents, apps, services and
+ * executors, and what happens to executors — placed and started, ready,
+ * failed to start, dead, stopped, killed — and to agents that are lost. What
+ * differs between pools and gangs is the service's policy (pool-policy.ts,
+ * gang-policy.ts), picked once per kind by policyFor; a service's states and
+ * readiness are its lifecycle (service-lifecycle.ts).
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
 import type { WireError } from "../../sdk/wire/errors.js";
-import { formatResources } from "../../sdk/runtime/resreq.js";
-import { CallRouter, isServing, liveExecutors } from "./call-router.js";
-
-export { liveExecutors };
+import { CallRouter } from "./call-router.js";
 import { Deadlines } from "./deadlines.js";
+import { GangPolicy } from "./gang-policy.js";
 import { IdCounter } from "./ids.js";
-import { newServiceRecord, type AgentRecord, type AppRecord, type CallRecord, type ExecutorRecord, type ServiceRecord, type ServiceSpec } from "./records.js";
-import { agentAccepts, everFitsGang, everFitsOne, give, placeMany, placeOne, take, type Placement } from "./placement.js";
+import { agentAccepts, give, take, type Placement } from "./placement.js";
+import { PoolPolicy } from "./pool-policy.js";
+import type { AgentRecord, AppRecord, CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
+import { ServiceLifecycle } from "./service-lifecycle.js";
+import type { PolicyContext, ServicePolicy } from "./service-policy.js";
 
-/** How many executors of a service may die while starting, in a row, before it fails. */
-export const MAX_START_FAILURES = 3;
 /** How long an executor gets to run `close()` after a stop before it is killed. */
 export const STOP_GRACE_MS = 10_000;
 /**
@@ -27,14 +28,6 @@ export const STOP_GRACE_MS = 10_000;
  * result is accepted (not re-run) if it arrives within this window.
  */
 export const LATE_RESULT_GRACE_MS = 1_000;
-/**
- * How long a gang member's failed call is held before the driver gets it.
- * When one rank loses its engine, the other ranks' collectives fail at once
- * too (a reset connection) and may reach the head before the lost rank's
- * heartbeat does; held, those calls end with the GangFailedError naming the
- * rank that was lost, not a gloo error from a surviving rank.
- */
-export const GANG_ERROR_GRACE_MS = 1_000;
 
 /** What the scheduler needs from the head's sockets. */
 export interface SchedulerTransport {
@@ -48,15 +41,7 @@ export interface SchedulerTransport {
   saveState?(): void;
 }
 
-/** A service declaration that cannot be accepted. */
-export class DeclareError extends Error {
-  constructor(
-    readonly wire: WireError,
-  ) {
-    super(wire.message);
-  }
-}
-
+/** Places executors and reacts to what happens to them; owns the registry. */
 export class Scheduler {
   readonly agents = new Map<string, AgentRecord>();
   readonly apps = new Map<string, AppRecord>();
@@ -69,86 +54,39 @@ export class Scheduler {
   readonly deadlines: Deadlines;
   /** Service and executor ids (persisted ceilings keep them unique across head restarts). */
   readonly ids = { service: new IdCounter(), executor: new IdCounter() };
+  /** Declaring, readying, failing and stopping services (service-lifecycle.ts). */
+  readonly lifecycle: ServiceLifecycle;
+  /** The policy of each kind, each with this scheduler's context. */
+  private readonly policies: Record<ServiceRecord["kind"], ServicePolicy>;
 
   constructor(private readonly transport: SchedulerTransport) {
-    this.router = new CallRouter(transport, (call) => this.deadlines.onCallDeadline(call));
+    this.router = new CallRouter(transport, (call) => this.deadlines.onCallDeadline(call), (s) => this.policyFor(s));
     this.deadlines = new Deadlines(this, transport);
+    this.lifecycle = new ServiceLifecycle(this, transport);
+    const ctx: PolicyContext = {
+      agents: this.agents,
+      router: this.router,
+      agentsFor: (s) => this.agentsFor(s),
+      createExecutor: (s, p) => this.createExecutor(s, p),
+      sendStart: (s, e) => this.sendStart(s, e),
+      stopExecutor: (e) => this.stopExecutor(e),
+      drain: (s, e, how) => this.drain(s, e, how),
+      lostCallError: (s, call, id, how) => this.lostCallError(s, call, id, how),
+      failService: (s, error, dead) => this.lifecycle.failService(s, error, dead),
+      onCallsChanged: (s) => this.onCallsChanged(s),
+      reservePort: (agent) => this.transport.reservePort(agent),
+      log: (m) => this.transport.log(m),
+      saveState: () => this.transport.saveState?.(),
+    };
+    this.policies = { pool: new PoolPolicy(ctx), gang: new GangPolicy(ctx) };
   }
 
-  /**
-   * Declares a service in an app. The same spec again returns the existing
-   * (warm) service; a failed or stopped one starts afresh; a different spec
-   * is refused unless `replace` is set.
-   */
-  declare(app: AppRecord, spec: ServiceSpec, replace: boolean): ServiceRecord {
-    const existing = app.services.get(spec.name);
-    if (existing && existing.state !== "failed" && existing.state !== "stopped") {
-      if (sameSpec(existing.spec, spec)) return existing;
-      if (!replace) {
-        throw new DeclareError({
-          name: "ServiceConfigError",
-          message:
-            `service '${spec.name}' already exists in app '${app.name}' with a different definition ` +
-            `(${describe(existing.spec)}); pass { replace: true } to stop it and start the new one, or use another name`,
-        });
-      }
-    }
-    if (existing) this.stopService(existing, `service '${spec.name}' was replaced`);
-    const kind = spec.autoscale ? "pool" : "gang";
-    // An elastic service's agents come from its engine once it is declared: nothing to check against yet.
-    if (!spec.elastic) this.checkSatisfiable(spec, kind);
-    const n = this.ids.service.take();
-    const s = newServiceRecord({ id: `s${n}`, app: app.name, spec, kind, state: kind === "gang" ? "pending" : "starting", seq: n, createdAt: Date.now() });
-    app.services.set(spec.name, s);
-    this.services.set(s.id, s);
-    this.transport.log(`service ${s.id} '${spec.name}' (${kind}, ${describe(spec)}) declared in app '${app.name}'`);
-    this.transport.saveState?.();
-    this.schedule();
-    return s;
+  /** The policy of a service's kind: everything that differs between pools and gangs. */
+  policyFor(s: Pick<ServiceRecord, "kind">): ServicePolicy {
+    return this.policies[s.kind];
   }
 
-  /** Refuses a declaration no registered agent (or set of agents, for a gang) could ever hold. */
-  private checkSatisfiable(spec: ServiceSpec, kind: "pool" | "gang"): void {
-    const agents = [...this.agents.values()].filter((a) => agentAccepts(a.labels, { id: "", elastic: false }));
-    if (agents.length === 0) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: "no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`",
-      });
-    }
-    if (!everFitsOne(agents, spec.resources)) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: `resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`,
-      });
-    }
-    if (kind === "gang" && !everFitsGang(agents, spec.resources, spec.warmup)) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: `gang '${spec.name}' of ${spec.warmup} × "${spec.resreq}" can never run at once on the registered agents (${agents.length} agent(s), largest: ${largestAgent(agents)})`,
-      });
-    }
-  }
-
-  /** Stops a service: its calls fail with `reason`, its executors get `close()` then exit. */
-  stopService(s: ServiceRecord, reason: string): void {
-    if (s.state === "stopped") return;
-    const error: WireError = { name: "ClosedError", message: reason };
-    s.state = "stopped";
-    this.router.failQueued(s, error);
-    for (const e of s.executors.values()) {
-      for (const call of e.inflight.values()) this.router.fail(call, error);
-      e.inflight.clear();
-      this.stopExecutor(e);
-    }
-    this.rejectWaiters(s, error);
-    const app = this.apps.get(s.app);
-    if (app?.services.get(s.spec.name) === s) app.services.delete(s.spec.name);
-    this.forgetIfDone(s);
-    this.transport.saveState?.();
-  }
-
-  /** Runs one scheduling pass: start pending gangs whole, grow pools, resolve readiness. */
+  /** Runs one scheduling pass: each service's policy places (grants a pending gang, grows a pool), then calls are dispatched and readiness resolved. */
   schedule(): void {
     const order = [...this.services.values()].sort((a, b) => a.seq - b.seq);
     for (const s of order) this.scheduleOne(s);
@@ -160,15 +98,10 @@ export class Scheduler {
    */
   private scheduleOne(s: ServiceRecord): void {
     if (s.state === "failed" || s.state === "stopped") return;
-    if (s.recovering) {
-      // Restored after a head restart: serve the adopted executors, start nothing until the agents had time to report theirs.
-    } else if (s.kind === "gang") {
-      if (s.state === "pending") this.tryStartGang(s);
-    } else {
-      this.growPool(s);
-    }
+    // Restored after a head restart: serve the adopted executors, start nothing until the agents had time to report theirs.
+    if (!s.recovering) this.policyFor(s).place(s);
     this.router.dispatch(s);
-    this.checkReady(s);
+    this.lifecycle.checkReady(s);
   }
 
   /**
@@ -181,80 +114,14 @@ export class Scheduler {
     if (s.queue.length > 0) this.scheduleOne(s);
   }
 
-  /** Stops idle pool executors beyond warmup once they were idle for the idle timeout. */
+  /** Stops idle executors beyond warmup once they were idle for the idle timeout (pools; policyFor decides). */
   shrinkIdle(now: number): void {
-    for (const s of this.services.values()) {
-      if (s.kind !== "pool" || s.state === "stopped" || s.state === "failed" || s.queue.length > 0) continue;
-      const live = liveExecutors(s);
-      const idle = live
-        .filter((e) => e.state === "idle" && e.inflight.size === 0 && now - e.idleSince >= s.spec.idleTimeoutMs)
-        .sort((a, b) => a.idleSince - b.idleSince);
-      let excess = live.length - s.spec.warmup;
-      for (const e of idle) {
-        if (excess-- <= 0) break;
-        this.transport.log(`pool '${s.spec.name}': executor ${e.id} idle for ${now - e.idleSince} ms, stopping`);
-        this.stopExecutor(e);
-      }
-    }
-  }
-
-  private growPool(s: ServiceRecord): void {
-    const live = liveExecutors(s);
-    const c = s.spec.concurrency;
-    let want = Math.max(s.spec.warmup, live.length);
-    let free = 0;
-    for (const e of live) free += e.state === "starting" ? c : isServing(e) ? c - e.inflight.size : 0;
-    const deficit = s.queue.length - free;
-    if (deficit > 0) want = Math.max(want, live.length + Math.ceil(deficit / c));
-    want = Math.min(want, s.spec.max);
-    s.blocked = false;
-    for (let n = live.length; n < want; n++) {
-      const p = placeOne(this.agentsFor(s), s.spec.resources);
-      if (p === null) {
-        s.blocked = true;
-        break;
-      }
-      this.startExecutor(s, p);
-    }
-  }
-
-  private tryStartGang(s: ServiceRecord): void {
-    const placements = placeMany(this.agentsFor(s), s.spec.resources, s.spec.warmup);
-    if (placements === null) {
-      s.blocked = true;
-      return;
-    }
-    s.blocked = false;
-    s.state = "starting";
-    const members = placements.map((p) => this.createExecutor(s, p));
-    // Ranks follow sorted executor ids; ids are zero-padded so string order is creation order.
-    members.sort((a, b) => (a.id < b.id ? -1 : 1)).forEach((e, rank) => (e.rank = rank));
-    const rank0 = members[0]!;
-    const agent0 = this.agents.get(rank0.agentId)!;
-    this.transport.log(`gang '${s.spec.name}': granted ${members.length} members (${members.map((m) => `${m.id}@${m.agentId}`).join(", ")})`);
-    this.transport
-      .reservePort(agent0)
-      .then((port) => {
-        if (s.state !== "starting") return;
-        s.rendezvous = { host: agent0.host, port };
-        this.transport.saveState?.();
-        for (const e of members) this.sendStart(s, e);
-      })
-      .catch((err: unknown) => {
-        this.failService(s, {
-          name: "ServiceStartError",
-          message: `gang '${s.spec.name}': could not reserve a rendezvous port on agent ${agent0.id}: ${(err as Error).message}`,
-        });
-      });
+    for (const s of this.services.values()) this.policyFor(s).shrinkIdle(s, now);
   }
 
   /** Agents this service may run on (see agentAccepts). */
   agentsFor(s: ServiceRecord): AgentRecord[] {
     return [...this.agents.values()].filter((a) => agentAccepts(a.labels, { id: s.id, elastic: s.spec.elastic }));
-  }
-
-  private startExecutor(s: ServiceRecord, p: Placement): void {
-    this.sendStart(s, this.createExecutor(s, p));
   }
 
   private createExecutor(s: ServiceRecord, p: Placement): ExecutorRecord {
@@ -295,14 +162,15 @@ export class Scheduler {
         mem: s.spec.resources.mem,
         concurrency: s.spec.concurrency,
         rank: e.rank,
-        worldSize: s.kind === "gang" ? s.spec.warmup : undefined,
+        worldSize: this.policyFor(s).worldSize(s),
         masterAddr: s.rendezvous?.host,
         masterPort: s.rendezvous?.port,
       }),
     ]);
   }
 
-  private stopExecutor(e: ExecutorRecord): void {
+  /** Stops an executor gracefully: `close()`, then exit (killed after STOP_GRACE_MS). */
+  stopExecutor(e: ExecutorRecord): void {
     if (e.state === "stopping" || e.state === "dead") return;
     e.state = "stopping";
     const agent = this.agents.get(e.agentId);
@@ -321,7 +189,7 @@ export class Scheduler {
     s.startFailures = 0;
     this.transport.log(`executor ${id} of '${s.spec.name}' ready (pid ${pid}${e.rank !== undefined ? `, rank ${e.rank}` : ""})`);
     this.router.dispatch(s);
-    this.checkReady(s);
+    this.lifecycle.checkReady(s);
     this.schedule();
   }
 
@@ -330,7 +198,7 @@ export class Scheduler {
     const e = this.executors.get(id);
     if (!e) return;
     const s = this.services.get(e.serviceId)!;
-    this.failService(s, {
+    this.lifecycle.failService(s, {
       name: "ServiceStartError",
       message: `service '${s.spec.name}' failed to start on executor ${id}: ${error.remoteName ?? error.name}: ${error.message}`,
       remoteName: error.remoteName ?? error.name,
@@ -361,24 +229,9 @@ export class Scheduler {
       this.transport.log(`executor ${id} of '${s.spec.name}' died (${how})${detail ? `: ${detail}` : ""}`);
       s.dead.push({ id, agentId: e.agentId, rank: e.rank, code, signal, diedAt: Date.now(), detail });
       if (s.dead.length > 10) s.dead.shift();
-      if (s.kind === "gang") {
-        this.failService(s, {
-          name: "GangFailedError",
-          message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${id} on agent ${e.agentId}, ${how}); declare the service again to restart it`,
-          service: s.spec.name,
-          rank: e.rank,
-        }, e);
-      } else {
-        if (e.inflight.size > 0) this.drain(s, e, how);
-        if (wasStarting && ++s.startFailures >= MAX_START_FAILURES) {
-          this.failService(s, {
-            name: "ServiceStartError",
-            message: `service '${s.spec.name}': ${s.startFailures} executors died while starting (last: ${id}, ${how})${detail ? `: ${detail}` : ""}`,
-          });
-        }
-      }
+      this.policyFor(s).onExecutorDied(s, e, { how, detail, wasStarting });
     }
-    this.forgetIfDone(s);
+    this.lifecycle.forgetIfDone(s);
     this.schedule();
   }
 
@@ -410,36 +263,17 @@ export class Scheduler {
     };
   }
 
-  /**
-   * An executor answered a call with an error. A pool's goes to the driver at
-   * once; a gang's is held for GANG_ERROR_GRACE_MS (the call stays in flight
-   * on that rank), so that if the gang fails meanwhile the call ends with the
-   * gang's error instead.
-   */
+  /** An executor answered a call with an error: a pool's goes to the driver at once, a gang's is held briefly (gang-policy.ts). */
   onCallFailed(e: ExecutorRecord, hid: number, error: WireError): void {
     const s = this.services.get(e.serviceId);
-    if (s?.kind !== "gang") {
-      if (this.router.complete(e, hid, { error }) && s) this.onCallsChanged(s);
-      return;
-    }
-    setTimeout(() => {
-      if (this.router.complete(e, hid, { error })) this.onCallsChanged(s);
-    }, GANG_ERROR_GRACE_MS).unref();
+    if (s) this.policyFor(s).onCallFailed(s, e, hid, error);
+    else this.router.complete(e, hid, { error });
   }
 
   /** Kills an executor that may be wedged (no close()); a pool requeues its other calls and replaces it, a gang fails. */
   recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void {
     this.transport.log(`recycling executor ${e.id} of '${s.spec.name}': ${reason}`);
-    if (s.kind === "gang") {
-      this.failService(s, {
-        name: "GangFailedError",
-        message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId} was killed: ${reason}); declare the service again to restart it`,
-        service: s.spec.name,
-        rank: e.rank,
-      });
-    } else {
-      this.router.evacuate(s, e, (call) => this.lostCallError(s, call, e.id, `killed: ${reason}`));
-    }
+    this.policyFor(s).onRecycle(s, e, reason);
     this.killExecutor(e);
     this.schedule();
   }
@@ -464,105 +298,4 @@ export class Scheduler {
     this.agents.delete(agent.id);
     for (const id of [...agent.executors]) this.onExecutorExit(id, null, null, `agent ${agent.id} was lost`);
   }
-
-  /** Fails a service and everything in it; its remaining executors are stopped. */
-  failService(s: ServiceRecord, error: WireError, dead?: ExecutorRecord): void {
-    if (s.state === "failed" || s.state === "stopped") return;
-    s.state = "failed";
-    s.error = error;
-    this.transport.log(`service '${s.spec.name}' failed: ${error.message}`);
-    this.router.failQueued(s, error);
-    if (dead) this.router.evacuate(s, dead, () => error, error);
-    for (const e of s.executors.values()) {
-      this.router.evacuate(s, e, () => error, error);
-      this.stopExecutor(e);
-    }
-    this.router.failQueued(s, error);
-    this.rejectWaiters(s, error);
-    this.transport.saveState?.();
-  }
-
-  private checkReady(s: ServiceRecord): void {
-    if (s.state !== "starting" && s.state !== "ready") return;
-    // Ready with nobody waiting: nothing to change or send (this runs on every call's path).
-    if (s.state === "ready" && s.waiters.length === 0) return;
-    const live = liveExecutors(s);
-    const serving = live.filter(isServing).length;
-    const starting = live.filter((e) => e.state === "starting").length;
-    const ready =
-      s.kind === "gang"
-        ? serving === s.spec.warmup
-        : serving >= s.spec.warmup || (serving >= 1 && starting === 0 && s.blocked);
-    if (!ready) return;
-    s.state = "ready";
-    const info = this.serviceInfo(s);
-    for (const w of s.waiters) this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: true, value: info })]);
-    s.waiters = [];
-  }
-
-  /** Registers a driver request to be answered when `s` is ready (or fails). */
-  awaitReady(s: ServiceRecord, routingId: Buffer, rid: number, timeoutMs?: number): void {
-    s.waiters.push({ routingId, rid, timeoutMs, deadline: timeoutMs === undefined ? undefined : Date.now() + timeoutMs });
-    if (s.state === "failed" || s.state === "stopped") {
-      this.rejectWaiters(s, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
-    } else {
-      this.checkReady(s);
-    }
-  }
-
-  private rejectWaiters(s: ServiceRecord, error: WireError): void {
-    for (const w of s.waiters) this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
-    s.waiters = [];
-  }
-
-  private forgetIfDone(s: ServiceRecord): void {
-    if (s.state === "stopped" && s.executors.size === 0) this.services.delete(s.id);
-  }
-
-  /** The public description of a service, sent to drivers. */
-  serviceInfo(s: ServiceRecord): Record<string, unknown> {
-    const members = [...s.executors.values()]
-      .filter((e) => e.rank !== undefined)
-      .sort((a, b) => a.rank! - b.rank!)
-      .map((e) => ({ rank: e.rank, executorId: e.id, agentId: e.agentId, host: this.agents.get(e.agentId)?.host, gpus: e.gpus }));
-    return {
-      ...serviceSummary(s),
-      concurrency: s.spec.concurrency,
-      callTimeoutMs: s.spec.callTimeoutMs,
-      initTimeoutMs: s.spec.initTimeoutMs,
-      maxQueued: s.spec.maxQueued,
-      module: s.spec.module,
-      export: s.spec.exportName,
-      members: s.kind === "gang" ? members : undefined,
-      rendezvous: s.rendezvous,
-      error: s.error,
-    };
-  }
-}
-
-/** The fields of a service that both service info and the status document show. */
-export function serviceSummary(s: ServiceRecord): { id: string; name: string; kind: "pool" | "gang"; state: string; resreq: string; warmup: number; max: number | null } {
-  return {
-    id: s.id,
-    name: s.spec.name,
-    kind: s.kind,
-    state: s.state,
-    resreq: formatResources(s.spec.resources),
-    warmup: s.spec.warmup,
-    max: Number.isFinite(s.spec.max) ? s.spec.max : null,
-  };
-}
-
-
-function sameSpec(a: ServiceSpec, b: ServiceSpec): boolean {
-  return JSON.stringify({ ...a, max: String(a.max) }) === JSON.stringify({ ...b, max: String(b.max) });
-}
-
-function describe(spec: ServiceSpec): string {
-  return `${spec.module}#${spec.exportName}, resreq ${formatResources(spec.resources)}, warmup ${spec.warmup}${spec.autoscale ? "" : ", gang"}`;
-}
-
-function largestAgent(agents: AgentRecord[]): string {
-  const a = agents.reduce((x, y) => (y.total.cpu > x.total.cpu ? y : x));
-  return `${a.id} with ${formatResources({ cpu: a.total.cpu, mem: a.total.mem, gpu: a.total.gpus.length })}`;
 }

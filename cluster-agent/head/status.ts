@@ -1,11 +1,27 @@
 /**
  * The head's status document: what `app.status()` and `hearth status` show.
  */
-import type { Head } from "./head.js";
-import { serviceSummary } from "./scheduler.js";
+import type { ObjectService } from "../object-service.js";
+import type { AppRecord } from "./records.js";
+import type { Scheduler } from "./scheduler.js";
+import { serviceSummary } from "./service-lifecycle.js";
+
+/** What the status document is built from (the head provides it; this file does not import head.ts). */
+export interface StatusSource {
+  readonly id: string;
+  readonly endpoint: string;
+  readonly startedAt: number;
+  readonly stats: Record<string, number>;
+  readonly scheduler: Scheduler;
+  readonly objects: ObjectService;
+  /** Drivers of an app heard from within the driver timeout. */
+  liveDrivers(app: AppRecord, now: number): number;
+  /** Keep-alive deadline of an app, or undefined while a driver is attached. */
+  releaseAt(app: AppRecord): number | undefined;
+}
 
 /** Builds the status of one app (or of every app when `appName` is undefined). */
-export function buildStatus(head: Head, appName: string | undefined): Record<string, unknown> {
+export function buildStatus(head: StatusSource, appName: string | undefined): Record<string, unknown> {
   const sched = head.scheduler;
   const now = Date.now();
   const apps = [...sched.apps.values()].filter((a) => appName === undefined || a.name === appName);
