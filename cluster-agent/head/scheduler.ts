@@ -224,9 +224,10 @@ export class Scheduler {
     }
     this.executors.delete(id);
     s.executors.delete(id);
-    const how = signal ? `signal ${signal}` : `exit code ${code}`;
+    // An executor whose agent was lost has no exit status: say what is known instead of "exit code null".
+    const how = signal ? `signal ${signal}` : code !== null ? `exit code ${code}` : detail || "no exit status reported";
     if (!expected && s.state !== "stopped" && s.state !== "failed") {
-      this.transport.log(`executor ${id} of '${s.spec.name}' died (${how})${detail ? `: ${detail}` : ""}`);
+      this.transport.log(`executor ${id} of '${s.spec.name}' died (${how})${detail && detail !== how ? `: ${detail}` : ""}`);
       s.dead.push({ id, agentId: e.agentId, rank: e.rank, code, signal, diedAt: Date.now(), detail });
       if (s.dead.length > 10) s.dead.shift();
       this.policyFor(s).onExecutorDied(s, e, { how, detail, wasStarting });
