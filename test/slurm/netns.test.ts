@@ -113,7 +113,7 @@ test("cutting n2's link: its agent is lost, its pool call is retried on n1, the 
     await assert.rejects(broadcast, (e: unknown) => {
       assert.ok(e instanceof GangFailedError, String(e));
       assert.equal(e.rank, cutRank);
-      assert.match(e.message, new RegExp(`gang 'span' lost rank ${cutRank} \\(executor \\S+ on agent ${cutGangAgent}`));
+      assert.match(e.message, new RegExp(`gang 'span' lost rank ${cutRank} \\(executor \\S+ on agent ${cutGangAgent}, agent ${cutGangAgent} was lost\\)`));
       return true;
     });
     const gangFailedMs = Date.now() - t0;
