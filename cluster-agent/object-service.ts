@@ -18,12 +18,16 @@ export interface ServiceReply {
 }
 
 interface ReadTransfer {
+  /** The app namespace that opened it: only that app's peers may read or end it. */
+  ns: string;
   parts: StoredPart[];
   object: StoredObject;
   lastActive: number;
 }
 
 interface WriteTransfer {
+  /** The app namespace that opened it: only that app's peers may add to, commit or see it. */
+  ns: string;
   op: WriteOp;
   key: string;
   kind: ValueKind;
@@ -68,10 +72,12 @@ export class ObjectService {
       case "obj-get":
         return this.get(ns, h, peer);
       case "obj-read":
-        return this.read(h, peer);
-      case "obj-done":
-        this.finishRead(num(h, "tid"));
+        return this.read(ns, h, peer);
+      case "obj-done": {
+        const tid = num(h, "tid");
+        if (this.reads.get(tid)?.ns === ns) this.finishRead(tid);
         return { value: { done: true } };
+      }
       case "obj-stat":
         return { value: { ...this.store.usage(), traffic: this.traffic } };
     }
@@ -89,11 +95,11 @@ export class ObjectService {
         this.store.check(w.op, w.key, w.ifVersion);
         this.store.makeRoom(w.size, w.key);
         const tid = this.nextTid++;
-        this.writes.set(tid, { ...w, buf: Buffer.allocUnsafe(w.size), received: 0, lastActive: Date.now() });
+        this.writes.set(tid, { ...w, ns, buf: Buffer.allocUnsafe(w.size), received: 0, lastActive: Date.now() });
         return { value: { tid, chunk: CHUNK } };
       }
       case "obj-chunk": {
-        const t = this.writeTransfer(num(h, "tid"));
+        const t = this.writeTransfer(ns, num(h, "tid"));
         const offset = num(h, "offset");
         const data = frames[1];
         if (!data || offset < 0 || offset + data.byteLength > t.buf.byteLength) throw new ProtocolError("obj-chunk: chunk outside the declared size");
@@ -105,7 +111,7 @@ export class ObjectService {
       }
       case "obj-commit": {
         const tid = num(h, "tid");
-        const t = this.writeTransfer(tid);
+        const t = this.writeTransfer(ns, tid);
         this.writes.delete(tid);
         if (t.received !== t.buf.byteLength) throw new ProtocolError(`obj-commit: received ${t.received} of ${t.buf.byteLength} bytes`);
         return { value: this.commit(t.op, t.key, { kind: t.kind, dtype: t.dtype, data: t.buf }, t) };
@@ -163,14 +169,15 @@ export class ObjectService {
     }
     const tid = this.nextTid++;
     r.object.readers++;
-    this.reads.set(tid, { parts: r.parts, object: r.object, lastActive: Date.now() });
+    this.reads.set(tid, { ns, parts: r.parts, object: r.object, lastActive: Date.now() });
     return { value: { ...base, parts, tid } };
   }
 
-  private read(h: Header, peer: string): ServiceReply {
+  private read(ns: string, h: Header, peer: string): ServiceReply {
     const tid = num(h, "tid");
     const t = this.reads.get(tid);
-    if (!t) throw new ProtocolError(`no read transfer ${tid} (finished or expired after ${TRANSFER_TTL_MS / 1000} s idle)`);
+    // Another app's transfer answers exactly as a missing one: its existence is not revealed either.
+    if (!t || t.ns !== ns) throw new ProtocolError(`no read transfer ${tid} in this app (finished, expired after ${TRANSFER_TTL_MS / 1000} s idle, or never opened by this app)`);
     t.lastActive = Date.now();
     const part = t.parts[num(h, "part")];
     const offset = num(h, "offset");
@@ -193,9 +200,9 @@ export class ObjectService {
     t.object.readers--;
   }
 
-  private writeTransfer(tid: number): WriteTransfer {
+  private writeTransfer(ns: string, tid: number): WriteTransfer {
     const t = this.writes.get(tid);
-    if (!t) throw new ProtocolError(`no write transfer ${tid} (committed or expired after ${TRANSFER_TTL_MS / 1000} s idle)`);
+    if (!t || t.ns !== ns) throw new ProtocolError(`no write transfer ${tid} in this app (committed, expired after ${TRANSFER_TTL_MS / 1000} s idle, or never opened by this app)`);
     return t;
   }
 

@@ -45,19 +45,21 @@ export async function download(req: Requester, fields: { key: string; have?: num
     bytes = parts.reduce((n, p) => n + p.size, 0);
   } else {
     parts = metas.map((m) => ({ ...m, data: Buffer.allocUnsafe(m.size) }));
+    // A transfer belongs to the app that opened it: an agent reading for an app names it on every request.
+    const app = fields.app === undefined ? {} : { app: fields.app };
     const jobs: Array<{ part: number; offset: number; length: number }> = [];
     parts.forEach((p, part) => {
       for (let offset = 0; offset < p.size; offset += CHUNK) jobs.push({ part, offset, length: Math.min(CHUNK, p.size - offset) });
     });
     try {
       await inWindow(jobs, async (job) => {
-        const r = await req.request("obj-read", { tid: head.tid, ...job });
+        const r = await req.request("obj-read", { tid: head.tid, ...job, ...app });
         const chunk = r.frames[0]!;
         chunk.copy(parts[job.part]!.data, job.offset);
         bytes += chunk.byteLength;
       });
     } finally {
-      await req.request("obj-done", { tid: head.tid }).catch(() => undefined);
+      await req.request("obj-done", { tid: head.tid, ...app }).catch(() => undefined);
     }
   }
   return { mode: head.mode, version: head.version, baseVersion: head.baseVersion, parts, bytes };

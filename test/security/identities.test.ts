@@ -144,3 +144,41 @@ test("a driver of one app cannot open, read, call or inspect another app", async
   await assert.rejects(HeadClient.open(cluster.endpoint, { app: "victim" }, { credential: wrong, timeoutMs: 5000 }), (e: Error) => e.name === "AuthError" && /wrong credential/.test(e.message));
   await waitFor("the victim to keep its one driver", async () => ((await cluster.status()).apps.find((a: any) => a.name === "victim")?.drivers === 1 ? true : undefined));
 });
+
+test("a transfer id belongs to the app that opened it: another app can neither read, feed, commit nor end it", async () => {
+  const secret = loadSecret(secretFile());
+  const open = async (app: string) => (await HeadClient.open(cluster.endpoint, { app }, { credential: credentialFrom(secret, "driver", app, app) })).client;
+  const owner = await open("victim");
+  const other = await open("intruder");
+  try {
+    // A read transfer: an object over the inline limit is pulled in chunks under a tid.
+    const big = Buffer.alloc(3 * 1024 * 1024, 7);
+    await owner.request("obj-write", { write: "put", key: "big", kind: "bytes", size: big.length }, [big]);
+    const got = (await owner.request("obj-get", { key: "big" })).value as { tid?: number };
+    assert.equal(typeof got.tid, "number", "a chunked read was opened");
+    const noRead = (e: Error) => e.name === "ProtocolError" && new RegExp(`no read transfer ${got.tid} in this app`).test(e.message);
+    await assert.rejects(other.request("obj-read", { tid: got.tid, part: 0, offset: 0, length: 1024 }), noRead);
+    await other.request("obj-done", { tid: got.tid }); // ending another app's read is a no-op
+    const chunk = await owner.request("obj-read", { tid: got.tid, part: 0, offset: 0, length: 1024 });
+    assert.deepEqual(chunk.frames[0], big.subarray(0, 1024), "the owner's read goes on, with its bytes");
+    // A write transfer: chunks, then a commit.
+    const begun = (await owner.request("obj-begin", { write: "put", key: "upload", kind: "bytes", size: 2 * 1024 * 1024 })).value as { tid: number };
+    const noWrite = (e: Error) => e.name === "ProtocolError" && new RegExp(`no write transfer ${begun.tid} in this app`).test(e.message);
+    await assert.rejects(other.request("obj-chunk", { tid: begun.tid, offset: 0 }, [Buffer.alloc(2 * 1024 * 1024, 1)]), noWrite);
+    await assert.rejects(other.request("obj-commit", { tid: begun.tid }), noWrite);
+    await owner.request("obj-chunk", { tid: begun.tid, offset: 0 }, [Buffer.alloc(2 * 1024 * 1024, 2)]);
+    const committed = (await owner.request("obj-commit", { tid: begun.tid })).value as { version: number };
+    assert.equal(committed.version, 1);
+    const stored = await owner.request("obj-get", { key: "upload" });
+    const tid = (stored.value as { tid?: number }).tid!;
+    const bytes = await owner.request("obj-read", { tid, part: 0, offset: 0, length: 16 });
+    assert.deepEqual(bytes.frames[0], Buffer.alloc(16, 2), "only the owner's chunk was written");
+    await assert.rejects(other.request("obj-get", { key: "upload" }), (e: Error) => e.name === "ObjectNotFoundError");
+    await owner.request("obj-delete", { key: "upload" });
+    await owner.request("obj-delete", { key: "big" });
+  } finally {
+    await other.control("close-app", {}).catch(() => undefined);
+    owner.close();
+    other.close();
+  }
+});
