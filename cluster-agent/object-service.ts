@@ -35,7 +35,10 @@ interface WriteTransfer {
   ifVersion?: number;
   pin?: boolean;
   buf: Buffer;
+  /** Bytes of distinct chunks received. */
   received: number;
+  /** Offsets of the chunks received. */
+  chunks: Set<number>;
   lastActive: number;
 }
 
@@ -95,7 +98,7 @@ export class ObjectService {
         this.store.check(w.op, w.key, w.ifVersion);
         this.store.makeRoom(w.size, w.key);
         const tid = this.nextTid++;
-        this.writes.set(tid, { ...w, ns, buf: Buffer.allocUnsafe(w.size), received: 0, lastActive: Date.now() });
+        this.writes.set(tid, { ...w, ns, buf: Buffer.allocUnsafe(w.size), received: 0, chunks: new Set(), lastActive: Date.now() });
         return { value: { tid, chunk: CHUNK } };
       }
       case "obj-chunk": {
@@ -103,8 +106,18 @@ export class ObjectService {
         const offset = num(h, "offset");
         const data = frames[1];
         if (!data || offset < 0 || offset + data.byteLength > t.buf.byteLength) throw new ProtocolError("obj-chunk: chunk outside the declared size");
+        // Chunks are the CHUNK-sized pieces at multiples of CHUNK (the last one shorter). Counting distinct
+        // pieces, not bytes, means a resent or overlapping chunk cannot make an upload look complete while
+        // part of its buffer (allocated uninitialised) was never written.
+        const expected = Math.min(CHUNK, t.buf.byteLength - offset);
+        if (offset % CHUNK !== 0 || data.byteLength !== expected) {
+          throw new ProtocolError(`obj-chunk: expected ${expected} bytes at a multiple of ${CHUNK} (got ${data.byteLength} at ${offset}); send the object in the chunks obj-begin named`);
+        }
         data.copy(t.buf, offset);
-        t.received += data.byteLength;
+        if (!t.chunks.has(offset)) {
+          t.chunks.add(offset);
+          t.received += data.byteLength;
+        }
         t.lastActive = Date.now();
         this.traffic.bytesIn += data.byteLength;
         return { value: { received: t.received } };
@@ -112,8 +125,9 @@ export class ObjectService {
       case "obj-commit": {
         const tid = num(h, "tid");
         const t = this.writeTransfer(ns, tid);
+        // An incomplete upload stays open: the missing chunks can still be sent and the commit retried.
+        if (t.received !== t.buf.byteLength) throw new ProtocolError(`obj-commit: received ${t.received} of ${t.buf.byteLength} bytes; send the missing chunks, then commit again`);
         this.writes.delete(tid);
-        if (t.received !== t.buf.byteLength) throw new ProtocolError(`obj-commit: received ${t.received} of ${t.buf.byteLength} bytes`);
         return { value: this.commit(t.op, t.key, { kind: t.kind, dtype: t.dtype, data: t.buf }, t) };
       }
       case "obj-delete": {
