@@ -18,6 +18,10 @@ const layers = [
   { target: "./sdk/notebook", from: [...ENGINE_CHOICE, "./sdk/runtime/provisioner.ts"], message: "sdk/notebook knows no provisioner or engine." },
   { target: ["./sdk/wire", "./sdk/cache", "./sdk/tensor"], from: [...ENGINE_CHOICE, "./sdk/runtime"], message: "sdk/wire, sdk/cache and sdk/tensor sit below the runtime and the engines." },
   { target: "./sdk/engines", from: ["./sdk/connect.ts", "./sdk/index.ts"], message: "engines implement Provisioner; they do not import the engine choice above them." },
+  // The error tree and the shared text helpers are the bottom layer: every other layer (wire, cache, tensor,
+  // runtime, the head and agents, the kernel) imports them, so they import nothing of hearth's.
+  { target: ["./sdk/errors", "./sdk/format.ts"], from: "./sdk", except: ["./errors"], message: "sdk/errors and sdk/format.ts sit below every layer; they import nothing of hearth's." },
+  { target: ["./sdk/errors", "./sdk/format.ts"], from: ["./cluster-agent", "./kernel"], message: "sdk/errors and sdk/format.ts sit below every layer; they import nothing of hearth's." },
 ];
 
 export default tseslint.config(

@@ -15,7 +15,8 @@ import os from "node:os";
 import path from "node:path";
 import { DealerChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
-import { truncateLogLine } from "../sdk/wire/errors.js";
+import { truncateLogLine } from "../sdk/format.js";
+import { ProtocolError, toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { randomBytes } from "node:crypto";
@@ -212,11 +213,11 @@ export class Agent {
   private async answer(h: Header): Promise<void> {
     const rid = num(h, "rid");
     try {
-      if (h.op !== "reserve-port") throw new Error(`unknown request '${String(h.op)}'`);
+      if (h.op !== "reserve-port") throw new ProtocolError(`agent ${this.id}: unknown request '${String(h.op)}' from the head`);
       const port = await freePort(this.host);
       this.channel.send([encode({ t: "rep", rid, ok: true, port })]);
     } catch (err) {
-      this.channel.send([encode({ t: "rep", rid, ok: false, error: { name: "Error", message: (err as Error).message } })]);
+      this.channel.send([encode({ t: "rep", rid, ok: false, error: toWireError(err) })]);
     }
   }
 

@@ -5,7 +5,8 @@
  * late answers that race their executor's exit report.
  */
 import { encode, num, obj, str, type Header } from "../../sdk/wire/codec.js";
-import { AuthError, ProtocolError, type WireError } from "../../sdk/wire/errors.js";
+import { HeadRestartedError } from "../../sdk/errors/index.js";
+import { AuthError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
 import type { Peer } from "../../sdk/wire/authenticator.js";
 import type { ObjectService, ServiceReply } from "../object-service.js";
 import type { Recovery } from "./recovery.js";
@@ -44,7 +45,7 @@ export function onExecutorMessage(head: ExecutorPeerHost, route: Buffer, peer: P
     if (h.t === "ready") head.recovery.noteReady(executorId, num(h, "pid"));
     else if (h.t === "result" || h.t === "failed") sched.router.stats.staleResults++;
     else if (h.t === "req") {
-      const error = { name: "HeadRestartedError", message: `the head restarted and does not know executor ${executorId} yet (its agent has not re-registered); retry`, retryable: true };
+      const error = toWireError(new HeadRestartedError(`the head restarted and does not know executor ${executorId} yet (its agent has not re-registered); retry`, { newHeadId: head.id }));
       head.sendTo(route, [encode({ t: "rep", rid: num(h, "rid"), ok: false, error, head: head.id })]);
     }
     return;

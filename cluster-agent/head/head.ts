@@ -7,13 +7,15 @@
 import { randomUUID } from "node:crypto";
 import { RouterChannel } from "../../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decodeHeader, encode, messageSize, num, obj, optNum, str, type Header } from "../../sdk/wire/codec.js";
-import { MessageTooLargeError, ProtocolError, toWireError, truncateLogLine, type WireError } from "../../sdk/wire/errors.js";
+import { MessageTooLargeError, ProtocolError, fromWireError, toWireError, type WireError } from "../../sdk/wire/errors.js";
+import { truncateLogLine } from "../../sdk/format.js";
+import { AgentRequestError, ClosedError, ExecutorNotFoundError, QueueFullError, ServiceNotFoundError } from "../../sdk/errors/index.js";
 import os from "node:os";
 import { ObjectService, type ServiceReply } from "../object-service.js";
 import { isServing } from "./call-router.js";
 import { ObjectStore } from "./object-store.js";
 import type { AgentRecord, AppRecord } from "./records.js";
-import { DeclareError, Scheduler } from "./scheduler.js";
+import { Scheduler } from "./scheduler.js";
 import { parseServiceSpec, SERVICE_LIMITS } from "./spec.js";
 import { buildStatus } from "./status.js";
 import { StateFile } from "./persist.js";
@@ -77,7 +79,7 @@ export class Head {
   private ticker?: NodeJS.Timeout;
   private serving?: Promise<void>;
   private nextRid = 1;
-  private readonly agentReplies = new Map<number, { resolve: (v: Header) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  private readonly agentReplies = new Map<number, { resolve: (v: Header) => void; reject: (e: Error) => void; timer: NodeJS.Timeout; op: string }>();
   private closed = false;
   private onShutdown: () => void = () => {};
   private stopZap?: () => void;
@@ -233,28 +235,27 @@ export class Head {
       const serviceId = str(h, "svc");
       const s = this.scheduler.services.get(serviceId);
       if (size > MESSAGE_LIMIT) return this.failCall(id, cid, toWireError(new MessageTooLargeError(size, MESSAGE_LIMIT, "call arguments")));
-      if (!s || s.app !== app.name) return this.failCall(id, cid, { name: "ServiceNotFoundError", message: `no service with id '${serviceId}' in app '${app.name}'`, service: serviceId });
-      if (s.state === "failed" || s.state === "stopped") return this.failCall(id, cid, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+      if (!s || s.app !== app.name) return this.failCall(id, cid, toWireError(new ServiceNotFoundError(`no service with id '${serviceId}' in app '${app.name}'`, { service: serviceId, app: app.name })));
+      if (s.state === "failed" || s.state === "stopped") return this.failCall(id, cid, s.error ?? toWireError(new ClosedError(`service '${s.spec.name}' was stopped`, { service: s.spec.name })));
       const rank = optNum(h, "rank");
       if (s.kind === "gang" && (rank === undefined || !Number.isInteger(rank) || rank < 0 || rank >= s.spec.warmup)) {
-        return this.failCall(id, cid, { name: "ProtocolError", message: `gang '${s.spec.name}' has ranks 0..${s.spec.warmup - 1}; got rank ${String(rank)}` });
+        return this.failCall(id, cid, toWireError(new ProtocolError(`gang '${s.spec.name}' has ranks 0..${s.spec.warmup - 1}; got rank ${String(rank)}`)));
       }
       // A pool call may name one executor (to reach every member, e.g. for digests): it waits for that one only.
       const exe = typeof h.exe === "string" ? h.exe : undefined;
       if (exe !== undefined && (s.kind !== "pool" || !s.executors.has(exe))) {
-        return this.failCall(id, cid, { name: "ExecutorNotFoundError", message: `service '${s.spec.name}' has no executor '${exe}' (list them with members())`, service: s.spec.name, executorId: exe });
+        return this.failCall(id, cid, toWireError(new ExecutorNotFoundError(`service '${s.spec.name}' has no executor '${exe}' (list them with members())`, { service: s.spec.name, executorId: exe })));
       }
       if (frames.length !== 2) throw new ProtocolError("'call' message needs exactly one payload frame (msgpack args array)");
       const timeoutMs = optNum(h, "timeoutMs") ?? s.spec.callTimeoutMs ?? undefined;
       if (timeoutMs !== undefined && !(timeoutMs > 0 && timeoutMs <= SERVICE_LIMITS.timeoutMs)) {
-        return this.failCall(id, cid, { name: "ProtocolError", message: `call timeoutMs must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${timeoutMs}` });
+        return this.failCall(id, cid, toWireError(new ProtocolError(`call timeoutMs must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${timeoutMs}`)));
       }
       if (s.queue.length >= s.spec.maxQueued) {
-        return this.failCall(id, cid, {
-          name: "QueueFullError",
-          message: `service '${s.spec.name}' already has ${s.queue.length} calls queued (its maxQueued); wait for results before sending more (pool.map keeps a bounded window), or declare it with a larger maxQueued`,
-          service: s.spec.name,
-        });
+        return this.failCall(id, cid, toWireError(new QueueFullError(
+          `service '${s.spec.name}' already has ${s.queue.length} calls queued (its maxQueued); wait for results before sending more (pool.map keeps a bounded window), or declare it with a larger maxQueued`,
+          { service: s.spec.name, limit: s.spec.maxQueued },
+        )));
       }
       this.scheduler.router.submit(s, id, cid, str(h, "method"), frames[1]!, s.kind === "gang" ? rank : undefined, timeoutMs, exe);
       this.scheduler.onCallsChanged(s);
@@ -272,7 +273,7 @@ export class Head {
       const value = this.onDriverRequest(id, key, op, h, rid, peer);
       if (value !== DEFERRED) this.channel.sendTo(id, [encode({ t: "rep", rid, ok: true, value, head: this.id })]);
     } catch (err) {
-      const error = err instanceof DeclareError ? err.wire : toWireError(err);
+      const error = toWireError(err);
       this.channel.sendTo(id, [encode({ t: "rep", rid, ok: false, error, head: this.id })]);
     }
   }
@@ -387,7 +388,7 @@ export class Head {
 
   private serviceOf(app: AppRecord, name: string) {
     const s = app.services.get(name) ?? [...app.services.values()].find((x) => x.id === name);
-    if (!s) throw Object.assign(new Error(`no service named '${name}' in app '${app.name}'`), { name: "ServiceNotFoundError" });
+    if (!s) throw new ServiceNotFoundError(`no service named '${name}' in app '${app.name}'`, { service: name, app: app.name });
     return s;
   }
 
@@ -429,7 +430,7 @@ export class Head {
       this.agentReplies.delete(num(h, "rid"));
       clearTimeout(pending.timer);
       if (h.ok === true) pending.resolve(h);
-      else pending.reject(new Error(String((h.error as WireError | undefined)?.message ?? "agent request failed")));
+      else pending.reject(new AgentRequestError(`agent ${agentId} failed '${pending.op}': ${String((h.error as WireError | undefined)?.message ?? "no reason given")}`, { agentId, op: pending.op, cause: h.error ? fromWireError(h.error as WireError) : undefined }));
       return;
     }
     if (h.t === "register") {
@@ -508,9 +509,9 @@ export class Head {
     return new Promise<Header>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.agentReplies.delete(rid);
-        reject(new Error(`agent ${agent.id} did not answer within 10 s`));
+        reject(new AgentRequestError(`agent ${agent.id} did not answer 'reserve-port' within 10 s`, { agentId: agent.id, op: "reserve-port" }));
       }, 10_000);
-      this.agentReplies.set(rid, { resolve, reject, timer });
+      this.agentReplies.set(rid, { resolve, reject, timer, op: "reserve-port" });
       this.channel.sendTo(agent.routingId, [encode({ t: "req", rid, op: "reserve-port" })]);
     }).then((h) => num(h, "port"));
   }

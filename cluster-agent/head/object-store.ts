@@ -10,7 +10,8 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import type { DType, ValueKind } from "../../sdk/cache/values.js";
-import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError, formatBytes } from "../../sdk/wire/errors.js";
+import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError, type ObjectIds } from "../../sdk/errors/index.js";
+import { formatBytes } from "../../sdk/format.js";
 
 /** One stored part: the base or a patch. `data` is undefined while spilled to disk. */
 export interface StoredPart {
@@ -81,15 +82,13 @@ export class ObjectStore {
     if (ifVersion !== undefined && ifVersion !== current) {
       throw new VersionConflictError(
         `${op} of '${userKey(key)}' expected version ${ifVersion} but it is at ${current}${current === 0 ? " (it does not exist)" : ""}; get it again and retry`,
-        userKey(key),
-        ifVersion,
-        current,
+        { ...objectIds(key), expected: ifVersion, actual: current },
       );
     }
     if (op === "put" && existing) {
-      throw new VersionConflictError(`put: '${userKey(key)}' already exists at version ${current}; use update(ref, value) to replace it`, userKey(key), 0, current);
+      throw new VersionConflictError(`put: '${userKey(key)}' already exists at version ${current}; use update(ref, value) to replace it`, { ...objectIds(key), expected: 0, actual: current });
     }
-    if (op !== "put" && !existing) throw new ObjectNotFoundError(`${op}: no object '${userKey(key)}' in this app; put it first`);
+    if (op !== "put" && !existing) throw new ObjectNotFoundError(`${op}: no object '${userKey(key)}' in this app; put it first`, objectIds(key));
   }
 
   /** Applies a write and returns the object. Throws VersionConflictError, ObjectNotFoundError or CacheFullError. */
@@ -131,7 +130,7 @@ export class ObjectStore {
     this.makeRoom(bytes, key);
     const parts = d.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, data: p.data }));
     if (d.mode === "patches") {
-      if (!existing || existing.baseVersion !== d.baseVersion) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`);
+      if (!existing || existing.baseVersion !== d.baseVersion) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`, objectIds(key));
       existing.patches.push(...parts);
       existing.version = d.version;
       existing.lastUsed = ++this.clock;
@@ -149,8 +148,8 @@ export class ObjectStore {
     const obj = this.objects.get(key);
     if (!obj) {
       const why = this.evicted.get(key);
-      if (why) throw new ObjectEvictedError(`object '${userKey(key)}' was evicted: ${why}`);
-      throw new ObjectNotFoundError(`no object '${userKey(key)}' in this app`);
+      if (why) throw new ObjectEvictedError(`object '${userKey(key)}' was evicted: ${why}`, objectIds(key));
+      throw new ObjectNotFoundError(`no object '${userKey(key)}' in this app`, objectIds(key));
     }
     obj.lastUsed = ++this.clock;
     if (have === obj.version && (haveBase === undefined || haveBase === obj.baseVersion)) {
@@ -186,7 +185,7 @@ export class ObjectStore {
     const limit = this.opts.memLimit;
     if (this.memUsed + bytes <= limit) return;
     if (bytes > limit) {
-      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`);
+      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`, { ...(forKey === undefined ? {} : objectIds(forKey)), size: bytes, limit });
     }
     const victims = [...this.objects.values()]
       .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && inMemory(o) > 0)
@@ -199,6 +198,7 @@ export class ObjectStore {
       throw new CacheFullError(
         `cannot store ${formatBytes(bytes)}: the cache holds ${formatBytes(this.memUsed)} of its ${formatBytes(limit)} limit in pinned or in-transfer objects; ` +
           `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
+        { ...(forKey === undefined ? {} : objectIds(forKey)), size: bytes, limit },
       );
     }
   }
@@ -235,7 +235,7 @@ export class ObjectStore {
   private load(o: StoredObject, parts: StoredPart[]): void {
     const missing = parts.filter((p) => !p.data);
     if (missing.length === 0) return;
-    if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`);
+    if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`, objectIds(o.key));
     this.makeRoom(missing.reduce((n, p) => n + p.size, 0), o.key);
     for (const p of missing) {
       p.data = readFileSync(p === o.base ? this.baseFile(o.key) : this.patchFile(o.key, p.version));
@@ -303,4 +303,10 @@ function writeAtomic(file: string, data: Buffer): void {
 /** Keys are stored as `<app>/<key>`; errors show the user's part. */
 export function userKey(key: string): string {
   return key.slice(key.indexOf("/") + 1);
+}
+
+/** The ids an error about stored key `key` ("app/key") names: the key as the app sees it, and the app. */
+export function objectIds(key: string): ObjectIds {
+  const at = key.indexOf("/");
+  return at < 0 ? { key } : { key: key.slice(at + 1), app: key.slice(0, at) };
 }

@@ -13,6 +13,8 @@
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
+import { GangFailedError } from "../../sdk/errors/index.js";
+import { toWireError } from "../../sdk/wire/errors.js";
 import { isServing, liveExecutors } from "./call-router.js";
 import type { PersistedState } from "./persist.js";
 import { agentAccepts, take } from "./placement.js";
@@ -168,12 +170,10 @@ export class Recovery {
       const missing = [...Array(s.spec.warmup).keys()].filter((rank) => !have.has(rank));
       if (missing.length === 0) continue;
       const back = liveExecutors(s).filter(isServing).length;
-      this.sched.failService(s, {
-        name: "GangFailedError",
-        message: `gang '${s.spec.name}' lost rank ${missing.join(", ")} in the head restart (${back} of ${s.spec.warmup} members were reported by their agents); declare the service again to restart it`,
-        service: s.spec.name,
-        rank: missing[0],
-      });
+      this.sched.failService(s, toWireError(new GangFailedError(
+        `gang '${s.spec.name}' lost rank ${missing.join(", ")} in the head restart (${back} of ${s.spec.warmup} members were reported by their agents); declare the service again to restart it`,
+        { service: s.spec.name, rank: missing[0]! },
+      )));
     }
     this.sched.schedule();
   }

@@ -6,7 +6,8 @@
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
-import type { WireError } from "../../sdk/wire/errors.js";
+import { ClosedError, ExecutorLostError, GangFailedError, ResreqError, ServiceConfigError, ServiceStartError } from "../../sdk/errors/index.js";
+import { fromWireError, toWireError, type WireError } from "../../sdk/wire/errors.js";
 import { formatResources } from "../../sdk/runtime/resreq.js";
 import { CallRouter, isServing, liveExecutors } from "./call-router.js";
 
@@ -48,15 +49,6 @@ export interface SchedulerTransport {
   saveState?(): void;
 }
 
-/** A service declaration that cannot be accepted. */
-export class DeclareError extends Error {
-  constructor(
-    readonly wire: WireError,
-  ) {
-    super(wire.message);
-  }
-}
-
 export class Scheduler {
   readonly agents = new Map<string, AgentRecord>();
   readonly apps = new Map<string, AppRecord>();
@@ -85,12 +77,11 @@ export class Scheduler {
     if (existing && existing.state !== "failed" && existing.state !== "stopped") {
       if (sameSpec(existing.spec, spec)) return existing;
       if (!replace) {
-        throw new DeclareError({
-          name: "ServiceConfigError",
-          message:
-            `service '${spec.name}' already exists in app '${app.name}' with a different definition ` +
+        throw new ServiceConfigError(
+          `service '${spec.name}' already exists in app '${app.name}' with a different definition ` +
             `(${describe(existing.spec)}); pass { replace: true } to stop it and start the new one, or use another name`,
-        });
+          { service: spec.name },
+        );
       }
     }
     if (existing) this.stopService(existing, `service '${spec.name}' was replaced`);
@@ -111,29 +102,20 @@ export class Scheduler {
   private checkSatisfiable(spec: ServiceSpec, kind: "pool" | "gang"): void {
     const agents = [...this.agents.values()].filter((a) => agentAccepts(a.labels, { id: "", elastic: false }));
     if (agents.length === 0) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: "no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`",
-      });
+      throw new ResreqError("no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`", { resreq: spec.resreq, service: spec.name });
     }
     if (!everFitsOne(agents, spec.resources)) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: `resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`,
-      });
+      throw new ResreqError(`resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`, { resreq: spec.resreq, service: spec.name });
     }
     if (kind === "gang" && !everFitsGang(agents, spec.resources, spec.warmup)) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: `gang '${spec.name}' of ${spec.warmup} × "${spec.resreq}" can never run at once on the registered agents (${agents.length} agent(s), largest: ${largestAgent(agents)})`,
-      });
+      throw new ResreqError(`gang '${spec.name}' of ${spec.warmup} × "${spec.resreq}" can never run at once on the registered agents (${agents.length} agent(s), largest: ${largestAgent(agents)})`, { resreq: spec.resreq, service: spec.name });
     }
   }
 
   /** Stops a service: its calls fail with `reason`, its executors get `close()` then exit. */
   stopService(s: ServiceRecord, reason: string): void {
     if (s.state === "stopped") return;
-    const error: WireError = { name: "ClosedError", message: reason };
+    const error = toWireError(new ClosedError(reason, { service: s.spec.name }));
     s.state = "stopped";
     this.router.failQueued(s, error);
     for (const e of s.executors.values()) {
@@ -235,10 +217,7 @@ export class Scheduler {
         for (const e of members) this.sendStart(s, e);
       })
       .catch((err: unknown) => {
-        this.failService(s, {
-          name: "ServiceStartError",
-          message: `gang '${s.spec.name}': could not reserve a rendezvous port on agent ${agent0.id}: ${(err as Error).message}`,
-        });
+        this.failService(s, toWireError(new ServiceStartError(`gang '${s.spec.name}': could not reserve a rendezvous port on agent ${agent0.id}: ${(err as Error).message}`, { service: s.spec.name, cause: err })));
       });
   }
 
@@ -324,14 +303,7 @@ export class Scheduler {
     const e = this.executors.get(id);
     if (!e) return;
     const s = this.services.get(e.serviceId)!;
-    this.failService(s, {
-      name: "ServiceStartError",
-      message: `service '${s.spec.name}' failed to start on executor ${id}: ${error.remoteName ?? error.name}: ${error.message}`,
-      remoteName: error.remoteName ?? error.name,
-      remoteStack: error.remoteStack ?? error.stack,
-      service: s.spec.name,
-      executorId: id,
-    });
+    this.failService(s, toWireError(new ServiceStartError(`service '${s.spec.name}' failed to start on executor ${id}: ${error.remoteName ?? error.name}: ${error.message}`, { service: s.spec.name, executorId: id, cause: fromWireError(error) })));
   }
 
   /** An executor process is gone (agent report, or its agent was lost). */
@@ -356,19 +328,11 @@ export class Scheduler {
       s.dead.push({ id, agentId: e.agentId, rank: e.rank, code, signal, diedAt: Date.now(), detail });
       if (s.dead.length > 10) s.dead.shift();
       if (s.kind === "gang") {
-        this.failService(s, {
-          name: "GangFailedError",
-          message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${id} on agent ${e.agentId}, ${how}); declare the service again to restart it`,
-          service: s.spec.name,
-          rank: e.rank,
-        }, e);
+        this.failService(s, toWireError(new GangFailedError(`gang '${s.spec.name}' lost rank ${e.rank} (executor ${id} on agent ${e.agentId}, ${how}); declare the service again to restart it`, { service: s.spec.name, rank: e.rank ?? -1, executorId: id })), e);
       } else {
         if (e.inflight.size > 0) this.drain(s, e, how);
         if (wasStarting && ++s.startFailures >= MAX_START_FAILURES) {
-          this.failService(s, {
-            name: "ServiceStartError",
-            message: `service '${s.spec.name}': ${s.startFailures} executors died while starting (last: ${id}, ${how})${detail ? `: ${detail}` : ""}`,
-          });
+          this.failService(s, toWireError(new ServiceStartError(`service '${s.spec.name}': ${s.startFailures} executors died while starting (last: ${id}, ${how})${detail ? `: ${detail}` : ""}`, { service: s.spec.name, executorId: id })));
         }
       }
     }
@@ -386,7 +350,7 @@ export class Scheduler {
       this.draining.delete(e.id);
       if (e.inflight.size === 0) return;
       if (s.state === "failed" || s.state === "stopped") {
-        for (const call of e.inflight.values()) this.router.fail(call, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+        for (const call of e.inflight.values()) this.router.fail(call, s.error ?? toWireError(new ClosedError(`service '${s.spec.name}' was stopped`, { service: s.spec.name })));
         e.inflight.clear();
         return;
       }
@@ -396,12 +360,7 @@ export class Scheduler {
   }
 
   private lostCallError(s: ServiceRecord, call: CallRecord, id: string, how: string): WireError {
-    return {
-      name: "ExecutorLostError",
-      message: `call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`,
-      service: s.spec.name,
-      executorId: id,
-    };
+    return toWireError(new ExecutorLostError(`call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`, { service: s.spec.name, callId: call.cid, executorId: id }));
   }
 
   /**
@@ -425,12 +384,7 @@ export class Scheduler {
   recycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void {
     this.transport.log(`recycling executor ${e.id} of '${s.spec.name}': ${reason}`);
     if (s.kind === "gang") {
-      this.failService(s, {
-        name: "GangFailedError",
-        message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId} was killed: ${reason}); declare the service again to restart it`,
-        service: s.spec.name,
-        rank: e.rank,
-      });
+      this.failService(s, toWireError(new GangFailedError(`gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId} was killed: ${reason}); declare the service again to restart it`, { service: s.spec.name, rank: e.rank ?? -1, executorId: e.id })));
     } else {
       this.router.evacuate(s, e, (call) => this.lostCallError(s, call, e.id, `killed: ${reason}`));
     }
@@ -496,7 +450,7 @@ export class Scheduler {
   awaitReady(s: ServiceRecord, routingId: Buffer, rid: number, timeoutMs?: number): void {
     s.waiters.push({ routingId, rid, timeoutMs, deadline: timeoutMs === undefined ? undefined : Date.now() + timeoutMs });
     if (s.state === "failed" || s.state === "stopped") {
-      this.rejectWaiters(s, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+      this.rejectWaiters(s, s.error ?? toWireError(new ClosedError(`service '${s.spec.name}' was stopped`, { service: s.spec.name })));
     } else {
       this.checkReady(s);
     }

@@ -3,7 +3,7 @@
  * checks the same rules first, so users see errors before anything is sent;
  * the head checks again because any client may connect.
  */
-import { ServiceConfigError } from "../../sdk/wire/errors.js";
+import { ServiceConfigError } from "../../sdk/errors/index.js";
 import { parseResreq } from "../../sdk/runtime/resreq.js";
 import type { ServiceSpec } from "./records.js";
 

@@ -14,7 +14,7 @@ import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import type { ObjectCache, ObjectRef } from "./object-cache.js";
 
 /** Bytes per cache object of a shipped file. */

@@ -11,7 +11,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { CacheFullError, ObjectEvictedError } from "../../sdk/wire/errors.js";
+import { CacheFullError, ObjectEvictedError } from "../../sdk/errors/index.js";
 import { startCluster } from "../helpers/cluster.js";
 
 const MiB = 1024 * 1024;

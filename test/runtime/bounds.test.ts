@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { QueueFullError, ResreqError, ServiceConfigError } from "../../sdk/wire/errors.js";
+import { QueueFullError, ResreqError, ServiceConfigError } from "../../sdk/errors/index.js";
 import { pack } from "msgpackr";
 import { LIVENESS, rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { RawClient } from "../helpers/raw-client.js";

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { GangFailedError, ServiceStartError, TimeoutError } from "../../sdk/wire/errors.js";
+import { GangFailedError, ServiceStartError, TimeoutError } from "../../sdk/errors/index.js";
 import { LIVENESS, executorsOf, rejection, startCluster, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
 import type { Sleeper } from "../helpers/liveness-services.js";
 

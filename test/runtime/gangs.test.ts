@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { GangFailedError } from "../../sdk/wire/errors.js";
+import { GangFailedError } from "../../sdk/errors/index.js";
 import { FIXTURES, executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import type { GangMember } from "../fixtures/services.js";
 

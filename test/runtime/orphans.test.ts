@@ -14,7 +14,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
 import { connect } from "../../sdk/connect.js";
-import { ExecutorLostError } from "../../sdk/wire/errors.js";
+import { ExecutorLostError } from "../../sdk/errors/index.js";
 import { CLI, LIVENESS, executorsOf, pidAlive, rejection, startCluster, waitFor, waitForExit } from "../helpers/cluster.js";
 import type { Sleeper } from "../helpers/liveness-services.js";
 import { RawClient } from "../helpers/raw-client.js";
