@@ -74,6 +74,8 @@ test("killing a gang member fails the gang with an error naming the rank; declar
   await assert.rejects(pending, (e: unknown) => {
     assert.ok(e instanceof GangFailedError, String(e));
     assert.equal(e.rank, 1);
+    assert.equal(e.service, "gang-k");
+    assert.equal(e.executorId, rank1.id);
     assert.match(e.message, /gang 'gang-k' lost rank 1 \(executor x\d+ .*SIGKILL/);
     return true;
   });

@@ -35,6 +35,8 @@ test("kill -9 of the only agent: its executor exits though busy in synchronous c
     const { error, ms } = await ended;
     assert.ok(error instanceof ExecutorLostError, String(error));
     assert.match(error.message, /no agent can run service 'spin' \(no agent is registered/);
+    assert.equal(error.service, "spin");
+    assert.equal(typeof error.callId, "number");
     assert.ok(ms < 10_000, `ended ${ms} ms after the agent died`);
   } finally {
     await app.close();
