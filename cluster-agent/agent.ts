@@ -83,9 +83,9 @@ export class Agent {
   private constructor(
     private readonly opts: AgentOptions,
     secret: Buffer,
+    detected: NodeResources,
   ) {
     this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
-    const detected = detectResources();
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
@@ -131,7 +131,8 @@ export class Agent {
 
   /** Connects to the head, registers, serves the node-local cache, and starts heartbeating. */
   static async start(opts: AgentOptions): Promise<Agent> {
-    const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()));
+    // Detecting GPUs runs nvidia-smi: done here, not in the constructor (constructors do no I/O).
+    const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()), detectResources());
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
     await agent.cache.start();
     agent.channel.connect(opts.head);

@@ -128,6 +128,7 @@ export class Head {
   /** Binds, starts serving, and returns the head. */
   static async start(opts: HeadOptions = {}): Promise<Head> {
     const head = new Head(opts);
+    head.objects.store.open();
     if (opts.dataDir) {
       const sched = head.scheduler;
       head.state = new StateFile(opts.dataDir, { apps: sched.apps, ids: sched.ids, hids: sched.router.hids }, (m) => head.log(m));

@@ -59,15 +59,25 @@ export class ObjectStore {
   private memUsed = 0;
   /** A logical clock for LRU order (milliseconds can tie). */
   private clock = 0;
-  private readonly dir?: string;
+  /** The objects folder of the data dir, once open() ran; until then (or without a data dir) the store is memory-only. */
+  private dir?: string;
   readonly stats = { evictions: 0, spills: 0, reloads: 0 };
 
-  constructor(private readonly opts: ObjectStoreOptions) {
-    if (opts.dataDir) {
-      this.dir = path.join(opts.dataDir, "objects");
-      mkdirSync(this.dir, { recursive: true });
-      this.loadIndex();
-    }
+  /** Records the options only (no I/O): with a data dir, open() creates its folder and reloads what it holds. */
+  constructor(private readonly opts: ObjectStoreOptions) {}
+
+  /**
+   * With a data dir: creates its objects folder and reloads the index a
+   * previous instance persisted; from then on writes go through to disk.
+   * Without one it does nothing. Idempotent; returns this store.
+   */
+  open(): this {
+    if (this.opts.dataDir === undefined || this.dir !== undefined) return this;
+    const dir = path.join(this.opts.dataDir, "objects");
+    mkdirSync(dir, { recursive: true });
+    this.dir = dir;
+    this.loadIndex();
+    return this;
   }
 
   /** Current memory use and limits. */
