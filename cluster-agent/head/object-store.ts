@@ -191,11 +191,11 @@ export class ObjectStore {
   }
 
   /** Makes sure `bytes` more fit in memory, evicting least recently used objects; throws CacheFullError. */
-  makeRoom(bytes: number, forKey?: string): void {
+  makeRoom(bytes: number, forKey: string): void {
     const limit = this.opts.memLimit;
     if (this.memUsed + bytes <= limit) return;
     if (bytes > limit) {
-      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`, { ...(forKey === undefined ? {} : objectIds(forKey)), size: bytes, limit });
+      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`, { ...objectIds(forKey), size: bytes, limit });
     }
     const victims = [...this.objects.values()]
       .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && inMemory(o) > 0)
@@ -208,7 +208,7 @@ export class ObjectStore {
       throw new CacheFullError(
         `cannot store ${formatBytes(bytes)}: the cache holds ${formatBytes(this.memUsed)} of its ${formatBytes(limit)} limit in pinned or in-transfer objects; ` +
           `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
-        { ...(forKey === undefined ? {} : objectIds(forKey)), size: bytes, limit },
+        { ...objectIds(forKey), size: bytes, limit },
       );
     }
   }

@@ -68,14 +68,14 @@ export class ObjectEvictedError extends HearthError {
 /** A put cannot fit in the cache's memory limit even after evicting everything evictable. */
 export class CacheFullError extends HearthError {
   override name = "CacheFullError";
-  /** The key being written, when the write had one. */
-  readonly key?: string;
+  /** The key being written (or reloaded from disk). */
+  readonly key: string;
   readonly app?: string;
   /** Bytes the write needed. */
   readonly size: number;
   /** The cache's memory limit in bytes. */
   readonly limit: number;
-  constructor(message: string, fields: Partial<ObjectIds> & { size: number; limit: number } & ErrorOptions) {
+  constructor(message: string, fields: ObjectIds & { size: number; limit: number } & ErrorOptions) {
     super(message, fields);
     this.key = fields.key;
     this.app = fields.app;
