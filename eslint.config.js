@@ -27,6 +27,10 @@ const layers = [
     from: "./cluster-agent/head/scheduler.ts",
     message: "service policies and the service lifecycle get their context (PolicyContext, LifecycleHost) from the scheduler; they do not import scheduler.ts.",
   },
+  // The error tree and the shared text helpers are the bottom layer: every other layer (wire, cache, tensor,
+  // runtime, the head and agents, the kernel) imports them, so they import nothing of hearth's.
+  { target: ["./sdk/errors", "./sdk/format.ts"], from: "./sdk", except: ["./errors"], message: "sdk/errors and sdk/format.ts sit below every layer; they import nothing of hearth's." },
+  { target: ["./sdk/errors", "./sdk/format.ts"], from: ["./cluster-agent", "./kernel"], message: "sdk/errors and sdk/format.ts sit below every layer; they import nothing of hearth's." },
 ];
 
 export default tseslint.config(

@@ -15,7 +15,8 @@ import os from "node:os";
 import path from "node:path";
 import { DealerChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
-import { truncateLogLine } from "../sdk/wire/errors.js";
+import { truncateLogLine } from "../sdk/format.js";
+import { ProtocolError, toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { randomBytes } from "node:crypto";
@@ -82,9 +83,9 @@ export class Agent {
   private constructor(
     private readonly opts: AgentOptions,
     secret: Buffer,
+    detected: NodeResources,
   ) {
     this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
-    const detected = detectResources();
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
@@ -130,7 +131,8 @@ export class Agent {
 
   /** Connects to the head, registers, serves the node-local cache, and starts heartbeating. */
   static async start(opts: AgentOptions): Promise<Agent> {
-    const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()));
+    // Detecting GPUs runs nvidia-smi: done here, not in the constructor (constructors do no I/O).
+    const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()), detectResources());
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
     await agent.cache.start();
     agent.channel.connect(opts.head);
@@ -212,11 +214,11 @@ export class Agent {
   private async answer(h: Header): Promise<void> {
     const rid = num(h, "rid");
     try {
-      if (h.op !== "reserve-port") throw new Error(`unknown request '${String(h.op)}'`);
+      if (h.op !== "reserve-port") throw new ProtocolError(`agent ${this.id}: unknown request '${String(h.op)}' from the head`);
       const port = await freePort(this.host);
       this.channel.send([encode({ t: "rep", rid, ok: true, port })]);
     } catch (err) {
-      this.channel.send([encode({ t: "rep", rid, ok: false, error: { name: "Error", message: (err as Error).message } })]);
+      this.channel.send([encode({ t: "rep", rid, ok: false, error: toWireError(err) })]);
     }
   }
 

@@ -8,7 +8,7 @@ import { parseArgs } from "node:util";
 import { HeadClient } from "../sdk/runtime/head-client.js";
 import { parseMem } from "../sdk/runtime/resreq.js";
 import { ensureLocalCluster, findLocalCluster, stopLocalCluster } from "../sdk/engines/local.js";
-import { HearthError } from "../sdk/wire/errors.js";
+import { HearthError } from "../sdk/errors/index.js";
 import { CURVE_KEYS_ENV, ensureCurveKeys } from "../sdk/wire/curve.js";
 import { SECRET_FILE_ENV, appToken, ensureSecret, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { Agent } from "./agent.js";

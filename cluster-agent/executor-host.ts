@@ -14,7 +14,8 @@ import { pathToFileURL } from "node:url";
 import type { ExecutorContext, ServiceInstance } from "../sdk/runtime/types.js";
 import { DealerChannel } from "../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, str } from "../sdk/wire/codec.js";
-import { MessageTooLargeError, type WireError } from "../sdk/wire/errors.js";
+import { ServiceConfigError } from "../sdk/errors/index.js";
+import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ObjectCache } from "../sdk/cache/object-cache.js";
@@ -76,15 +77,19 @@ export function serviceMethods(instance: object): string[] {
 }
 
 function remoteError(err: unknown, launch: ExecutorLaunch, method?: string): WireError {
-  const e = err instanceof Error ? err : new Error(String(err));
+  // User code may throw anything; a non-Error is reported by its text.
+  const e = err instanceof Error ? err : undefined;
+  const name = e?.name ?? "Error";
+  const message = e?.message ?? String(err);
   return {
     name: "RemoteError",
-    message: e.message,
-    remoteName: e.name,
-    remoteStack: e.stack ?? `${e.name}: ${e.message}`,
+    message,
+    remoteName: name,
+    remoteStack: e?.stack ?? `${name}: ${message}`,
     service: launch.service,
     executorId: launch.executorId,
     method,
+    cause: e?.cause === undefined ? undefined : toWireError(e.cause, 1),
   };
 }
 
@@ -158,7 +163,7 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
     const Cls = mod[launch.export];
     if (typeof Cls !== "function") {
       const found = Object.keys(mod).filter((k) => typeof mod[k] === "function");
-      throw new TypeError(`module ${launch.module} has no exported class '${launch.export}' (exported functions/classes: ${found.join(", ") || "none"})`);
+      throw new ServiceConfigError(`module ${launch.module} has no exported class '${launch.export}' (exported functions/classes: ${found.join(", ") || "none"})`, { service: launch.service });
     }
     instance = new (Cls as new () => ServiceInstance & Record<string, unknown>)();
     const initDone = typeof instance.init === "function" ? instance.init(ctx) : undefined;
@@ -187,10 +192,10 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
     void (async () => {
       try {
         if (!methods.has(method)) {
-          throw new TypeError(`${launch.export} has no method '${method}' (methods: ${[...methods].join(", ") || "none"})`);
+          throw new ServiceConfigError(`${launch.export} has no method '${method}' (methods: ${[...methods].join(", ") || "none"})`, { service: launch.service });
         }
         const args = decode(frames[1] ?? encode([]));
-        if (!Array.isArray(args)) throw new TypeError("call arguments must be an array");
+        if (!Array.isArray(args)) throw new ProtocolError("call arguments must be an array");
         const value = await (instance![method] as (...a: unknown[]) => unknown)(...args);
         const payload = encode(value);
         if (payload.byteLength > MESSAGE_LIMIT) {

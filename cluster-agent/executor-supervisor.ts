@@ -12,6 +12,8 @@ import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { num, str, type Header } from "../sdk/wire/codec.js";
 import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, deriveKey, rendezvousKey } from "../sdk/wire/auth.js";
+import { ProjectSetupError } from "../sdk/errors/index.js";
+import { toWireError } from "../sdk/wire/errors.js";
 import type { ProjectStore } from "./projects.js";
 
 /** The routing id an executor connects with (to the head and to its agent's cache), set by its agent. */
@@ -114,7 +116,8 @@ export class ExecutorSupervisor {
         module = path.join(dir, module);
       } catch (err) {
         this.opts.log(`executor ${id}: project ${project.hash} could not be set up: ${(err as Error).message}`);
-        this.opts.report({ t: "start-failed", executor: id, error: { name: "ProjectSetupError", message: `project ${project.hash} could not be set up on agent ${this.opts.agentId}: ${(err as Error).message}` } });
+        const error = new ProjectSetupError(`project ${project.hash} could not be set up on agent ${this.opts.agentId}: ${(err as Error).message}`, { project: project.hash, agentId: this.opts.agentId, executorId: id, cause: err });
+        this.opts.report({ t: "start-failed", executor: id, error: toWireError(error) });
         return;
       } finally {
         this.settingUp.delete(id);

@@ -1,7 +1,7 @@
 /**
  * Plain-text rendering of a head status document for `hearth status` and the demo.
  */
-import { formatBytes } from "../sdk/wire/errors.js";
+import { formatBytes } from "../sdk/format.js";
 
 /** Renders the status document as aligned text. */
 export function formatStatus(status: any): string {

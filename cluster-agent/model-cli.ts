@@ -3,7 +3,7 @@
  * sdk/tensor/model-folder.ts) for tests, CPU runs and GPU memory planning.
  */
 import { parseArgs } from "node:util";
-import { HearthError } from "../sdk/wire/errors.js";
+import { HearthError } from "../sdk/errors/index.js";
 import { initModelFolder } from "../sdk/tensor/model-folder.js";
 
 /** Usage lines of `hearth model`, shown in `hearth --help`. */

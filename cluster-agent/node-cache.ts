@@ -14,7 +14,8 @@
 import { randomBytes } from "node:crypto";
 import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
 import { decodeHeader, encode, num, str } from "../sdk/wire/codec.js";
-import { HearthError, toWireError } from "../sdk/wire/errors.js";
+import { HearthError } from "../sdk/errors/index.js";
+import { toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { credentialFrom, deriveKey } from "../sdk/wire/auth.js";

@@ -8,7 +8,8 @@ import { randomUUID } from "node:crypto";
 import { CHUNK, INLINE_LIMIT } from "../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../sdk/cache/values.js";
 import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
-import { HearthError, ProtocolError } from "../sdk/wire/errors.js";
+import { HearthError } from "../sdk/errors/index.js";
+import { ProtocolError } from "../sdk/wire/errors.js";
 import type { ObjectStore, StoredObject, StoredPart, WriteOp } from "./head/object-store.js";
 
 /** A reply: value plus payload frames. */

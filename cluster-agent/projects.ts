@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { decode } from "../sdk/wire/codec.js";
-import { HearthError } from "../sdk/wire/errors.js";
+import { HearthError } from "../sdk/errors/index.js";
 import { projectHash, type PackedFile } from "../sdk/runtime/project.js";
 
 /** Unpacks and installs projects, once per hash, however many executors ask at once. */

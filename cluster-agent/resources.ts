@@ -5,6 +5,7 @@
  */
 import { execFileSync } from "node:child_process";
 import os from "node:os";
+import { UsageError } from "../sdk/errors/index.js";
 
 /** A node's advertised capacity; `gpus` are the device ids executors get in CUDA_VISIBLE_DEVICES. */
 export interface NodeResources {
@@ -40,6 +41,6 @@ export function parseGpuFlag(text: string): string[] {
   const t = text.trim();
   if (/^\d+$/.test(t) && !t.includes(",")) return Array.from({ length: Number(t) }, (_, i) => String(i));
   const ids = t.split(",").map((s) => s.trim());
-  if (ids.some((s) => !/^[\w-]+$/.test(s))) throw new Error(`--gpus must be a count (e.g. 4) or a list of device ids (e.g. 0,1); got '${text}'`);
+  if (ids.some((s) => !/^[\w-]+$/.test(s))) throw new UsageError(`--gpus must be a count (e.g. 4) or a list of device ids (e.g. 0,1); got '${text}'`, { flag: "--gpus" });
   return ids;
 }

@@ -7,7 +7,7 @@
  */
 import { App, type AppOptions } from "./runtime/app.js";
 import type { Provisioner } from "./runtime/provisioner.js";
-import { ServiceConfigError } from "./wire/errors.js";
+import { ServiceConfigError } from "./errors/index.js";
 import { localProvisioner, type LocalEngineOptions } from "./engines/local.js";
 import { slurmProvisioner, type SlurmEngineConnectOptions } from "./engines/slurm/index.js";
 

@@ -8,7 +8,8 @@
  * past SUSPECT_AGENT_TIMEOUT_MS) is lost with everything on it.
  */
 import { encode, num, obj, str, type Header } from "../../sdk/wire/codec.js";
-import { AuthError, ProtocolError, type WireError } from "../../sdk/wire/errors.js";
+import { AuthError, ProtocolError, fromWireError, type WireError } from "../../sdk/wire/errors.js";
+import { AgentRequestError } from "../../sdk/errors/index.js";
 import { answerObject, type HeadContext } from "./head-context.js";
 import type { AgentRecord } from "./records.js";
 
@@ -21,7 +22,7 @@ const AGENT_REQUEST_TIMEOUT_MS = 10_000;
 /** Agents: their messages, the head's requests to them, and their liveness. */
 export class AgentProtocol {
   private nextRid = 1;
-  private readonly replies = new Map<number, { resolve: (v: Header) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  private readonly replies = new Map<number, { resolve: (v: Header) => void; reject: (e: Error) => void; timer: NodeJS.Timeout; op: string }>();
 
   constructor(
     private readonly ctx: HeadContext,
@@ -38,7 +39,10 @@ export class AgentProtocol {
       this.replies.delete(num(h, "rid"));
       clearTimeout(pending.timer);
       if (h.ok === true) pending.resolve(h);
-      else pending.reject(new Error(String((h.error as WireError | undefined)?.message ?? "agent request failed")));
+      else {
+        const cause = h.error ? fromWireError(h.error as WireError) : undefined;
+        pending.reject(new AgentRequestError(`agent ${agentId} failed '${pending.op}': ${cause?.message ?? "no reason given"}`, { agentId, op: pending.op, cause }));
+      }
       return;
     }
     if (h.t === "register") return this.register(id, agentId, h);
@@ -121,9 +125,9 @@ export class AgentProtocol {
     return new Promise<Header>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.replies.delete(rid);
-        reject(new Error(`agent ${agent.id} did not answer within 10 s`));
+        reject(new AgentRequestError(`agent ${agent.id} did not answer 'reserve-port' within ${AGENT_REQUEST_TIMEOUT_MS / 1000} s`, { agentId: agent.id, op: "reserve-port" }));
       }, AGENT_REQUEST_TIMEOUT_MS);
-      this.replies.set(rid, { resolve, reject, timer });
+      this.replies.set(rid, { resolve, reject, timer, op: "reserve-port" });
       this.ctx.sendTo(agent.routingId, [encode({ t: "req", rid, op: "reserve-port" })]);
     }).then((h) => num(h, "port"));
   }

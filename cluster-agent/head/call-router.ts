@@ -9,7 +9,8 @@
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
-import type { WireError } from "../../sdk/wire/errors.js";
+import { ClosedError } from "../../sdk/errors/index.js";
+import { toWireError, type WireError } from "../../sdk/wire/errors.js";
 import { IdCounter } from "./ids.js";
 import type { CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
 
@@ -105,7 +106,7 @@ export class CallRouter {
     call.cancelled = true;
     if (call.executorId === undefined) {
       if (s) s.queue = s.queue.filter((c) => c !== call);
-      this.answer(call, { error: { name: "ClosedError", message: "cancelled by the driver" } });
+      this.answer(call, { error: toWireError(new ClosedError("cancelled by the driver", { service: s?.spec.name })) });
     }
   }
 

@@ -7,7 +7,8 @@
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
-import type { WireError } from "../../sdk/wire/errors.js";
+import { ExecutorLostError, ServiceStartError, TimeoutError } from "../../sdk/errors/index.js";
+import { toWireError } from "../../sdk/wire/errors.js";
 import { isServing, liveExecutors, type CallRouter } from "./call-router.js";
 import { everFitsOne } from "./placement.js";
 import type { AgentRecord, CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
@@ -43,27 +44,17 @@ export class Deadlines {
     const e = call.executorId !== undefined ? (this.host.executors.get(call.executorId) ?? this.host.draining.get(call.executorId)) : undefined;
     if (!e) {
       if (s) s.queue = s.queue.filter((c) => c !== call);
-      this.host.router.fail(call, {
-        name: "TimeoutError",
-        message: `call ${call.cid} to ${name}.${call.method} timed out after ${secs} while queued: ${s ? this.whyQueued(s) : "its service is gone"}`,
-        service: name,
-        callId: call.cid,
-      });
+      this.host.router.fail(call, toWireError(new TimeoutError(`call ${call.cid} to ${name}.${call.method} timed out after ${secs} while queued: ${s ? this.whyQueued(s) : "its service is gone"}`, { service: name, callId: call.cid })));
       return;
     }
     e.inflight.delete(call.hid);
     call.executorId = undefined;
     // A service already forgotten (stopped, its executors gone) reads as a pool's: nothing more fails.
     const policy = this.host.policyFor(s ?? { kind: "pool" });
-    this.host.router.fail(call, {
-      name: "TimeoutError",
-      message:
-        `call ${call.cid} to ${name}.${call.method} timed out after ${secs} on executor ${e.id} (agent ${e.agentId}); ` +
-        policy.afterCallTimeout(name),
-      service: name,
-      executorId: e.id,
-      callId: call.cid,
-    });
+    this.host.router.fail(call, toWireError(new TimeoutError(
+      `call ${call.cid} to ${name}.${call.method} timed out after ${secs} on executor ${e.id} (agent ${e.agentId}); ` + policy.afterCallTimeout(name),
+      { service: name, executorId: e.id, callId: call.cid },
+    )));
     if (s && e.state !== "dead") this.host.recycle(s, e, `call ${call.cid} (${name}.${call.method}) passed its ${secs} deadline`);
   }
 
@@ -92,12 +83,10 @@ export class Deadlines {
       const s = this.host.services.get(e.serviceId)!;
       if (now - e.startedAt <= s.spec.initTimeoutMs) continue;
       const secs = s.spec.initTimeoutMs / 1000;
-      this.host.lifecycle.failService(s, {
-        name: "ServiceStartError",
-        message: `service '${s.spec.name}': executor ${e.id} on agent ${e.agentId} was not ready within its init timeout of ${secs} s (module load, project setup or init() still running); it was killed. Raise initTimeoutMs if init is legitimately slow.`,
-        service: s.spec.name,
-        executorId: e.id,
-      });
+      this.host.lifecycle.failService(s, toWireError(new ServiceStartError(
+        `service '${s.spec.name}': executor ${e.id} on agent ${e.agentId} was not ready within its init timeout of ${secs} s (module load, project setup or init() still running); it was killed. Raise initTimeoutMs if init is legitimately slow.`,
+        { service: s.spec.name, executorId: e.id },
+      )));
       this.host.killExecutor(e);
     }
     for (const s of this.host.services.values()) {
@@ -105,11 +94,10 @@ export class Deadlines {
       if (late.length > 0) {
         s.waiters = s.waiters.filter((w) => !late.includes(w));
         for (const w of late) {
-          const error: WireError = {
-            name: "TimeoutError",
-            message: `service '${s.spec.name}' was not ready within ${(w.timeoutMs ?? 0) / 1000} s: ${this.describeStart(s)}. It stays declared (declaring it again waits again; app.stopService('${s.spec.name}') stops it).`,
-            service: s.spec.name,
-          };
+          const error = toWireError(new TimeoutError(
+            `service '${s.spec.name}' was not ready within ${(w.timeoutMs ?? 0) / 1000} s: ${this.describeStart(s)}. It stays declared (declaring it again waits again; app.stopService('${s.spec.name}') stops it).`,
+            { service: s.spec.name },
+          ));
           this.transport.toDriver(w.routingId, [encode({ t: "rep", rid: w.rid, ok: false, error })]);
         }
       }
@@ -120,11 +108,9 @@ export class Deadlines {
       s.orphanedSince ??= now;
       if (now - s.orphanedSince < orphanGraceMs) continue;
       const n = s.queue.length;
-      this.host.router.failQueued(s, {
-        name: "ExecutorLostError",
-        message: `no agent can run service '${s.spec.name}' (${this.host.agents.size === 0 ? "no agent is registered" : "no registered agent is big enough"}; its agent was lost or left): ${n} queued call(s) ended after ${orphanGraceMs / 1000} s. Start an agent and call again.`,
-        service: s.spec.name,
-      });
+      const why = `no agent can run service '${s.spec.name}' (${this.host.agents.size === 0 ? "no agent is registered" : "no registered agent is big enough"}; its agent was lost or left): ${n} queued call(s) ended after ${orphanGraceMs / 1000} s. Start an agent and call again.`;
+      // One error per call, each naming its own call id.
+      for (const call of s.queue.splice(0)) this.host.router.fail(call, toWireError(new ExecutorLostError(why, { service: s.spec.name, callId: call.cid })));
       s.orphanedSince = undefined;
     }
   }

@@ -8,11 +8,11 @@
  */
 import { MESSAGE_LIMIT, encode, messageSize, num, obj, optNum, str, type Header } from "../../sdk/wire/codec.js";
 import { AuthError, MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
+import { ClosedError, QueueFullError, ServiceNotFoundError } from "../../sdk/errors/index.js";
 import type { Peer } from "../../sdk/wire/authenticator.js";
 import { isServing } from "./call-router.js";
 import { answerObject, type HeadContext } from "./head-context.js";
 import type { AppRecord } from "./records.js";
-import { DeclareError } from "./service-lifecycle.js";
 import { parseServiceSpec, SERVICE_LIMITS } from "./spec.js";
 
 /** What the driver protocol needs beyond the common context. */
@@ -70,7 +70,7 @@ export class DriverProtocol {
       const value = this.onRequest(id, key, op, h, rid, peer);
       if (value !== DEFERRED) this.ctx.sendTo(id, [encode({ t: "rep", rid, ok: true, value, head: this.ctx.id })]);
     } catch (err) {
-      const error = err instanceof DeclareError ? err.wire : toWireError(err);
+      const error = toWireError(err);
       this.ctx.sendTo(id, [encode({ t: "rep", rid, ok: false, error, head: this.ctx.id })]);
     }
   }
@@ -85,22 +85,27 @@ export class DriverProtocol {
     const serviceId = str(h, "svc");
     const s = sched.services.get(serviceId);
     if (size > MESSAGE_LIMIT) return this.failCall(id, cid, toWireError(new MessageTooLargeError(size, MESSAGE_LIMIT, "call arguments")));
-    if (!s || s.app !== app.name) return this.failCall(id, cid, { name: "ServiceNotFoundError", message: `no service with id '${serviceId}' in app '${app.name}'`, service: serviceId });
-    if (s.state === "failed" || s.state === "stopped") return this.failCall(id, cid, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+    if (!s || s.app !== app.name) return this.failCall(id, cid, toWireError(new ServiceNotFoundError(`no service with id '${serviceId}' in app '${app.name}'`, { service: serviceId, app: app.name })));
+    if (s.state === "failed" || s.state === "stopped") return this.failCall(id, cid, s.error ?? toWireError(new ClosedError(`service '${s.spec.name}' was stopped`, { service: s.spec.name })));
     // A gang call names its rank; a pool call may name one executor (to reach every member, e.g. for digests).
     const address = sched.policyFor(s).addressCall(s, optNum(h, "rank"), typeof h.exe === "string" ? h.exe : undefined);
     if ("error" in address) return this.failCall(id, cid, address.error);
     if (frames.length !== 2) throw new ProtocolError("'call' message needs exactly one payload frame (msgpack args array)");
     const timeoutMs = optNum(h, "timeoutMs") ?? s.spec.callTimeoutMs ?? undefined;
     if (timeoutMs !== undefined && !(timeoutMs > 0 && timeoutMs <= SERVICE_LIMITS.timeoutMs)) {
-      return this.failCall(id, cid, { name: "ProtocolError", message: `call timeoutMs must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${timeoutMs}` });
+      return this.failCall(id, cid, toWireError(new ProtocolError(`call timeoutMs must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${timeoutMs}`)));
     }
     if (s.queue.length >= s.spec.maxQueued) {
-      return this.failCall(id, cid, {
-        name: "QueueFullError",
-        message: `service '${s.spec.name}' already has ${s.queue.length} calls queued (its maxQueued); wait for results before sending more (pool.map keeps a bounded window), or declare it with a larger maxQueued`,
-        service: s.spec.name,
-      });
+      return this.failCall(
+        id,
+        cid,
+        toWireError(
+          new QueueFullError(
+            `service '${s.spec.name}' already has ${s.queue.length} calls queued (its maxQueued); wait for results before sending more (pool.map keeps a bounded window), or declare it with a larger maxQueued`,
+            { service: s.spec.name, limit: s.spec.maxQueued },
+          ),
+        ),
+      );
     }
     sched.router.submit(s, id, cid, str(h, "method"), frames[1]!, address.rank, timeoutMs, address.target);
     sched.onCallsChanged(s);
@@ -271,7 +276,7 @@ const DEFERRED = Symbol("deferred");
 
 function serviceOf(app: AppRecord, name: string) {
   const s = app.services.get(name) ?? [...app.services.values()].find((x) => x.id === name);
-  if (!s) throw Object.assign(new Error(`no service named '${name}' in app '${app.name}'`), { name: "ServiceNotFoundError" });
+  if (!s) throw new ServiceNotFoundError(`no service named '${name}' in app '${app.name}'`, { service: name, app: app.name });
   return s;
 }
 

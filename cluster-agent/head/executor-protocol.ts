@@ -8,7 +8,8 @@
  */
 import type { Frames } from "../../sdk/wire/channel.js";
 import { encode, num, obj, str, type Header } from "../../sdk/wire/codec.js";
-import { AuthError, ProtocolError, type WireError } from "../../sdk/wire/errors.js";
+import { HeadRestartedError } from "../../sdk/errors/index.js";
+import { AuthError, ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
 import type { Peer } from "../../sdk/wire/authenticator.js";
 import { SUSPECT_AGENT_TIMEOUT_MS } from "./agent-protocol.js";
 import { answerObject, type HeadContext } from "./head-context.js";
@@ -64,7 +65,7 @@ export class ExecutorProtocol {
       if (h.t === "ready") head.recovery.noteReady(executorId, num(h, "pid"));
       else if (h.t === "result" || h.t === "failed") sched.router.stats.staleResults++;
       else if (h.t === "req") {
-        const error = { name: "HeadRestartedError", message: `the head restarted and does not know executor ${executorId} yet (its agent has not re-registered); retry`, retryable: true };
+        const error = toWireError(new HeadRestartedError(`the head restarted and does not know executor ${executorId} yet (its agent has not re-registered); retry`, { newHeadId: head.id }));
         head.sendTo(route, [encode({ t: "rep", rid: num(h, "rid"), ok: false, error, head: head.id })]);
       }
       return;

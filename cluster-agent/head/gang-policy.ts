@@ -7,7 +7,8 @@
  * a rank missing after a head restart) fails the whole gang with
  * GangFailedError naming the rank; declaring it again restarts it.
  */
-import type { WireError } from "../../sdk/wire/errors.js";
+import { GangFailedError, ServiceStartError } from "../../sdk/errors/index.js";
+import { ProtocolError, toWireError, type WireError } from "../../sdk/wire/errors.js";
 import { isServing, liveExecutors } from "./call-router.js";
 import { everFitsGang, placeMany } from "./placement.js";
 import type { AgentRecord, CallRecord, ExecutorRecord, ServiceRecord, ServiceSpec } from "./records.js";
@@ -61,10 +62,7 @@ export class GangPolicy implements ServicePolicy {
         for (const e of members) this.ctx.sendStart(s, e);
       })
       .catch((err: unknown) => {
-        this.ctx.failService(s, {
-          name: "ServiceStartError",
-          message: `gang '${s.spec.name}': could not reserve a rendezvous port on agent ${agent0.id}: ${(err as Error).message}`,
-        });
+        this.ctx.failService(s, toWireError(new ServiceStartError(`gang '${s.spec.name}': could not reserve a rendezvous port on agent ${agent0.id}: ${(err as Error).message}`, { service: s.spec.name, cause: err })));
       });
   }
 
@@ -79,7 +77,7 @@ export class GangPolicy implements ServicePolicy {
   /** A gang call names its rank; it cannot name an executor. */
   addressCall(s: ServiceRecord, rank: number | undefined, exe: string | undefined): CallAddress {
     if (rank === undefined || !Number.isInteger(rank) || rank < 0 || rank >= s.spec.warmup) {
-      return { error: { name: "ProtocolError", message: `gang '${s.spec.name}' has ranks 0..${s.spec.warmup - 1}; got rank ${String(rank)}` } };
+      return { error: toWireError(new ProtocolError(`gang '${s.spec.name}' has ranks 0..${s.spec.warmup - 1}; got rank ${String(rank)}`)) };
     }
     if (exe !== undefined) return { error: noSuchExecutor(s, exe) };
     return { rank };
@@ -106,12 +104,11 @@ export class GangPolicy implements ServicePolicy {
 
   /** A lost member fails the gang; its calls end with the gang's error. */
   onExecutorDied(s: ServiceRecord, e: ExecutorRecord, death: ExecutorDeath): void {
-    this.ctx.failService(s, {
-      name: "GangFailedError",
-      message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId}, ${death.how}); declare the service again to restart it`,
-      service: s.spec.name,
-      rank: e.rank,
-    }, e);
+    this.ctx.failService(
+      s,
+      toWireError(new GangFailedError(`gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId}, ${death.how}); declare the service again to restart it`, { service: s.spec.name, rank: e.rank ?? -1, executorId: e.id })),
+      e,
+    );
   }
 
   /**
@@ -127,12 +124,7 @@ export class GangPolicy implements ServicePolicy {
 
   /** A member killed as wedged fails the gang. */
   onRecycle(s: ServiceRecord, e: ExecutorRecord, reason: string): void {
-    this.ctx.failService(s, {
-      name: "GangFailedError",
-      message: `gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId} was killed: ${reason}); declare the service again to restart it`,
-      service: s.spec.name,
-      rank: e.rank,
-    });
+    this.ctx.failService(s, toWireError(new GangFailedError(`gang '${s.spec.name}' lost rank ${e.rank} (executor ${e.id} on agent ${e.agentId} was killed: ${reason}); declare the service again to restart it`, { service: s.spec.name, rank: e.rank ?? -1, executorId: e.id })));
   }
 
   /** A gang fails with its member. */
@@ -172,12 +164,10 @@ export class GangPolicy implements ServicePolicy {
     const missing = [...Array(s.spec.warmup).keys()].filter((rank) => !have.has(rank));
     if (missing.length === 0) return;
     const back = liveExecutors(s).filter(isServing).length;
-    this.ctx.failService(s, {
-      name: "GangFailedError",
-      message: `gang '${s.spec.name}' lost rank ${missing.join(", ")} in the head restart (${back} of ${s.spec.warmup} members were reported by their agents); declare the service again to restart it`,
-      service: s.spec.name,
-      rank: missing[0],
-    });
+    this.ctx.failService(s, toWireError(new GangFailedError(
+      `gang '${s.spec.name}' lost rank ${missing.join(", ")} in the head restart (${back} of ${s.spec.warmup} members were reported by their agents); declare the service again to restart it`,
+      { service: s.spec.name, rank: missing[0]! },
+    )));
   }
 }
 

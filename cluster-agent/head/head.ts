@@ -11,7 +11,8 @@
 import { randomUUID } from "node:crypto";
 import { RouterChannel } from "../../sdk/wire/channel.js";
 import { decodeHeader, encode, type Header } from "../../sdk/wire/codec.js";
-import { MessageTooLargeError, toWireError, truncateLogLine } from "../../sdk/wire/errors.js";
+import { MessageTooLargeError, toWireError } from "../../sdk/wire/errors.js";
+import { truncateLogLine } from "../../sdk/format.js";
 import os from "node:os";
 import { ObjectService } from "../object-service.js";
 import { ObjectStore } from "./object-store.js";
@@ -149,6 +150,7 @@ export class Head {
   /** Binds, starts serving, and returns the head. */
   static async start(opts: HeadOptions = {}): Promise<Head> {
     const head = new Head(opts);
+    head.objects.store.open();
     if (opts.dataDir) {
       const sched = head.scheduler;
       head.state = new StateFile(opts.dataDir, { apps: sched.apps, ids: sched.ids, hids: sched.router.hids }, (m) => head.log(m));

@@ -10,7 +10,8 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import type { DType, ValueKind } from "../../sdk/cache/values.js";
-import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError, formatBytes } from "../../sdk/wire/errors.js";
+import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError, type ObjectIds } from "../../sdk/errors/index.js";
+import { formatBytes } from "../../sdk/format.js";
 
 /** One stored part: the base or a patch. `data` is undefined while spilled to disk. */
 export interface StoredPart {
@@ -58,15 +59,25 @@ export class ObjectStore {
   private memUsed = 0;
   /** A logical clock for LRU order (milliseconds can tie). */
   private clock = 0;
-  private readonly dir?: string;
+  /** The objects folder of the data dir, once open() ran; until then (or without a data dir) the store is memory-only. */
+  private dir?: string;
   readonly stats = { evictions: 0, spills: 0, reloads: 0 };
 
-  constructor(private readonly opts: ObjectStoreOptions) {
-    if (opts.dataDir) {
-      this.dir = path.join(opts.dataDir, "objects");
-      mkdirSync(this.dir, { recursive: true });
-      this.loadIndex();
-    }
+  /** Records the options only (no I/O): with a data dir, open() creates its folder and reloads what it holds. */
+  constructor(private readonly opts: ObjectStoreOptions) {}
+
+  /**
+   * With a data dir: creates its objects folder and reloads the index a
+   * previous instance persisted; from then on writes go through to disk.
+   * Without one it does nothing. Idempotent; returns this store.
+   */
+  open(): this {
+    if (this.opts.dataDir === undefined || this.dir !== undefined) return this;
+    const dir = path.join(this.opts.dataDir, "objects");
+    mkdirSync(dir, { recursive: true });
+    this.dir = dir;
+    this.loadIndex();
+    return this;
   }
 
   /** Current memory use and limits. */
@@ -81,15 +92,13 @@ export class ObjectStore {
     if (ifVersion !== undefined && ifVersion !== current) {
       throw new VersionConflictError(
         `${op} of '${userKey(key)}' expected version ${ifVersion} but it is at ${current}${current === 0 ? " (it does not exist)" : ""}; get it again and retry`,
-        userKey(key),
-        ifVersion,
-        current,
+        { ...objectIds(key), expected: ifVersion, actual: current },
       );
     }
     if (op === "put" && existing) {
-      throw new VersionConflictError(`put: '${userKey(key)}' already exists at version ${current}; use update(ref, value) to replace it`, userKey(key), 0, current);
+      throw new VersionConflictError(`put: '${userKey(key)}' already exists at version ${current}; use update(ref, value) to replace it`, { ...objectIds(key), expected: 0, actual: current });
     }
-    if (op !== "put" && !existing) throw new ObjectNotFoundError(`${op}: no object '${userKey(key)}' in this app; put it first`);
+    if (op !== "put" && !existing) throw new ObjectNotFoundError(`${op}: no object '${userKey(key)}' in this app; put it first`, objectIds(key));
   }
 
   /** Applies a write and returns the object. Throws VersionConflictError, ObjectNotFoundError or CacheFullError. */
@@ -131,7 +140,7 @@ export class ObjectStore {
     this.makeRoom(bytes, key);
     const parts = d.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, data: p.data }));
     if (d.mode === "patches") {
-      if (!existing || existing.baseVersion !== d.baseVersion) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`);
+      if (!existing || existing.baseVersion !== d.baseVersion) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`, objectIds(key));
       existing.patches.push(...parts);
       existing.version = d.version;
       existing.lastUsed = ++this.clock;
@@ -149,8 +158,8 @@ export class ObjectStore {
     const obj = this.objects.get(key);
     if (!obj) {
       const why = this.evicted.get(key);
-      if (why) throw new ObjectEvictedError(`object '${userKey(key)}' was evicted: ${why}`);
-      throw new ObjectNotFoundError(`no object '${userKey(key)}' in this app`);
+      if (why) throw new ObjectEvictedError(`object '${userKey(key)}' was evicted: ${why}`, objectIds(key));
+      throw new ObjectNotFoundError(`no object '${userKey(key)}' in this app`, objectIds(key));
     }
     obj.lastUsed = ++this.clock;
     if (have === obj.version && (haveBase === undefined || haveBase === obj.baseVersion)) {
@@ -182,11 +191,11 @@ export class ObjectStore {
   }
 
   /** Makes sure `bytes` more fit in memory, evicting least recently used objects; throws CacheFullError. */
-  makeRoom(bytes: number, forKey?: string): void {
+  makeRoom(bytes: number, forKey: string): void {
     const limit = this.opts.memLimit;
     if (this.memUsed + bytes <= limit) return;
     if (bytes > limit) {
-      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`);
+      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`, { ...objectIds(forKey), size: bytes, limit });
     }
     const victims = [...this.objects.values()]
       .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && inMemory(o) > 0)
@@ -199,6 +208,7 @@ export class ObjectStore {
       throw new CacheFullError(
         `cannot store ${formatBytes(bytes)}: the cache holds ${formatBytes(this.memUsed)} of its ${formatBytes(limit)} limit in pinned or in-transfer objects; ` +
           `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
+        { ...objectIds(forKey), size: bytes, limit },
       );
     }
   }
@@ -235,7 +245,7 @@ export class ObjectStore {
   private load(o: StoredObject, parts: StoredPart[]): void {
     const missing = parts.filter((p) => !p.data);
     if (missing.length === 0) return;
-    if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`);
+    if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`, objectIds(o.key));
     this.makeRoom(missing.reduce((n, p) => n + p.size, 0), o.key);
     for (const p of missing) {
       p.data = readFileSync(p === o.base ? this.baseFile(o.key) : this.patchFile(o.key, p.version));
@@ -303,4 +313,10 @@ function writeAtomic(file: string, data: Buffer): void {
 /** Keys are stored as `<app>/<key>`; errors show the user's part. */
 export function userKey(key: string): string {
   return key.slice(key.indexOf("/") + 1);
+}
+
+/** The ids an error about stored key `key` ("app/key") names: the key as the app sees it, and the app. */
+export function objectIds(key: string): ObjectIds {
+  const at = key.indexOf("/");
+  return at < 0 ? { key } : { key: key.slice(at + 1), app: key.slice(0, at) };
 }

@@ -10,6 +10,7 @@
  */
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { StateFileError } from "../../sdk/errors/index.js";
 import type { IdCounter } from "./ids.js";
 import type { AppRecord, ServiceRecord, ServiceSpec } from "./records.js";
 import { parseServiceSpec } from "./spec.js";
@@ -75,7 +76,7 @@ export class StateFile {
     }
     if (text !== undefined) {
       try {
-        state = parseState(JSON.parse(text), this.log);
+        state = parseState(JSON.parse(text), this.log, this.file);
       } catch (err) {
         this.log(`ignoring the runtime state in ${this.file}: ${(err as Error).message}`);
       }
@@ -125,13 +126,13 @@ function persistService(s: ServiceRecord): PersistedService {
 }
 
 /** Checks a state file's content (it is data from disk: every field is validated). */
-function parseState(raw: unknown, log: (line: string) => void): PersistedState {
+function parseState(raw: unknown, log: (line: string) => void, file: string): PersistedState {
   const o = raw as Record<string, unknown> | null;
-  if (o === null || typeof o !== "object" || o.version !== 1) throw new Error("not a version 1 state file");
+  if (o === null || typeof o !== "object" || o.version !== 1) throw new StateFileError(`${file} is not a version 1 state file`, { file });
   const next = o.next as Record<string, unknown> | undefined;
   const counter = (k: string): number => {
     const v = next?.[k];
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1) throw new Error(`next.${k} is not a positive integer`);
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1) throw new StateFileError(`${file}: next.${k} is not a positive integer`, { file });
     return v;
   };
   const apps: PersistedState["apps"] = [];
@@ -145,7 +146,7 @@ function parseState(raw: unknown, log: (line: string) => void): PersistedState {
   const services: PersistedService[] = [];
   for (const s of Array.isArray(o.services) ? (o.services as Array<Record<string, unknown>>) : []) {
     try {
-      if (typeof s?.id !== "string" || !/^s\d+$/.test(s.id) || typeof s.app !== "string" || !apps.some((a) => a.name === s.app)) throw new Error("bad id or app");
+      if (typeof s?.id !== "string" || !/^s\d+$/.test(s.id) || typeof s.app !== "string" || !apps.some((a) => a.name === s.app)) throw new StateFileError("bad id or app", { file });
       const spec = s.spec as Record<string, unknown>;
       const parsed = parseServiceSpec({ ...spec, export: spec.exportName });
       const rv = s.rendezvous as { host?: unknown; port?: unknown } | undefined;

@@ -6,7 +6,8 @@
  * briefly for late results and then requeued on the others; a pool whose
  * executors keep dying while starting fails.
  */
-import type { WireError } from "../../sdk/wire/errors.js";
+import { ServiceStartError } from "../../sdk/errors/index.js";
+import { toWireError, type WireError } from "../../sdk/wire/errors.js";
 import { isServing, liveExecutors } from "./call-router.js";
 import { placeOne } from "./placement.js";
 import type { CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
@@ -112,10 +113,10 @@ export class PoolPolicy implements ServicePolicy {
   onExecutorDied(s: ServiceRecord, e: ExecutorRecord, death: ExecutorDeath): void {
     if (e.inflight.size > 0) this.ctx.drain(s, e, death.how);
     if (death.wasStarting && ++s.startFailures >= MAX_START_FAILURES) {
-      this.ctx.failService(s, {
-        name: "ServiceStartError",
-        message: `service '${s.spec.name}': ${s.startFailures} executors died while starting (last: ${e.id}, ${death.how})${death.detail ? `: ${death.detail}` : ""}`,
-      });
+      this.ctx.failService(
+        s,
+        toWireError(new ServiceStartError(`service '${s.spec.name}': ${s.startFailures} executors died while starting (last: ${e.id}, ${death.how})${death.detail && death.detail !== death.how ? `: ${death.detail}` : ""}`, { service: s.spec.name, executorId: e.id })),
+      );
     }
   }
 

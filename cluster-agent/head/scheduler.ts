@@ -8,7 +8,8 @@
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
-import type { WireError } from "../../sdk/wire/errors.js";
+import { ClosedError, ExecutorLostError, ServiceStartError } from "../../sdk/errors/index.js";
+import { fromWireError, toWireError, type WireError } from "../../sdk/wire/errors.js";
 import { CallRouter } from "./call-router.js";
 import { Deadlines } from "./deadlines.js";
 import { GangPolicy } from "./gang-policy.js";
@@ -198,14 +199,7 @@ export class Scheduler {
     const e = this.executors.get(id);
     if (!e) return;
     const s = this.services.get(e.serviceId)!;
-    this.lifecycle.failService(s, {
-      name: "ServiceStartError",
-      message: `service '${s.spec.name}' failed to start on executor ${id}: ${error.remoteName ?? error.name}: ${error.message}`,
-      remoteName: error.remoteName ?? error.name,
-      remoteStack: error.remoteStack ?? error.stack,
-      service: s.spec.name,
-      executorId: id,
-    });
+    this.lifecycle.failService(s, toWireError(new ServiceStartError(`service '${s.spec.name}' failed to start on executor ${id}: ${error.remoteName ?? error.name}: ${error.message}`, { service: s.spec.name, executorId: id, cause: fromWireError(error) })));
   }
 
   /** An executor process is gone (agent report, or its agent was lost). */
@@ -246,7 +240,7 @@ export class Scheduler {
       this.draining.delete(e.id);
       if (e.inflight.size === 0) return;
       if (s.state === "failed" || s.state === "stopped") {
-        for (const call of e.inflight.values()) this.router.fail(call, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+        for (const call of e.inflight.values()) this.router.fail(call, s.error ?? toWireError(new ClosedError(`service '${s.spec.name}' was stopped`, { service: s.spec.name })));
         e.inflight.clear();
         return;
       }
@@ -256,12 +250,7 @@ export class Scheduler {
   }
 
   private lostCallError(s: ServiceRecord, call: CallRecord, id: string, how: string): WireError {
-    return {
-      name: "ExecutorLostError",
-      message: `call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`,
-      service: s.spec.name,
-      executorId: id,
-    };
+    return toWireError(new ExecutorLostError(`call ${s.spec.name}.${call.method} was lost: ${call.attempts} executors died running it (last: ${id}, ${how})`, { service: s.spec.name, callId: call.cid, executorId: id }));
   }
 
   /** An executor answered a call with an error: a pool's goes to the driver at once, a gang's is held briefly (gang-policy.ts). */

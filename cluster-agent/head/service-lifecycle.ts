@@ -9,22 +9,14 @@
  */
 import { encode } from "../../sdk/wire/codec.js";
 import type { Frames } from "../../sdk/wire/channel.js";
-import type { WireError } from "../../sdk/wire/errors.js";
+import { ClosedError, ResreqError, ServiceConfigError } from "../../sdk/errors/index.js";
+import { toWireError, type WireError } from "../../sdk/wire/errors.js";
 import { formatResources } from "../../sdk/runtime/resreq.js";
 import type { CallRouter } from "./call-router.js";
 import type { IdCounter } from "./ids.js";
 import { agentAccepts, everFitsOne } from "./placement.js";
 import { newServiceRecord, type AgentRecord, type AppRecord, type ExecutorRecord, type ServiceRecord, type ServiceSpec } from "./records.js";
 import { largestAgent, serviceKind, type ServicePolicy } from "./service-policy.js";
-
-/** A service declaration that cannot be accepted. */
-export class DeclareError extends Error {
-  constructor(
-    readonly wire: WireError,
-  ) {
-    super(wire.message);
-  }
-}
 
 /** What the lifecycle needs of the scheduler (it implements this). */
 export interface LifecycleHost {
@@ -65,12 +57,11 @@ export class ServiceLifecycle {
     if (existing && existing.state !== "failed" && existing.state !== "stopped") {
       if (sameSpec(existing.spec, spec)) return existing;
       if (!replace) {
-        throw new DeclareError({
-          name: "ServiceConfigError",
-          message:
-            `service '${spec.name}' already exists in app '${app.name}' with a different definition ` +
+        throw new ServiceConfigError(
+          `service '${spec.name}' already exists in app '${app.name}' with a different definition ` +
             `(${describe(existing.spec)}); pass { replace: true } to stop it and start the new one, or use another name`,
-        });
+          { service: spec.name },
+        );
       }
     }
     if (existing) this.stopService(existing, `service '${spec.name}' was replaced`);
@@ -92,25 +83,19 @@ export class ServiceLifecycle {
   private checkSatisfiable(spec: ServiceSpec, policy: ServicePolicy): void {
     const agents = [...this.host.agents.values()].filter((a) => agentAccepts(a.labels, { id: "", elastic: false }));
     if (agents.length === 0) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: "no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`",
-      });
+      throw new ResreqError("no agent is registered with the head, so nothing can run; start one with `hearth agent --head <endpoint>`", { resreq: spec.resreq, service: spec.name });
     }
     if (!everFitsOne(agents, spec.resources)) {
-      throw new DeclareError({
-        name: "ResreqError",
-        message: `resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`,
-      });
+      throw new ResreqError(`resreq "${spec.resreq}" of service '${spec.name}' can never be satisfied: no agent has that much (largest: ${largestAgent(agents)})`, { resreq: spec.resreq, service: spec.name });
     }
     const never = policy.unsatisfiable(spec, agents);
-    if (never !== undefined) throw new DeclareError({ name: "ResreqError", message: never });
+    if (never !== undefined) throw new ResreqError(never, { resreq: spec.resreq, service: spec.name });
   }
 
   /** Stops a service: its calls fail with `reason`, its executors get `close()` then exit. */
   stopService(s: ServiceRecord, reason: string): void {
     if (s.state === "stopped") return;
-    const error: WireError = { name: "ClosedError", message: reason };
+    const error = toWireError(new ClosedError(reason, { service: s.spec.name }));
     s.state = "stopped";
     this.host.router.failQueued(s, error);
     for (const e of s.executors.values()) {
@@ -159,7 +144,7 @@ export class ServiceLifecycle {
   awaitReady(s: ServiceRecord, routingId: Buffer, rid: number, timeoutMs?: number): void {
     s.waiters.push({ routingId, rid, timeoutMs, deadline: timeoutMs === undefined ? undefined : Date.now() + timeoutMs });
     if (s.state === "failed" || s.state === "stopped") {
-      this.rejectWaiters(s, s.error ?? { name: "ClosedError", message: `service '${s.spec.name}' was stopped` });
+      this.rejectWaiters(s, s.error ?? toWireError(new ClosedError(`service '${s.spec.name}' was stopped`, { service: s.spec.name })));
     } else {
       this.checkReady(s);
     }

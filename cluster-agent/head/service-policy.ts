@@ -9,7 +9,8 @@
  * router, recovery and deadlines ask the policy instead of branching on kind.
  */
 import { formatResources } from "../../sdk/runtime/resreq.js";
-import type { WireError } from "../../sdk/wire/errors.js";
+import { ExecutorNotFoundError } from "../../sdk/errors/index.js";
+import { toWireError, type WireError } from "../../sdk/wire/errors.js";
 import type { CallDispatch, CallRouter } from "./call-router.js";
 import type { Placement } from "./placement.js";
 import type { AgentRecord, CallRecord, ExecutorRecord, ServiceRecord, ServiceSpec, ServiceState } from "./records.js";
@@ -105,7 +106,7 @@ export interface PolicyContext {
 
 /** The error of a call naming an executor the service does not have. */
 export function noSuchExecutor(s: ServiceRecord, exe: string): WireError {
-  return { name: "ExecutorNotFoundError", message: `service '${s.spec.name}' has no executor '${exe}' (list them with members())`, service: s.spec.name, executorId: exe };
+  return toWireError(new ExecutorNotFoundError(`service '${s.spec.name}' has no executor '${exe}' (list them with members())`, { service: s.spec.name, executorId: exe }));
 }
 
 /** The agent with the most cpus, for "can never run" messages. */

@@ -3,7 +3,7 @@
  * checks the same rules first, so users see errors before anything is sent;
  * the head checks again because any client may connect.
  */
-import { ServiceConfigError } from "../../sdk/wire/errors.js";
+import { ServiceConfigError } from "../../sdk/errors/index.js";
 import { parseResreq } from "../../sdk/runtime/resreq.js";
 import type { ServiceSpec } from "./records.js";
 
@@ -20,26 +20,26 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
     throw new ServiceConfigError(`service name must be 1-128 characters of letters, digits, '_', '.', '-'; got ${JSON.stringify(name)}`);
   }
   const module = raw.module;
-  if (typeof module !== "string" || module === "") throw new ServiceConfigError(`service '${name}': 'module' must be a module path`);
+  if (typeof module !== "string" || module === "") throw new ServiceConfigError(`service '${name}': 'module' must be a module path`, { service: name });
   const exportName = raw.export;
-  if (typeof exportName !== "string" || exportName === "") throw new ServiceConfigError(`service '${name}': 'export' must name the exported class`);
+  if (typeof exportName !== "string" || exportName === "") throw new ServiceConfigError(`service '${name}': 'export' must name the exported class`, { service: name });
   let project: { hash: string; key: string } | undefined;
   if (raw.project !== undefined && raw.project !== null) {
     const pr = raw.project as { hash?: unknown; key?: unknown };
     if (typeof pr !== "object" || typeof pr.hash !== "string" || typeof pr.key !== "string") {
-      throw new ServiceConfigError(`service '${name}': 'project' must be { hash, key } of a packed project`);
+      throw new ServiceConfigError(`service '${name}': 'project' must be { hash, key } of a packed project`, { service: name });
     }
     project = { hash: pr.hash, key: pr.key };
   }
   const resreq = raw.resreq === undefined || raw.resreq === null ? "" : raw.resreq;
-  if (typeof resreq !== "string") throw new ServiceConfigError(`service '${name}': resreq must be a string like "cpu=8,mem=64g,gpu=1"`);
+  if (typeof resreq !== "string") throw new ServiceConfigError(`service '${name}': resreq must be a string like "cpu=8,mem=64g,gpu=1"`, { service: name });
   const autoscale = raw.autoscale ?? SERVICE_DEFAULTS.autoscale;
-  if (typeof autoscale !== "boolean") throw new ServiceConfigError(`service '${name}': autoscale must be true or false`);
+  if (typeof autoscale !== "boolean") throw new ServiceConfigError(`service '${name}': autoscale must be true or false`, { service: name });
   const warmup = intOption(name, "warmup", raw.warmup, SERVICE_DEFAULTS.warmup, autoscale ? 0 : 1, SERVICE_LIMITS.warmup);
   const max = raw.max === undefined || raw.max === null ? Infinity : intOption(name, "max", raw.max, 0, 1, SERVICE_LIMITS.max);
-  if (max < warmup) throw new ServiceConfigError(`service '${name}': max (${max}) is below warmup (${warmup})`);
+  if (max < warmup) throw new ServiceConfigError(`service '${name}': max (${max}) is below warmup (${warmup})`, { service: name });
   if (!autoscale && raw.max !== undefined && raw.max !== null && max !== warmup) {
-    throw new ServiceConfigError(`service '${name}': a gang (autoscale: false) has exactly warmup members; drop 'max'`);
+    throw new ServiceConfigError(`service '${name}': a gang (autoscale: false) has exactly warmup members; drop 'max'`, { service: name });
   }
   const idleTimeoutMs = numOption(name, "idleTimeout", raw.idleTimeoutMs, SERVICE_DEFAULTS.idleTimeoutMs);
   const concurrency = intOption(name, "concurrency", raw.concurrency, SERVICE_DEFAULTS.concurrency, 1, SERVICE_LIMITS.concurrency);
@@ -47,7 +47,7 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
   const initTimeoutMs = raw.initTimeoutMs === undefined || raw.initTimeoutMs === null ? SERVICE_DEFAULTS.initTimeoutMs : deadlineOption(name, "initTimeoutMs", raw.initTimeoutMs);
   const maxQueued = intOption(name, "maxQueued", raw.maxQueued, SERVICE_DEFAULTS.maxQueued, 1, SERVICE_LIMITS.maxQueued);
   const elastic = raw.elastic ?? false;
-  if (typeof elastic !== "boolean") throw new ServiceConfigError(`service '${name}': elastic must be true or false`);
+  if (typeof elastic !== "boolean") throw new ServiceConfigError(`service '${name}': elastic must be true or false`, { service: name });
   return {
     name,
     module,
@@ -70,7 +70,7 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
 function intOption(service: string, key: string, v: unknown, dflt: number, min: number, max: number): number {
   if (v === undefined || v === null) return dflt;
   if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
-    throw new ServiceConfigError(`service '${service}': ${key} must be a whole number from ${min} to ${max}; got ${JSON.stringify(v)}`);
+    throw new ServiceConfigError(`service '${service}': ${key} must be a whole number from ${min} to ${max}; got ${JSON.stringify(v)}`, { service });
   }
   return v;
 }
@@ -78,7 +78,7 @@ function intOption(service: string, key: string, v: unknown, dflt: number, min: 
 /** A deadline in ms: positive and finite (at most a week), so a timer can hold it. */
 function deadlineOption(service: string, key: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isFinite(v) || v <= 0 || v > SERVICE_LIMITS.timeoutMs) {
-    throw new ServiceConfigError(`service '${service}': ${key} must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${JSON.stringify(v)}`);
+    throw new ServiceConfigError(`service '${service}': ${key} must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${JSON.stringify(v)}`, { service });
   }
   return v;
 }
@@ -86,7 +86,7 @@ function deadlineOption(service: string, key: string, v: unknown): number {
 function numOption(service: string, key: string, v: unknown, dflt: number): number {
   if (v === undefined || v === null) return dflt;
   if (typeof v !== "number" || !Number.isFinite(v) || v < 0) {
-    throw new ServiceConfigError(`service '${service}': ${key} must be a non-negative number of milliseconds; got ${JSON.stringify(v)}`);
+    throw new ServiceConfigError(`service '${service}': ${key} must be a non-negative number of milliseconds; got ${JSON.stringify(v)}`, { service });
   }
   return v;
 }

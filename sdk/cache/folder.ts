@@ -14,7 +14,7 @@ import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { HearthError } from "../wire/errors.js";
+import { HearthError, TimeoutError } from "../errors/index.js";
 import type { ObjectCache, ObjectRef } from "./object-cache.js";
 
 /** Bytes per cache object of a shipped file. */
@@ -153,7 +153,7 @@ export async function openFolder(objects: ObjectCache, ref: FolderRef, opts: Ope
         rmSync(lock, { recursive: true, force: true });
       }
     }
-    if (Date.now() > deadline) throw new HearthError(`waited ${Math.round((opts.waitMs ?? 1_800_000) / 1000)} s for another executor to copy ${ref.dir} into ${dir}; remove ${lock} if no executor is copying`);
+    if (Date.now() > deadline) throw new TimeoutError(`waited ${Math.round((opts.waitMs ?? 1_800_000) / 1000)} s for another executor to copy ${ref.dir} into ${dir}; remove ${lock} if no executor is copying`, { op: "open-folder" });
     await new Promise((r) => setTimeout(r, 200));
   }
 }

@@ -10,7 +10,7 @@
  * and swap): the write happens only if the key is at that version, else it
  * fails with VersionConflictError and nothing is lost.
  */
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import type { Requester } from "../wire/requests.js";
 import { download, upload, type WriteResult } from "./transfer.js";
 import { decodeValue, encodeValue } from "./values.js";

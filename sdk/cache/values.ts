@@ -4,7 +4,7 @@
  * and anything else as msgpack.
  */
 import { decode, encode } from "../wire/codec.js";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 
 /** The three value kinds the cache stores. */
 export type ValueKind = "bytes" | "typed" | "msgpack";

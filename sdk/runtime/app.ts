@@ -8,13 +8,13 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { existsSync } from "node:fs";
-import { ServiceConfigError } from "../wire/errors.js";
+import { ServiceConfigError } from "../errors/index.js";
 import { GangHandle, PoolHandle, type ServiceInfo } from "./handles.js";
 import { HeadClient } from "./head-client.js";
 import { parseResreq } from "./resreq.js";
 import { checkServiceModule, isTypeScriptModule } from "./service-module.js";
 import { ObjectCache } from "../cache/object-cache.js";
-import { VersionConflictError } from "../wire/errors.js";
+import { VersionConflictError } from "../errors/index.js";
 import { findProjectRoot, packProject } from "./project.js";
 import { loadCurveKeys } from "../wire/curve.js";
 import type { AppProvision, ProvisionStatus, Provisioner } from "./provisioner.js";

@@ -4,7 +4,7 @@
  * key (torch's TCPStore authenticates nobody; docs/architecture.md, "Security
  * model").
  */
-import { ServiceConfigError } from "../wire/errors.js";
+import { ServiceConfigError } from "../errors/index.js";
 import type { DistributedOptions } from "../tensor/types.js";
 import type { ExecutorContext } from "./types.js";
 

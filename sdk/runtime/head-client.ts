@@ -6,7 +6,8 @@
 import { randomUUID } from "node:crypto";
 import { DealerChannel } from "../wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, type Header } from "../wire/codec.js";
-import { ClosedError, ConnectError, HeadRestartedError, HearthError, MessageTooLargeError, ProtocolError, TimeoutError, fromWireError, type WireError } from "../wire/errors.js";
+import { ClosedError, HeadRestartedError, HearthError, TimeoutError } from "../errors/index.js";
+import { ConnectError, MessageTooLargeError, ProtocolError, fromWireError, type WireError } from "../wire/errors.js";
 import { PendingRequests, type Reply, type Requester } from "../wire/requests.js";
 import { curveClientFromEnv, type CurveClientKeys } from "../wire/curve.js";
 import { driverCredential, type Credential } from "../wire/auth.js";
@@ -262,8 +263,7 @@ export class HeadClient implements Requester {
     this.restarted = new HeadRestartedError(
       `the head at ${this.endpoint} restarted (instance ${this.headId} → ${newHeadId}); ${pending} pending call(s)/request(s) on the old head were lost. ` +
         "Retryable: connect() again, declare the services again, and retry the work.",
-      this.headId ?? "?",
-      newHeadId,
+      { oldHeadId: this.headId, newHeadId },
     );
     this.failAll(this.restarted);
   }

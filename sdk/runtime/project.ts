@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { encode } from "../wire/codec.js";
-import { ServiceConfigError } from "../wire/errors.js";
+import { ServiceConfigError } from "../errors/index.js";
 
 /** One packed file. */
 export interface PackedFile {

@@ -3,7 +3,7 @@
  * Parsing is strict: unknown keys, repeated keys, bad numbers and bad units are
  * errors that say what was wrong and what is accepted.
  */
-import { ResreqError } from "../wire/errors.js";
+import { ResreqError } from "../errors/index.js";
 
 /** A parsed resource request; `mem` is in bytes. */
 export interface Resources {
@@ -49,6 +49,7 @@ export function parseMem(text: string, context = text): number {
   if (!m || !(unit in MEM_UNITS)) {
     throw new ResreqError(
       `bad memory size '${text}' in "${context}": use a number with an optional unit k, m, g or t (e.g. mem=64g)`,
+      { resreq: context },
     );
   }
   return Math.round(Number(m[1]) * MEM_UNITS[unit]!);
@@ -58,41 +59,41 @@ export function parseMem(text: string, context = text): number {
 export function parseResreq(text: string | undefined): Resources {
   const out: Resources = { ...DEFAULT_RESOURCES };
   if (text === undefined || text.trim() === "") return out;
-  if (typeof text !== "string") throw new ResreqError(`resreq must be a string like "cpu=8,mem=64g,gpu=1"`);
+  if (typeof text !== "string") throw new ResreqError(`resreq must be a string like "cpu=8,mem=64g,gpu=1"`, { resreq: String(text) });
   const seen = new Set<string>();
   for (const part of text.split(",")) {
     const item = part.trim();
     if (item === "") continue;
     const eq = item.indexOf("=");
     if (eq <= 0) {
-      throw new ResreqError(`bad resreq item '${item}' in "${text}": expected key=value, e.g. "cpu=8,mem=64g,gpu=1"`);
+      throw new ResreqError(`bad resreq item '${item}' in "${text}": expected key=value, e.g. "cpu=8,mem=64g,gpu=1"`, { resreq: text });
     }
     const key = item.slice(0, eq).trim().toLowerCase();
     const value = item.slice(eq + 1).trim();
     if (!(KEYS as readonly string[]).includes(key)) {
-      throw new ResreqError(`unknown resource '${key}' in resreq "${text}": known keys are ${KEYS.join(", ")}`);
+      throw new ResreqError(`unknown resource '${key}' in resreq "${text}": known keys are ${KEYS.join(", ")}`, { resreq: text });
     }
-    if (seen.has(key)) throw new ResreqError(`resource '${key}' is given twice in resreq "${text}"`);
+    if (seen.has(key)) throw new ResreqError(`resource '${key}' is given twice in resreq "${text}"`, { resreq: text });
     seen.add(key);
     if (key === "mem") {
       out.mem = parseMem(value, text);
     } else {
       const n = Number(value);
       if (value === "" || !Number.isFinite(n) || n < 0) {
-        throw new ResreqError(`bad value '${value}' for ${key} in resreq "${text}": expected a non-negative number`);
+        throw new ResreqError(`bad value '${value}' for ${key} in resreq "${text}": expected a non-negative number`, { resreq: text });
       }
       if (key === "gpu" && !Number.isInteger(n)) {
-        throw new ResreqError(`gpu must be a whole number of devices, got '${value}' in resreq "${text}"`);
+        throw new ResreqError(`gpu must be a whole number of devices, got '${value}' in resreq "${text}"`, { resreq: text });
       }
       if (key === "cpu" && n < MIN_CPU) {
-        throw new ResreqError(`cpu must be at least ${MIN_CPU} (a share of one core), got '${value}' in resreq "${text}"; cpu=0 would let executors pile up without limit`);
+        throw new ResreqError(`cpu must be at least ${MIN_CPU} (a share of one core), got '${value}' in resreq "${text}"; cpu=0 would let executors pile up without limit`, { resreq: text });
       }
       out[key as "cpu" | "gpu"] = n;
     }
   }
   for (const key of KEYS) {
     if (out[key] > MAX_RESOURCES[key]) {
-      throw new ResreqError(`${key} in resreq "${text}" is over the per-executor maximum (${key === "mem" ? formatMem(MAX_RESOURCES.mem) : MAX_RESOURCES[key]})`);
+      throw new ResreqError(`${key} in resreq "${text}" is over the per-executor maximum (${key === "mem" ? formatMem(MAX_RESOURCES.mem) : MAX_RESOURCES[key]})`, { resreq: text });
     }
   }
   return out;

@@ -16,6 +16,7 @@ import { statSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { HearthError, type ErrorIds } from "../errors/index.js";
 
 type TS = typeof import("typescript");
 
@@ -38,7 +39,7 @@ export interface ServiceDiagnostic {
 }
 
 /** A service module does not type-check; `diagnostics` lists every error with its file and line. */
-export class ServiceTypeError extends Error {
+export class ServiceTypeError extends HearthError {
   override name = "ServiceTypeError";
 
   constructor(
@@ -46,6 +47,9 @@ export class ServiceTypeError extends Error {
     readonly diagnostics: ServiceDiagnostic[],
   ) {
     super(`service module ${module} has ${diagnostics.length} type error(s):\n${diagnostics.map(formatDiagnostic).join("\n")}`);
+  }
+  override ids(): ErrorIds {
+    return { module: this.module };
   }
 }
 

@@ -12,7 +12,7 @@
  * // advantages: [[1, -1, -1, 1]] (to 1e-6), kept: [0], dropped: 1
  * ```
  */
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 
 /** A reward is NaN or infinite, a group is empty, or the input is not a list of lists. */
 export class AdvantageError extends HearthError {

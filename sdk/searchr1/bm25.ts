@@ -28,7 +28,7 @@
  * remaining (frequent, low-idf) terms only update the surviving candidates by
  * galloping search. Results are exact; ties rank the lower doc index first.
  */
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import { forEachToken } from "./bm25-analyzer.js";
 import { kthBest, topK, type TopK } from "./bm25-heap.js";
 

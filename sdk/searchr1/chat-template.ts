@@ -13,7 +13,7 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { MessageChannel, Worker, receiveMessageOnPort } from "node:worker_threads";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), "chat-template-worker.js");
 

@@ -11,7 +11,7 @@ import { dropFolder, fetchFolder } from "../cache/folder.js";
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { App } from "../runtime/app.js";
 import type { GangHandle } from "../runtime/handles.js";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import type { StepMetrics } from "./pipeline.js";
 import type { TextTokenizer } from "./tokenizer.js";
 import type { SearchR1Trainer } from "./trainer-service.js";

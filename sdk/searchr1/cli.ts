@@ -4,7 +4,7 @@
  * metrics.jsonl and an HTML report in --out.
  */
 import { parseArgs } from "node:util";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import { terminalProgress } from "./events.js";
 import { writeReport } from "./report.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "./run.js";

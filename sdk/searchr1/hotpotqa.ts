@@ -17,7 +17,7 @@
  * ~540 MiB, more than one V8 string holds) are parsed element by element.
  */
 import { readFile } from "node:fs/promises";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import { rng } from "./synthetic.js";
 
 /** A file that cannot be read, is not JSON, is not an array, or holds a malformed entry; names the file. */

@@ -5,7 +5,7 @@
  *
  * `SearchR1Run` delegates to these; they hold no executors themselves.
  */
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import { inNotebook } from "../notebook/display.js";
 import { progress, type ProgressBar } from "../notebook/progress.js";
 import type { ScoredSample } from "./batch.js";

@@ -7,7 +7,7 @@
 import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { parseResreq } from "../runtime/resreq.js";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import type { RunEventHandler } from "./events.js";
 
 /** Options of a run (the CLI flags, with the reference system's meanings). */

@@ -15,7 +15,7 @@
  * that skipped its weight sync, or a lag lowered between steps), and at
  * K ≥ 1 drops stale ones and counts them.
  */
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import type { Trajectory } from "./rollout-service.js";
 
 /** Starts the rollouts of a step (the pipeline's `rollouts` on the step's questions) and resolves to its parts. */

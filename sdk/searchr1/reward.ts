@@ -21,7 +21,7 @@
  * (Unicode files ASCII $ + < = > ^ | ~ and the backtick under symbols). Unicode
  * whitespace (no-break space, ideographic space, …) collapses like ASCII spaces.
  */
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 
 /** A response or golden-answer list that cannot be scored (not a string, not an array). */
 export class RewardError extends HearthError {

@@ -9,7 +9,7 @@
 import { createHash } from "node:crypto";
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { App } from "../runtime/app.js";
-import { ObjectNotFoundError } from "../wire/errors.js";
+import { ObjectNotFoundError } from "../errors/index.js";
 import type { SearchR1Options } from "./options.js";
 import type { StepMetrics } from "./pipeline.js";
 

@@ -14,7 +14,7 @@ import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { byteLevelVocab, type TokenizerJson } from "../tensor/index.js";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import { ChatPrompt, TEMPLATE_TIMEOUT_MS } from "./chat-template.js";
 
 /** The protocol's tags; single tokens in the word-level vocabulary. */

@@ -16,7 +16,7 @@ import type { ExecutorContext } from "../runtime/types.js";
 import { gangDistributed } from "../runtime/gang.js";
 import { TensorEngine } from "../tensor/index.js";
 import type { TrainMetrics, TrainerOptions } from "../tensor/types.js";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import type { ModelShape } from "./recipe.js";
 import { WeightPublisher, type PublishStats, type RebasePolicy } from "./weights.js";
 

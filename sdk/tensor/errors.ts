@@ -7,7 +7,7 @@
  * heartbeating), `aborted`, `spawn_failed`, `no_python` and `protocol`.
  */
 
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 
 /** What the engine reports for a failed request (the reply's `error` object). */
 export interface EngineErrorInfo {

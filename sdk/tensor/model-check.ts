@@ -9,7 +9,7 @@
 
 import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, statSync } from "node:fs";
 import path from "node:path";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 
 /** What a checked folder holds. */
 export interface ModelFolderInfo {

@@ -8,7 +8,7 @@
 
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { HearthError } from "../wire/errors.js";
+import { HearthError } from "../errors/index.js";
 import { TensorEngine, type TensorEngineOptions } from "./engine.js";
 
 /** What to make. */

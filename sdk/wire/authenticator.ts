@@ -23,7 +23,7 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { authMac, type Role } from "./auth.js";
 import { decode, encode } from "./codec.js";
-import { toWireError, AuthError } from "./errors.js";
+import { toWireError, AuthError, ProtocolError } from "./errors.js";
 import type { Frames } from "./channel.js";
 
 /** First frame of every handshake message; a msgpack header never starts with a 0 byte. */
@@ -189,7 +189,7 @@ export class Authenticator {
     let m: Record<string, unknown>;
     try {
       const v = decode(body);
-      if (v === null || typeof v !== "object") throw new Error("not a map");
+      if (v === null || typeof v !== "object") throw new ProtocolError("not a map");
       m = v as Record<string, unknown>;
     } catch {
       return this.refuse(key, routingId, "a malformed handshake message");

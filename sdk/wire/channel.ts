@@ -9,7 +9,8 @@ import type { CurveClientKeys } from "./curve.js";
 import { authMac, type Credential } from "./auth.js";
 import { AUTH_MARK, isAuthMessage } from "./authenticator.js";
 import { decode, encode } from "./codec.js";
-import { AuthError, MessageTooLargeError, formatBytes, fromWireError, type WireError } from "./errors.js";
+import { AuthError, MessageTooLargeError, fromWireError, type WireError } from "./errors.js";
+import { formatBytes } from "../format.js";
 
 /** Frames of one outgoing message. */
 export type Frames = Array<Buffer | Uint8Array | string>;

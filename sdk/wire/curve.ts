@@ -9,7 +9,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { Reply, capability, curveKeyPair } from "zeromq";
-import { HearthError } from "./errors.js";
+import { HearthError } from "../errors/index.js";
 
 /** Z85 keys (40 characters each). */
 export interface CurveKeys {

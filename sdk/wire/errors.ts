@@ -1,26 +1,37 @@
 /**
- * The error tree shared by every hearth process. Each error carries a stable
- * `name` and the ids that matter (service, executor, call), so a caller can
- * branch on `instanceof` locally and on `name` across the wire.
+ * The errors about the wire itself (a message that is not hearth's, one over
+ * the size limit, a peer that cannot prove a credential, no head to talk to)
+ * and the wire form of every hearth error. The domain errors (services,
+ * calls, objects, head and agents) live in sdk/errors/; the wire form lives
+ * here, above them, because it must know every class (these included) to
+ * rebuild the one a peer raised, and sdk/errors imports nothing of hearth's.
  */
-
-/** Base class of every error hearth raises on purpose. */
-export class HearthError extends Error {
-  override name = "HearthError";
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
-}
-
-/** A resource request string (`"cpu=8,mem=64g,gpu=1"`) is malformed or can never be satisfied. */
-export class ResreqError extends HearthError {
-  override name = "ResreqError";
-}
-
-/** A service declaration or option is invalid (bad module, export, warmup, max…). */
-export class ServiceConfigError extends HearthError {
-  override name = "ServiceConfigError";
-}
+import {
+  AgentRequestError,
+  CacheFullError,
+  ClosedError,
+  ExecutorLostError,
+  ExecutorNotFoundError,
+  GangFailedError,
+  HeadRestartedError,
+  HearthError,
+  ObjectEvictedError,
+  ObjectNotFoundError,
+  ProjectSetupError,
+  QueueFullError,
+  RemoteError,
+  ResreqError,
+  ServiceConfigError,
+  ServiceNotFoundError,
+  ServiceStartError,
+  StateFileError,
+  TimeoutError,
+  UsageError,
+  VersionConflictError,
+  type ErrorIds,
+  type ErrorOptions,
+} from "../errors/index.js";
+import { formatBytes } from "../format.js";
 
 /** A message exceeds the call message limit; large data travels as object references. */
 export class MessageTooLargeError extends HearthError {
@@ -29,11 +40,16 @@ export class MessageTooLargeError extends HearthError {
     readonly size: number,
     readonly limit: number,
     what: string,
+    options?: ErrorOptions,
   ) {
     super(
       `${what} is ${formatBytes(size)}, over the ${formatBytes(limit)} call message limit. ` +
         `Put large data in the object cache and pass the ObjectRef instead.`,
+      options,
     );
+  }
+  override ids(): ErrorIds {
+    return { size: this.size, limit: this.limit };
   }
 }
 
@@ -52,156 +68,15 @@ export class ConnectError extends HearthError {
   override name = "ConnectError";
 }
 
-/** Where a timed-out operation was: the ids that matter (all optional: a request to the head has none). */
-export interface TimeoutOrigin {
-  /** The service the call or start belonged to. */
-  service?: string;
-  /** The executor that held the call (and was recycled), if it had reached one. */
-  executorId?: string;
-  /** The driver's call id. */
-  callId?: number;
-  cause?: unknown;
-}
-
 /**
- * An operation did not finish within its deadline. A call's TimeoutError names
- * its service, call id and the executor that was running it (that executor is
- * killed and replaced, since it may be wedged).
+ * The plain-data form of an error as it travels on the wire: its class name,
+ * message, the ids its class carries (HearthError.ids(), flat) and its cause,
+ * in the same form.
  */
-export class TimeoutError extends HearthError {
-  override name = "TimeoutError";
-  readonly service?: string;
-  readonly executorId?: string;
-  readonly callId?: number;
-  constructor(message: string, origin: TimeoutOrigin = {}) {
-    super(message, origin.cause === undefined ? undefined : { cause: origin.cause });
-    this.service = origin.service;
-    this.executorId = origin.executorId;
-    this.callId = origin.callId;
-  }
-}
-
-/**
- * The head this driver talked to was replaced by another instance (it
- * restarted): calls and requests pending on the old one can never be answered.
- * Retryable: `connect()` again and redeclare services, then retry the work.
- */
-export class HeadRestartedError extends HearthError {
-  override name = "HeadRestartedError";
-  /** Always true: the work was not lost by the callee's fault; redo it on a fresh connection. */
-  readonly retryable = true;
-  constructor(
-    message: string,
-    readonly oldHeadId: string,
-    readonly newHeadId: string,
-  ) {
-    super(message);
-  }
-}
-
-/** A service's queue is full (its `maxQueued`): wait for results before sending more (backpressure). */
-export class QueueFullError extends HearthError {
-  override name = "QueueFullError";
-}
-
-/** The handle, app or client was used after `close()`. */
-export class ClosedError extends HearthError {
-  override name = "ClosedError";
-}
-
-/** A named service does not exist (or no longer exists) in the app. */
-export class ServiceNotFoundError extends HearthError {
-  override name = "ServiceNotFoundError";
-  constructor(readonly service: string) {
-    super(`no service named '${service}' in this app; declare it with app.service(...)`);
-  }
-}
-
-/** Fields that identify where a remote failure happened. */
-export interface RemoteOrigin {
-  service?: string;
-  executorId?: string;
-  method?: string;
-  callId?: number;
-}
-
-/** An exception thrown by user code inside an executor, carried back with its remote stack. */
-export class RemoteError extends HearthError {
-  override name = "RemoteError";
-  readonly remoteName: string;
-  readonly remoteMessage: string;
-  readonly remoteStack: string;
-  readonly origin: RemoteOrigin;
-  constructor(remoteName: string, remoteMessage: string, remoteStack: string, origin: RemoteOrigin) {
-    const where = [origin.service, origin.method].filter(Boolean).join(".");
-    super(`${remoteName}: ${remoteMessage}${where ? ` (in ${where} on executor ${origin.executorId ?? "?"})` : ""}`);
-    this.remoteName = remoteName;
-    this.remoteMessage = remoteMessage;
-    this.remoteStack = remoteStack;
-    this.origin = origin;
-    this.stack = `${this.name}: ${this.message}\n    --- remote stack ---\n${remoteStack}\n    --- local stack ---\n${this.stack?.split("\n").slice(1).join("\n") ?? ""}`;
-  }
-}
-
-/** A call could not complete because every executor that tried it died. */
-export class ExecutorLostError extends HearthError {
-  override name = "ExecutorLostError";
-}
-
-/** A call named an executor the service does not have (it exited, or never belonged to it). */
-export class ExecutorNotFoundError extends HearthError {
-  override name = "ExecutorNotFoundError";
-}
-
-/** A gang lost a member; the whole gang fails and can be declared again. */
-export class GangFailedError extends HearthError {
-  override name = "GangFailedError";
-  constructor(
-    message: string,
-    readonly service: string,
-    readonly rank: number,
-  ) {
-    super(message);
-  }
-}
-
-/** A service's executors could not start (init threw, the module failed to load…). */
-export class ServiceStartError extends HearthError {
-  override name = "ServiceStartError";
-}
-
-/** A write's `ifVersion` precondition did not hold: someone else wrote first. */
-export class VersionConflictError extends HearthError {
-  override name = "VersionConflictError";
-  constructor(
-    message: string,
-    readonly key: string,
-    readonly expected: number,
-    readonly actual: number,
-  ) {
-    super(message);
-  }
-}
-
-/** No object with that key exists in the app (or it was deleted). */
-export class ObjectNotFoundError extends HearthError {
-  override name = "ObjectNotFoundError";
-}
-
-/** An object was dropped to make room, and there was no data dir to reload it from. */
-export class ObjectEvictedError extends HearthError {
-  override name = "ObjectEvictedError";
-}
-
-/** A put cannot fit in the cache's memory limit even after evicting everything evictable. */
-export class CacheFullError extends HearthError {
-  override name = "CacheFullError";
-}
-
-/** The plain-data form of an error as it travels on the wire. */
 export interface WireError {
   name: string;
   message: string;
+  /** Only for errors that are not hearth's (a bug somewhere): where it was thrown. */
   stack?: string;
   /** For RemoteError: the user's error class name and stack. */
   remoteName?: string;
@@ -209,106 +84,116 @@ export interface WireError {
   service?: string;
   executorId?: string;
   method?: string;
-  /** For TimeoutError: the driver's call id. */
   callId?: number;
   rank?: number;
   size?: number;
   limit?: number;
   key?: string;
+  app?: string;
   expected?: number;
   actual?: number;
+  resreq?: string;
+  op?: string;
+  agentId?: string;
+  file?: string;
+  flag?: string;
+  project?: string;
+  oldHeadId?: string;
+  newHeadId?: string;
+  /** For HeadRestartedError: always true. */
+  retryable?: boolean;
+  /** What this error was raised because of, in the same form (at most MAX_CAUSE_DEPTH levels). */
+  cause?: WireError;
 }
 
-/** Turns any thrown value into its wire form. */
-export function toWireError(err: unknown): WireError {
+/** How many causes deep the wire form goes; deeper ones are cut (a cause chain is peer data too). */
+export const MAX_CAUSE_DEPTH = 4;
+
+/** Turns any thrown value into its wire form, ids and cause chain included. */
+export function toWireError(err: unknown, depth = 0): WireError {
+  const base = wireOf(err);
+  const cause = err instanceof Error ? err.cause : undefined;
+  if (cause !== undefined && depth < MAX_CAUSE_DEPTH) base.cause = toWireError(cause, depth + 1);
+  return base;
+}
+
+function wireOf(err: unknown): WireError {
   if (err instanceof RemoteError) {
-    return {
-      name: err.name,
-      message: err.remoteMessage,
-      remoteName: err.remoteName,
-      remoteStack: err.remoteStack,
-      ...err.origin,
-    };
+    return { name: err.name, message: err.remoteMessage, remoteName: err.remoteName, remoteStack: err.remoteStack, ...defined(err.ids()) };
   }
-  if (err instanceof VersionConflictError) {
-    return { name: err.name, message: err.message, key: err.key, expected: err.expected, actual: err.actual };
-  }
-  if (err instanceof TimeoutError) {
-    return { name: err.name, message: err.message, service: err.service, executorId: err.executorId, callId: err.callId };
-  }
-  if (err instanceof GangFailedError) {
-    return { name: err.name, message: err.message, service: err.service, rank: err.rank };
-  }
+  if (err instanceof HeadRestartedError) return { name: err.name, message: err.message, ...defined(err.ids()), retryable: true };
+  // A hearth error says what failed with its name, ids and message; the head's own stack helps no driver.
+  if (err instanceof HearthError) return { name: err.name, message: err.message, ...defined(err.ids()) };
   if (err instanceof Error) return { name: err.name, message: err.message, stack: err.stack };
   return { name: "Error", message: String(err) };
 }
 
-const KNOWN: Record<string, new (message: string) => HearthError> = {
-  HearthError,
-  ResreqError,
-  ServiceConfigError,
-  ProtocolError,
-  AuthError,
-  ConnectError,
-  ClosedError,
-  ExecutorLostError,
-  ExecutorNotFoundError,
-  QueueFullError,
-  ServiceStartError,
-  ObjectNotFoundError,
-  ObjectEvictedError,
-  CacheFullError,
+function defined(ids: ErrorIds): Record<string, string | number> {
+  const out: Record<string, string | number> = {};
+  for (const [k, v] of Object.entries(ids)) if (v !== undefined) out[k] = v;
+  return out;
+}
+
+// Peer data: a missing or mistyped id reads as "?" or -1 rather than failing the decode of an error.
+const s = (v: unknown): string => (typeof v === "string" ? v : "?");
+const n = (v: unknown): number => (typeof v === "number" ? v : -1);
+const os = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
+const on = (v: unknown): number | undefined => (typeof v === "number" ? v : undefined);
+
+type Decode = (w: WireError, o: ErrorOptions) => HearthError;
+
+/** How each class is rebuilt from its wire form: its ids, typed, and its cause. */
+const DECODE: Record<string, Decode> = {
+  HearthError: (w, o) => new HearthError(w.message, o),
+  ProtocolError: (w, o) => new ProtocolError(w.message, o),
+  AuthError: (w, o) => new AuthError(w.message, o),
+  ConnectError: (w, o) => new ConnectError(w.message, o),
+  MessageTooLargeError: (w, o) => Object.assign(new MessageTooLargeError(n(w.size), n(w.limit), "message", o), { message: w.message }),
+  ResreqError: (w, o) => new ResreqError(w.message, { resreq: s(w.resreq), service: os(w.service), ...o }),
+  ServiceConfigError: (w, o) => new ServiceConfigError(w.message, { service: os(w.service), ...o }),
+  ServiceNotFoundError: (w, o) => new ServiceNotFoundError(w.message, { service: s(w.service), app: os(w.app), ...o }),
+  ServiceStartError: (w, o) => new ServiceStartError(w.message, { service: s(w.service), executorId: os(w.executorId), ...o }),
+  GangFailedError: (w, o) => new GangFailedError(w.message, { service: s(w.service), rank: n(w.rank), executorId: os(w.executorId), ...o }),
+  TimeoutError: (w, o) => new TimeoutError(w.message, { service: os(w.service), executorId: os(w.executorId), callId: on(w.callId), op: os(w.op), ...o }),
+  ExecutorLostError: (w, o) => new ExecutorLostError(w.message, { service: s(w.service), callId: n(w.callId), executorId: os(w.executorId), ...o }),
+  ExecutorNotFoundError: (w, o) => new ExecutorNotFoundError(w.message, { service: s(w.service), executorId: s(w.executorId), ...o }),
+  QueueFullError: (w, o) => new QueueFullError(w.message, { service: s(w.service), limit: n(w.limit), ...o }),
+  ClosedError: (w, o) => new ClosedError(w.message, { service: os(w.service), ...o }),
+  HeadRestartedError: (w, o) => new HeadRestartedError(w.message, { oldHeadId: os(w.oldHeadId), newHeadId: s(w.newHeadId), ...o }),
+  RemoteError: (w, o) =>
+    new RemoteError(s(w.remoteName ?? "Error"), w.message, os(w.remoteStack) ?? "", { service: os(w.service), executorId: os(w.executorId), method: os(w.method), callId: on(w.callId) }, o),
+  VersionConflictError: (w, o) => new VersionConflictError(w.message, { key: s(w.key), app: os(w.app), expected: n(w.expected), actual: n(w.actual), ...o }),
+  ObjectNotFoundError: (w, o) => new ObjectNotFoundError(w.message, { key: s(w.key), app: os(w.app), ...o }),
+  ObjectEvictedError: (w, o) => new ObjectEvictedError(w.message, { key: s(w.key), app: os(w.app), ...o }),
+  CacheFullError: (w, o) => new CacheFullError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),
+  StateFileError: (w, o) => new StateFileError(w.message, { file: s(w.file), ...o }),
+  AgentRequestError: (w, o) => new AgentRequestError(w.message, { agentId: s(w.agentId), op: s(w.op), ...o }),
+  UsageError: (w, o) => new UsageError(w.message, { flag: s(w.flag), ...o }),
+  ProjectSetupError: (w, o) => new ProjectSetupError(w.message, { project: s(w.project), agentId: s(w.agentId), executorId: s(w.executorId), ...o }),
 };
 
-/** Rebuilds a local Error subclass from its wire form. */
-export function fromWireError(w: WireError): Error {
-  if (w.name === "RemoteError") {
-    return new RemoteError(w.remoteName ?? "Error", w.message, w.remoteStack ?? "", {
-      service: w.service,
-      executorId: w.executorId,
-      method: w.method,
-    });
-  }
-  if (w.name === "ServiceStartError" && w.remoteName) {
-    return new ServiceStartError(w.message, {
-      cause: new RemoteError(w.remoteName, w.message, w.remoteStack ?? "", { service: w.service, executorId: w.executorId }),
-    });
-  }
-  if (w.name === "VersionConflictError") return new VersionConflictError(w.message, w.key ?? "?", w.expected ?? -1, w.actual ?? -1);
-  if (w.name === "TimeoutError") return new TimeoutError(w.message, { service: w.service, executorId: w.executorId, callId: w.callId });
-  if (w.name === "GangFailedError") return new GangFailedError(w.message, w.service ?? "?", w.rank ?? -1);
-  if (w.name === "MessageTooLargeError" && w.size !== undefined && w.limit !== undefined) {
-    const e = new MessageTooLargeError(w.size, w.limit, "message");
-    e.message = w.message;
-    return e;
-  }
-  if (w.name === "ServiceNotFoundError") {
-    const e = new ServiceNotFoundError(w.service ?? "?");
-    e.message = w.message;
-    return e;
-  }
-  const Ctor = KNOWN[w.name];
-  if (Ctor) return new Ctor(w.message);
-  return new HearthError(`${w.name}: ${w.message}`);
-}
+/** The names of every class fromWireError rebuilds as itself (tests check each one round-trips). */
+export const WIRE_ERROR_NAMES: readonly string[] = Object.keys(DECODE);
 
-/** Longest log line the head and agents write; peers control much of what is logged (names, bad fields). */
-export const LOG_LINE_LIMIT = 4096;
-
-/** Cuts `line` to LOG_LINE_LIMIT characters, saying how much was dropped, and keeps it on one line. */
-export function truncateLogLine(line: string, limit = LOG_LINE_LIMIT): string {
-  const flat = line.replace(/[\r\n]+/g, " ⏎ ");
-  return flat.length <= limit ? flat : `${flat.slice(0, limit)}… [${flat.length - limit} more characters]`;
-}
-
-/** Human-readable byte count: 131072 → "128 KiB". */
-export function formatBytes(n: number): string {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let v = n;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${Number.isInteger(v) ? v : v.toFixed(1)} ${units[i]}`;
+/**
+ * Rebuilds an error from its wire form: the same class with the same ids, and
+ * its cause chain. A name hearth does not know (a user's or Node's error that
+ * reached the wire) comes back as a HearthError whose message starts with
+ * that name; as a cause it keeps the name itself.
+ */
+export function fromWireError(w: WireError, depth = 0): Error {
+  const message = typeof w?.message === "string" ? w.message : String(w?.message ?? "");
+  const name = typeof w?.name === "string" ? w.name : "Error";
+  const wire = { ...w, name, message };
+  const raw = w?.cause;
+  const cause = raw !== null && typeof raw === "object" && depth < MAX_CAUSE_DEPTH ? fromWireError(raw, depth + 1) : undefined;
+  const o: ErrorOptions = cause === undefined ? {} : { cause };
+  const decode = Object.hasOwn(DECODE, name) ? DECODE[name] : undefined;
+  if (decode) return decode(wire, o);
+  if (depth === 0) return new HearthError(`${name}: ${message}`, o);
+  // A foreign cause (a TypeError the head hit, a user's class): keep its name and message as they were.
+  const foreign = new HearthError(message, o);
+  foreign.name = name;
+  if (typeof w.stack === "string") foreign.stack = w.stack;
+  return foreign;
 }

@@ -1,10 +1,11 @@
 /**
  * The wire layer shared by every hearth process: message encoding, socket
- * wrappers and the error tree.
+ * wrappers, the wire's own errors and the wire form of every error (the
+ * domain errors live in sdk/errors/).
  *
  * @example
  * ```ts
- * import { encode, decodeHeader, RemoteError } from "hearth/wire";
+ * import { encode, decodeHeader } from "hearth/wire";
  * const frame = encode({ t: "req", rid: 1, op: "status" });
  * decodeHeader(frame).t; // "req"
  * ```
@@ -27,34 +28,4 @@ export {
   type Role,
 } from "./auth.js";
 export { AUTH_LIMITS, AUTH_MARK, Authenticator, isAuthMessage, type AuthLimits, type AuthenticatorOptions, type Peer } from "./authenticator.js";
-export {
-  AuthError,
-  ClosedError,
-  ConnectError,
-  ExecutorLostError,
-  ExecutorNotFoundError,
-  GangFailedError,
-  HearthError,
-  MessageTooLargeError,
-  ProtocolError,
-  RemoteError,
-  ResreqError,
-  ServiceConfigError,
-  ServiceNotFoundError,
-  ServiceStartError,
-  TimeoutError,
-  HeadRestartedError,
-  QueueFullError,
-  type TimeoutOrigin,
-  VersionConflictError,
-  ObjectNotFoundError,
-  ObjectEvictedError,
-  CacheFullError,
-  formatBytes,
-  truncateLogLine,
-  LOG_LINE_LIMIT,
-  fromWireError,
-  toWireError,
-  type RemoteOrigin,
-  type WireError,
-} from "./errors.js";
+export { AuthError, ConnectError, MAX_CAUSE_DEPTH, MessageTooLargeError, ProtocolError, WIRE_ERROR_NAMES, fromWireError, toWireError, type WireError } from "./errors.js";

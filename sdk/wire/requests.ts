@@ -5,7 +5,8 @@
  */
 import { DealerChannel } from "./channel.js";
 import { encode, num, type Header } from "./codec.js";
-import { ClosedError, TimeoutError, fromWireError, type WireError } from "./errors.js";
+import { ClosedError, TimeoutError } from "../errors/index.js";
+import { fromWireError, type WireError } from "./errors.js";
 
 /** A reply: the header's `value` and any payload frames after the header. */
 export interface Reply<T = any> {
@@ -44,7 +45,7 @@ export class PendingRequests implements Requester {
       if (timeoutMs !== null) {
         p.timer = setTimeout(() => {
           this.pending.delete(rid);
-          reject(new TimeoutError(`${this.peer} did not answer '${op}' within ${timeoutMs / 1000} s`));
+          reject(new TimeoutError(`${this.peer} did not answer '${op}' within ${timeoutMs / 1000} s`, { op }));
         }, timeoutMs);
       }
       this.pending.set(rid, p);
@@ -76,6 +77,6 @@ export class PendingRequests implements Requester {
       p.reject(err);
     }
     this.pending.clear();
-    if (closeForGood) this.closedWith = err instanceof ClosedError ? err : new ClosedError(err.message);
+    if (closeForGood) this.closedWith = err instanceof ClosedError ? err : new ClosedError(err.message, { cause: err });
   }
 }

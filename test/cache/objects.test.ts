@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { VersionConflictError, ObjectNotFoundError } from "../../sdk/wire/errors.js";
+import { VersionConflictError, ObjectNotFoundError } from "../../sdk/errors/index.js";
 import { FIXTURES, startCluster, type TestCluster } from "../helpers/cluster.js";
 import type { ObjectUser } from "../fixtures/services.js";
 

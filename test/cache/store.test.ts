@@ -11,7 +11,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { CacheFullError, ObjectEvictedError } from "../../sdk/wire/errors.js";
+import { CacheFullError, ObjectEvictedError } from "../../sdk/errors/index.js";
 import { startCluster } from "../helpers/cluster.js";
 
 const MiB = 1024 * 1024;
@@ -65,9 +65,15 @@ test("a memory limit evicts unpinned objects in LRU order and refuses what canno
     const b = await app.objects.put(Buffer.alloc(1 * MiB, 3), { key: "b" });
     await app.objects.get(a); // a is now more recently used than b
     await app.objects.put(Buffer.alloc(1.5 * MiB, 4), { key: "c" }); // needs room: b goes
-    await assert.rejects(app.objects.get(b), (e: unknown) => e instanceof ObjectEvictedError && /evicted: the cache needed room \(limit 4 MiB\).*no --data-dir; pin/.test(e.message));
+    await assert.rejects(app.objects.get(b), (e: unknown) => e instanceof ObjectEvictedError && e.key === "b" && /evicted: the cache needed room \(limit 4 MiB\).*no --data-dir; pin/.test(e.message));
     assert.equal((await app.objects.get<Buffer>(pinned))[0], 1, "pinned objects stay");
-    await assert.rejects(app.objects.put(Buffer.alloc(5 * MiB)), (e: unknown) => e instanceof CacheFullError && /larger than the cache's memory limit of 4 MiB/.test(e.message));
+    await assert.rejects(app.objects.put(Buffer.alloc(5 * MiB), { key: "huge" }), (e: unknown) => {
+      assert.ok(e instanceof CacheFullError, String(e));
+      assert.match(e.message, /larger than the cache's memory limit of 4 MiB/);
+      assert.deepEqual([e.key, e.size, e.limit], ["huge", 5 * MiB, 4 * MiB]);
+      assert.equal(e.app, "evict");
+      return true;
+    });
     await app.objects.put(Buffer.alloc(2.5 * MiB, 5), { key: "p2", pin: true });
     await assert.rejects(app.objects.put(Buffer.alloc(1 * MiB)), (e: unknown) => e instanceof CacheFullError && /pinned or in-transfer/.test(e.message));
     const st = await cluster.status();

@@ -14,7 +14,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { GangFailedError } from "../../sdk/wire/errors.js";
+import { GangFailedError } from "../../sdk/errors/index.js";
 import { DIST, pidAlive, rejection, startCluster, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
 import type { TrainerRank } from "./services.js";
 

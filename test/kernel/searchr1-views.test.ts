@@ -13,7 +13,7 @@ import { emReward, f1Reward, type RewardFn } from "../../sdk/searchr1/reward.js"
 import type { StepMetrics, StepResult } from "../../sdk/searchr1/run.js";
 import { TrajectoryView, rescoreSamples, trajectoryRows, trajectorySpans, trajectoryTable } from "../../sdk/searchr1/notebook/views.js";
 import { withStepDisplay } from "../../sdk/searchr1/step-summary.js";
-import { HearthError } from "../../sdk/wire/errors.js";
+import { HearthError } from "../../sdk/errors/index.js";
 
 const VOCAB = ["[UNK]", "where", "was", "ada", "born", "?", "<search>", "ada", "</search>", "<information>", "ada", "lives", "in", "oslo", "</information>", "<answer>", "oslo", "norway", "</answer>", "paris"];
 const decoder = { decode: (ids: ArrayLike<number>) => Array.from(ids, (i) => VOCAB[i] ?? "?").join(" ") };

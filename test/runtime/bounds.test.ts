@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { QueueFullError, ResreqError, ServiceConfigError } from "../../sdk/wire/errors.js";
+import { QueueFullError, ResreqError, ServiceConfigError } from "../../sdk/errors/index.js";
 import { pack } from "msgpackr";
 import { LIVENESS, rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { RawClient } from "../helpers/raw-client.js";
@@ -34,6 +34,7 @@ test("calls beyond a service's maxQueued fail at once with QueueFullError; the q
   const queued = [pool.call("sleep", 0), pool.call("sleep", 0)];
   const { error } = await rejection(pool.call("sleep", 0));
   assert.ok(error instanceof QueueFullError, String(error));
+  assert.deepEqual([error.service, error.limit], ["q", 2]);
   assert.match(error.message, /service 'q' already has 2 calls queued \(its maxQueued\).*pool\.map/);
   await Promise.all([running, ...queued]);
   assert.equal((await pool.call("whoami")).calls, 3, "the accepted calls ran, the refused one did not");

@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { MessageTooLargeError, RemoteError, ResreqError, ServiceStartError } from "../../sdk/wire/errors.js";
+import { RemoteError, ResreqError, ServiceStartError } from "../../sdk/errors/index.js";
+import { MessageTooLargeError } from "../../sdk/wire/errors.js";
 import { FIXTURES, startCluster, type TestCluster } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";
 

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { GangFailedError, ServiceStartError, TimeoutError } from "../../sdk/wire/errors.js";
+import { GangFailedError, ServiceStartError, TimeoutError } from "../../sdk/errors/index.js";
 import { LIVENESS, executorsOf, rejection, startCluster, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
 import type { Sleeper } from "../helpers/liveness-services.js";
 
@@ -114,6 +114,8 @@ test("a gang call past its deadline fails with TimeoutError and fails the gang n
   const next = await rejection(gang.callRank(0, "whoami"));
   assert.ok(next.error instanceof GangFailedError, String(next.error));
   assert.equal(next.error.rank, 1);
+  assert.equal(next.error.service, "gang");
+  assert.equal(next.error.executorId, gang.members[1]!.executorId);
   for (const m of gang.members) {
     await waitFor(`member ${m.executorId} to stop`, async () => (executorsOf(await cluster.status(), "deadlines", "gang").some((e: any) => e.id === m.executorId) ? undefined : true), 15_000);
   }

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import type { App } from "../../sdk/runtime/app.js";
-import { GangFailedError } from "../../sdk/wire/errors.js";
+import { GangFailedError } from "../../sdk/errors/index.js";
 import { FIXTURES, executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import type { GangMember } from "../fixtures/services.js";
 
@@ -80,6 +80,8 @@ test("killing a gang member fails the gang with an error naming the rank; declar
   await assert.rejects(pending, (e: unknown) => {
     assert.ok(e instanceof GangFailedError, String(e));
     assert.equal(e.rank, 1);
+    assert.equal(e.service, "gang-k");
+    assert.equal(e.executorId, rank1.id);
     assert.match(e.message, /gang 'gang-k' lost rank 1 \(executor x\d+ .*SIGKILL/);
     return true;
   });

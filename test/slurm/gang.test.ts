@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { App } from "../../sdk/runtime/app.js";
-import { GangFailedError } from "../../sdk/wire/errors.js";
+import { GangFailedError } from "../../sdk/errors/index.js";
 import type { Reducer, Where } from "./services.js";
 import { SERVICES, eventually, startWorld, type SlurmWorld } from "./setup.js";
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { formatResources, parseMem, parseResreq } from "../../sdk/runtime/resreq.js";
-import { ResreqError } from "../../sdk/wire/errors.js";
+import { ResreqError } from "../../sdk/errors/index.js";
 
 test("parses cpu, mem with units and gpu", () => {
   assert.deepEqual(parseResreq("cpu=8,mem=64g,gpu=1"), { cpu: 8, mem: 64 * 1024 ** 3, gpu: 1 });

@@ -6,7 +6,7 @@
 import { execFile, spawn } from "node:child_process";
 import { promisify } from "node:util";
 import type { Resources } from "../../runtime/resreq.js";
-import { HearthError } from "../../wire/errors.js";
+import { HearthError } from "../../errors/index.js";
 
 const run = promisify(execFile);
 const MiB = 1024 * 1024;

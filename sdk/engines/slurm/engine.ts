@@ -22,6 +22,7 @@ import { buildAgentJob, sbatch, scancel, squeue, type QueuedJob } from "./comman
 import { HEARTH_CLI } from "./head.js";
 import { CURVE_KEYS_ENV } from "../../wire/curve.js";
 import { SECRET_FILE_ENV } from "../../wire/auth.js";
+import { TimeoutError } from "../../errors/index.js";
 
 /** Options of the Slurm engine (also accepted by `connect({ engine: "slurm", ... })`). */
 export interface SlurmEngineOptions {
@@ -278,7 +279,7 @@ export class SlurmEngine {
     for (;;) {
       const left = (await squeue(name, this.env)).filter(mine);
       if (left.length === 0) break;
-      if (Date.now() > deadline) throw new Error(`jobs ${left.map((q) => q.id).join(", ")} did not end within ${timeoutMs / 1000} s of scancel`);
+      if (Date.now() > deadline) throw new TimeoutError(`jobs ${left.map((q) => q.id).join(", ")} did not end within ${timeoutMs / 1000} s of scancel`, { op: "scancel" });
       await scancel(left.map((q) => q.id), this.env);
       await new Promise((r) => setTimeout(r, 200));
     }

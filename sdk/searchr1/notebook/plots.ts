@@ -9,7 +9,7 @@
  * plot.lengths(run.result(3));          // generated vs masked tokens per sample
  * ```
  */
-import { HearthError } from "../../wire/errors.js";
+import { HearthError } from "../../errors/index.js";
 import { figure, type Figure, type Trace } from "../../notebook/index.js";
 import type { ScoredSample } from "../batch.js";
 import type { StepMetrics } from "../run.js";

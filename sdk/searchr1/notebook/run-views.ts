@@ -5,7 +5,7 @@
  * alone, so it loads no table or plotting library.
  */
 import type { DataTable } from "../../notebook/index.js";
-import { HearthError } from "../../wire/errors.js";
+import { HearthError } from "../../errors/index.js";
 import type { RewardFn } from "../reward.js";
 import { SearchR1Run } from "../run.js";
 import { RescoreView, TrajectoryView, rescoreSamples, trajectoryTable } from "./views.js";

@@ -6,7 +6,7 @@
  * HTML in the hearth kernel and as text anywhere else.
  */
 import { JUPYTER_DISPLAY, escapeHtml, table, type DataTable, type MimeBundle } from "../../notebook/index.js";
-import { HearthError } from "../../wire/errors.js";
+import { HearthError } from "../../errors/index.js";
 import { scoreSamples, type ScoredSample } from "../batch.js";
 import { regroup } from "../interactive.js";
 import type { RewardFn } from "../reward.js";

@@ -7,7 +7,7 @@
  */
 import path from "node:path";
 import { checkModelFolder } from "../../tensor/model-check.js";
-import { HearthError } from "../../wire/errors.js";
+import { HearthError } from "../../errors/index.js";
 import { loadHotpotQa } from "../hotpotqa.js";
 import type { SearchR1Options } from "../options.js";
 import type { ProtocolText } from "../protocol.js";

@@ -10,7 +10,7 @@ import type { ProtocolText } from "../protocol.js";
 import type { PreparedTask, TaskRecipe, WarmStartContext } from "../recipe.js";
 import { syntheticTask, type SyntheticTask } from "../synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../tokenizer.js";
-import { HearthError } from "../../wire/errors.js";
+import { HearthError } from "../../errors/index.js";
 
 /** The protocol in words the word-level vocabulary holds (tokens are separated by spaces). */
 export const SYNTHETIC_TEXT: ProtocolText = {

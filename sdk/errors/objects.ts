@@ -1,0 +1,88 @@
+/**
+ * Errors of the object cache (the head's store, the node caches, the SDK's
+ * ObjectCache): a write whose version precondition failed, an object that is
+ * not there or was evicted, and a cache too full to take a put. Each names the
+ * key (as the app sees it) and the app.
+ */
+import { HearthError, type ErrorIds, type ErrorOptions } from "./hearth-error.js";
+
+/** Which object an error is about: its key as the app wrote it, and the app. */
+export interface ObjectIds {
+  /** The object key as the app sees it (without the app prefix). */
+  key: string;
+  /** The app the object belongs to. */
+  app?: string;
+}
+
+/** A write's `ifVersion` precondition did not hold: someone else wrote first. */
+export class VersionConflictError extends HearthError {
+  override name = "VersionConflictError";
+  readonly key: string;
+  readonly app?: string;
+  /** The version the write expected (0: that it did not exist). */
+  readonly expected: number;
+  /** The version the object is at (0: it does not exist). */
+  readonly actual: number;
+  constructor(message: string, fields: ObjectIds & { expected: number; actual: number } & ErrorOptions) {
+    super(message, fields);
+    this.key = fields.key;
+    this.app = fields.app;
+    this.expected = fields.expected;
+    this.actual = fields.actual;
+  }
+  override ids(): ErrorIds {
+    return { key: this.key, app: this.app, expected: this.expected, actual: this.actual };
+  }
+}
+
+/** No object with that key exists in the app (or it was deleted). */
+export class ObjectNotFoundError extends HearthError {
+  override name = "ObjectNotFoundError";
+  readonly key: string;
+  readonly app?: string;
+  constructor(message: string, fields: ObjectIds & ErrorOptions) {
+    super(message, fields);
+    this.key = fields.key;
+    this.app = fields.app;
+  }
+  override ids(): ErrorIds {
+    return { key: this.key, app: this.app };
+  }
+}
+
+/** An object was dropped to make room, and there was no data dir to reload it from. */
+export class ObjectEvictedError extends HearthError {
+  override name = "ObjectEvictedError";
+  readonly key: string;
+  readonly app?: string;
+  constructor(message: string, fields: ObjectIds & ErrorOptions) {
+    super(message, fields);
+    this.key = fields.key;
+    this.app = fields.app;
+  }
+  override ids(): ErrorIds {
+    return { key: this.key, app: this.app };
+  }
+}
+
+/** A put cannot fit in the cache's memory limit even after evicting everything evictable. */
+export class CacheFullError extends HearthError {
+  override name = "CacheFullError";
+  /** The key being written (or reloaded from disk). */
+  readonly key: string;
+  readonly app?: string;
+  /** Bytes the write needed. */
+  readonly size: number;
+  /** The cache's memory limit in bytes. */
+  readonly limit: number;
+  constructor(message: string, fields: ObjectIds & { size: number; limit: number } & ErrorOptions) {
+    super(message, fields);
+    this.key = fields.key;
+    this.app = fields.app;
+    this.size = fields.size;
+    this.limit = fields.limit;
+  }
+  override ids(): ErrorIds {
+    return { key: this.key, app: this.app, size: this.size, limit: this.limit };
+  }
+}
