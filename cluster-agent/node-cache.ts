@@ -143,7 +143,7 @@ export class NodeCache {
         this.fetches.gets++;
         await this.refresh(app, str(h, "key"));
       }
-      const r = this.service.handle(op, app, h, frames, "executor");
+      const r = await this.service.serve(op, app, h, frames, "executor", peer.routingId.toString("latin1"));
       const value = op === "obj-stat" ? { ...(r.value as object), fetches: this.fetches } : r.value;
       this.socket.sendTo(peer.routingId, [encode({ t: "rep", rid, ok: true, value }), ...(r.frames ?? [])]);
     } catch (err) {

@@ -11,6 +11,7 @@ import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
 import { ProtocolError } from "../sdk/wire/errors.js";
 import type { ObjectStore, StoredObject, StoredPart, WriteOp } from "./head/object-store.js";
+import { ReadCredit, type ReadCreditLimits } from "./read-credit.js";
 
 /** A reply: value plus payload frames. */
 export interface ServiceReply {
@@ -62,10 +63,32 @@ export class ObjectService {
   private nextTid = 1;
   readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0 } };
 
+  /** How much object data each connection holds unread (read-credit.ts). */
+  readonly credit: ReadCredit;
+
   constructor(
     readonly store: ObjectStore,
-    private readonly opts: { readOnly?: boolean } = {},
-  ) {}
+    private readonly opts: { readOnly?: boolean; credit?: Partial<ReadCreditLimits> } = {},
+  ) {
+    this.credit = new ReadCredit(opts.credit);
+  }
+
+  /**
+   * Answers one request from connection `conn` (its routing id) with flow
+   * control: the acknowledgements it carries (`acks`) are taken first; a
+   * reply with object data waits while `conn` holds more unread data than
+   * its limit, and carries the token (`ack`) that acknowledges it.
+   */
+  async serve(op: string, ns: string, h: Header, frames: Buffer[], peer: string, conn: string): Promise<ServiceReply> {
+    this.credit.acknowledge(conn, h.acks);
+    if (op === "obj-ack") return { value: {} };
+    const r = this.handle(op, ns, h, frames, peer);
+    let bytes = 0;
+    for (const f of r.frames ?? []) bytes += f.byteLength;
+    if (bytes === 0) return r;
+    const ack = await this.credit.admit(conn, bytes);
+    return { value: { ...(r.value as object), ack }, frames: r.frames };
+  }
 
   /**
    * Answers one request. `ns` is the app namespace of the caller; `peer`
@@ -83,7 +106,7 @@ export class ObjectService {
         return { value: { done: true } };
       }
       case "obj-stat":
-        return { value: { ...this.store.usage(), traffic: this.traffic } };
+        return { value: { ...this.store.usage(), traffic: this.traffic, credit: { ...this.credit.stats } } };
     }
     if (this.opts.readOnly) throw new ProtocolError(`'${op}' is not served here: write objects through the head`);
     switch (op) {
@@ -223,6 +246,7 @@ export class ObjectService {
 
   /** Drops transfers idle for too long (a reader or writer that vanished). */
   expire(now: number): void {
+    this.credit.expire(now);
     for (const [tid, t] of this.reads) if (now - t.lastActive > TRANSFER_TTL_MS) this.finishRead(tid);
     for (const [tid, t] of this.writes) if (now - t.lastActive > TRANSFER_TTL_MS) this.writes.delete(tid);
   }

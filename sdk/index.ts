@@ -36,6 +36,7 @@ export { slurmProvisioner, type SlurmConnectOptions, type SlurmEngineConnectOpti
 export { AuthError, ConnectError, MESSAGE_LIMIT, MessageTooLargeError, ProtocolError, appToken, credentialFrom, driverCredential, type Credential } from "./wire/index.js";
 export {
   AgentRequestError,
+  BackpressureError,
   CacheFullError,
   ClosedError,
   ExecutorLostError,

@@ -62,7 +62,7 @@ export class AgentProtocol {
       const op = str(h, "op");
       if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an agent`);
       const ns = typeof h.app === "string" ? h.app : "";
-      return answerObject(this.ctx, id, num(h, "rid"), () => this.ctx.objects.handle(op, ns, h, frames, "agent"));
+      return answerObject(this.ctx, id, num(h, "rid"), () => this.ctx.objects.serve(op, ns, h, frames, "agent", id.toString("latin1")));
     }
     if ((h.t === "start-failed" || h.t === "exit") && !this.reportsOwn(agent, str(h, "executor"))) {
       throw new AuthError(`agent ${agentId} reported '${h.t}' for executor ${str(h, "executor")}, which runs on another agent; ignored`);

@@ -64,7 +64,7 @@ export class DriverProtocol {
     if (op.startsWith("obj-")) {
       const app = this.requireApp(key);
       this.seen(app, key);
-      return answerObject(this.ctx, id, rid, () => this.ctx.objects.handle(op, app.name, h, frames, "driver"));
+      return answerObject(this.ctx, id, rid, () => this.ctx.objects.serve(op, app.name, h, frames, "driver", id.toString("latin1")));
     }
     try {
       const value = this.onRequest(id, key, op, h, rid, peer);

@@ -32,12 +32,14 @@ export interface HeadContext {
   saveState(): void;
 }
 
-/** Runs an object request and answers it: the value with the reply's frames, or the error it threw. */
-export function answerObject(ctx: Pick<HeadContext, "id" | "sendTo">, route: Buffer, rid: number, work: () => ServiceReply): void {
-  try {
-    const r = work();
-    ctx.sendTo(route, [encode({ t: "rep", rid, ok: true, value: r.value, head: ctx.id }), ...(r.frames ?? [])]);
-  } catch (err) {
-    ctx.sendTo(route, [encode({ t: "rep", rid, ok: false, error: toWireError(err), head: ctx.id })]);
-  }
+/**
+ * Runs an object request and answers it: the value with the reply's frames,
+ * or the error it threw. A reply with object data may wait for its
+ * connection to read what it was sent before (ObjectService.serve).
+ */
+export function answerObject(ctx: Pick<HeadContext, "id" | "sendTo">, route: Buffer, rid: number, work: () => Promise<ServiceReply>): void {
+  work().then(
+    (r) => ctx.sendTo(route, [encode({ t: "rep", rid, ok: true, value: r.value, head: ctx.id }), ...(r.frames ?? [])]),
+    (err: unknown) => ctx.sendTo(route, [encode({ t: "rep", rid, ok: false, error: toWireError(err), head: ctx.id })]),
+  );
 }

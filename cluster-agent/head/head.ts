@@ -62,6 +62,8 @@ export interface HeadOptions {
   peerLimits?: Partial<PeerLimits>;
   /** Connections waiting to prove a credential at once; beyond it the oldest is dropped. Default 1024. */
   maxUnproven?: number;
+  /** Object data bytes one connection may hold without acknowledging it read them (read-credit.ts). Default 256 MiB. */
+  maxUnread?: number;
 }
 
 /** A running head. Create with `Head.start()`. */
@@ -104,7 +106,9 @@ export class Head {
       onRefused: (id, frames, err) => this.onRefusedMessage(id, frames, err),
       curveServerSecretKey: opts.curve?.serverSecretKey,
     });
-    this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }));
+    this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }), {
+      credit: opts.maxUnread !== undefined ? { limit: opts.maxUnread } : undefined,
+    });
     this.scheduler = new Scheduler({
       toDriver: (id, frames) => this.channel.sendTo(id, frames),
       toAgent: (agent, frames) => this.channel.sendTo(agent.routingId, frames),

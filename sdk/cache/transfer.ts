@@ -14,6 +14,51 @@ export const CHUNK = 8 * 1024 * 1024;
 /** Chunk requests in flight per transfer. */
 export const WINDOW = 4;
 
+/**
+ * Tokens of object replies this process has read and not yet handed back,
+ * per requester. The head and agents let a connection hold only so much
+ * object data it has not acknowledged reading (cluster-agent/read-credit.ts);
+ * each reply with data carries a token (`ack`), and handing it back on the
+ * next request (`acks`), or in an `obj-ack` soon after the last one, is what
+ * says it was read.
+ */
+interface Owed {
+  acks: number[];
+  timer?: NodeJS.Timeout;
+}
+const owed = new WeakMap<Requester, Owed>();
+/** How soon read tokens go back when no request carries them. */
+const ACK_DELAY_MS = 20;
+
+/** Notes the token of a reply just read. */
+function noteRead(req: Requester, value: { ack?: unknown }): void {
+  if (typeof value.ack !== "number") return;
+  let o = owed.get(req);
+  if (!o) owed.set(req, (o = { acks: [] }));
+  o.acks.push(value.ack);
+}
+
+/** The tokens to hand back on the next request (taken: each goes back once). */
+function acksFor(req: Requester): { acks?: number[] } {
+  const o = owed.get(req);
+  if (!o || o.acks.length === 0) return {};
+  clearTimeout(o.timer);
+  o.timer = undefined;
+  return { acks: o.acks.splice(0) };
+}
+
+/** Hands back what is still owed shortly, unless a request carries it first. */
+function ackSoon(req: Requester): void {
+  const o = owed.get(req);
+  if (!o || o.acks.length === 0 || o.timer) return;
+  o.timer = setTimeout(() => {
+    o.timer = undefined;
+    const fields = acksFor(req);
+    if (fields.acks) req.request("obj-ack", fields).catch(() => undefined);
+  }, ACK_DELAY_MS);
+  o.timer.unref?.();
+}
+
 /** A part as it arrives: the base or a patch, with its bytes. */
 export interface ReceivedPart {
   kind: ValueKind;
@@ -35,9 +80,13 @@ export interface Download {
 
 /** Fetches `key` relative to the version held (if any). */
 export async function download(req: Requester, fields: { key: string; have?: number; haveBase?: number; app?: string }): Promise<Download> {
-  const { value: head, frames } = await req.request("obj-get", fields);
+  const { value: head, frames } = await req.request("obj-get", { ...fields, ...acksFor(req) });
+  noteRead(req, head);
   const metas = head.parts as Array<Omit<ReceivedPart, "data">>;
-  if (head.mode === "not-modified") return { mode: "not-modified", version: head.version, baseVersion: head.baseVersion, parts: [], bytes: 0 };
+  if (head.mode === "not-modified") {
+    ackSoon(req);
+    return { mode: "not-modified", version: head.version, baseVersion: head.baseVersion, parts: [], bytes: 0 };
+  }
   let bytes = 0;
   let parts: ReceivedPart[];
   if (head.tid === undefined) {
@@ -53,15 +102,17 @@ export async function download(req: Requester, fields: { key: string; have?: num
     });
     try {
       await inWindow(jobs, async (job) => {
-        const r = await req.request("obj-read", { tid: head.tid, ...job, ...app });
+        const r = await req.request("obj-read", { tid: head.tid, ...job, ...app, ...acksFor(req) });
+        noteRead(req, r.value);
         const chunk = r.frames[0]!;
         chunk.copy(parts[job.part]!.data, job.offset);
         bytes += chunk.byteLength;
       });
     } finally {
-      await req.request("obj-done", { tid: head.tid, ...app }).catch(() => undefined);
+      await req.request("obj-done", { tid: head.tid, ...app, ...acksFor(req) }).catch(() => undefined);
     }
   }
+  ackSoon(req);
   return { mode: head.mode, version: head.version, baseVersion: head.baseVersion, parts, bytes };
 }
 

@@ -65,6 +65,28 @@ export class ObjectEvictedError extends HearthError {
   }
 }
 
+/**
+ * A connection asked for more object data while holding more than its limit
+ * of data it had not acknowledged reading, and did not catch up in time (the
+ * head's and agents' read credit, cluster-agent/read-credit.ts). Retryable
+ * once the replies already sent are read.
+ */
+export class BackpressureError extends HearthError {
+  override name = "BackpressureError";
+  /** Unacknowledged bytes the connection held. */
+  readonly unread: number;
+  /** Its limit in bytes. */
+  readonly limit: number;
+  constructor(message: string, fields: { unread: number; limit: number } & ErrorOptions) {
+    super(message, fields);
+    this.unread = fields.unread;
+    this.limit = fields.limit;
+  }
+  override ids(): ErrorIds {
+    return { unread: this.unread, limit: this.limit };
+  }
+}
+
 /** A put cannot fit in the cache's memory limit even after evicting everything evictable. */
 export class CacheFullError extends HearthError {
   override name = "CacheFullError";

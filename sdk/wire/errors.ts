@@ -8,6 +8,7 @@
  */
 import {
   AgentRequestError,
+  BackpressureError,
   CacheFullError,
   ClosedError,
   ExecutorLostError,
@@ -88,6 +89,8 @@ export interface WireError {
   rank?: number;
   size?: number;
   limit?: number;
+  /** For BackpressureError: the bytes a connection had not acknowledged reading. */
+  unread?: number;
   key?: string;
   app?: string;
   expected?: number;
@@ -165,6 +168,7 @@ const DECODE: Record<string, Decode> = {
   VersionConflictError: (w, o) => new VersionConflictError(w.message, { key: s(w.key), app: os(w.app), expected: n(w.expected), actual: n(w.actual), ...o }),
   ObjectNotFoundError: (w, o) => new ObjectNotFoundError(w.message, { key: s(w.key), app: os(w.app), ...o }),
   ObjectEvictedError: (w, o) => new ObjectEvictedError(w.message, { key: s(w.key), app: os(w.app), ...o }),
+  BackpressureError: (w, o) => new BackpressureError(w.message, { unread: n(w.unread), limit: n(w.limit), ...o }),
   CacheFullError: (w, o) => new CacheFullError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),
   StateFileError: (w, o) => new StateFileError(w.message, { file: s(w.file), ...o }),
   AgentRequestError: (w, o) => new AgentRequestError(w.message, { agentId: s(w.agentId), op: s(w.op), ...o }),

@@ -6,6 +6,7 @@ import { encode, decode } from "../../sdk/wire/codec.js";
 import * as errors from "../../sdk/errors/index.js";
 import {
   AgentRequestError,
+  BackpressureError,
   CacheFullError,
   ClosedError,
   ExecutorLostError,
@@ -55,6 +56,7 @@ const samples: HearthError[] = [
   new ObjectNotFoundError("missing", { key: "k2", app: "a2", cause: root }),
   new ObjectEvictedError("evicted", { key: "k3", app: "a3", cause: root }),
   new CacheFullError("full", { key: "k4", app: "a4", size: 1024, limit: 512, cause: root }),
+  new BackpressureError("behind", { unread: 300 * 1024 * 1024, limit: 256 * 1024 * 1024, cause: root }),
   new StateFileError("bad state", { file: "/d/runtime/state.json", cause: new SyntaxError("Unexpected token") }),
   new AgentRequestError("no answer", { agentId: "n1", op: "reserve-port", cause: root }),
   new UsageError("bad --gpus", { flag: "--gpus", cause: root }),
