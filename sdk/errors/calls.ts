@@ -25,19 +25,12 @@ export interface TimeoutOrigin extends ErrorOptions {
  */
 export class TimeoutError extends HearthError {
   override name = "TimeoutError";
-  readonly service?: string;
-  readonly executorId?: string;
-  readonly callId?: number;
-  readonly op?: string;
+  declare readonly service?: string;
+  declare readonly executorId?: string;
+  declare readonly callId?: number;
+  declare readonly op?: string;
   constructor(message: string, origin: TimeoutOrigin = {}) {
-    super(message, origin);
-    this.service = origin.service;
-    this.executorId = origin.executorId;
-    this.callId = origin.callId;
-    this.op = origin.op;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service, executorId: this.executorId, callId: this.callId, op: this.op };
+    super(message, origin, { service: origin.service, executorId: origin.executorId, callId: origin.callId, op: origin.op });
   }
 }
 
@@ -45,50 +38,34 @@ export class TimeoutError extends HearthError {
 export class ExecutorLostError extends HearthError {
   override name = "ExecutorLostError";
   /** The service the call was for. */
-  readonly service: string;
+  declare readonly service: string;
   /** The driver's call id. */
-  readonly callId: number;
+  declare readonly callId: number;
   /** The last executor that died running it, if it had reached one. */
-  readonly executorId?: string;
+  declare readonly executorId?: string;
   constructor(message: string, fields: { service: string; callId: number; executorId?: string } & ErrorOptions) {
-    super(message, fields);
-    this.service = fields.service;
-    this.callId = fields.callId;
-    this.executorId = fields.executorId;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service, callId: this.callId, executorId: this.executorId };
+    super(message, fields, { service: fields.service, callId: fields.callId, executorId: fields.executorId });
   }
 }
 
 /** A call named an executor the service does not have (it exited, or never belonged to it). */
 export class ExecutorNotFoundError extends HearthError {
   override name = "ExecutorNotFoundError";
-  readonly service: string;
-  readonly executorId: string;
+  declare readonly service: string;
+  declare readonly executorId: string;
   constructor(message: string, fields: { service: string; executorId: string } & ErrorOptions) {
-    super(message, fields);
-    this.service = fields.service;
-    this.executorId = fields.executorId;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service, executorId: this.executorId };
+    super(message, fields, { service: fields.service, executorId: fields.executorId });
   }
 }
 
 /** A service's queue is full (its `maxQueued`): wait for results before sending more (backpressure). */
 export class QueueFullError extends HearthError {
   override name = "QueueFullError";
-  readonly service: string;
+  declare readonly service: string;
   /** The service's maxQueued. */
-  readonly limit: number;
+  declare readonly limit: number;
   constructor(message: string, fields: { service: string; limit: number } & ErrorOptions) {
-    super(message, fields);
-    this.service = fields.service;
-    this.limit = fields.limit;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service, limit: this.limit };
+    super(message, fields, { service: fields.service, limit: fields.limit });
   }
 }
 
@@ -96,13 +73,9 @@ export class QueueFullError extends HearthError {
 export class ClosedError extends HearthError {
   override name = "ClosedError";
   /** The service that was stopped, when a stop ended the work. */
-  readonly service?: string;
+  declare readonly service?: string;
   constructor(message: string, fields: { service?: string } & ErrorOptions = {}) {
-    super(message, fields);
-    this.service = fields.service;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service };
+    super(message, fields, { service: fields.service });
   }
 }
 
@@ -116,16 +89,11 @@ export class HeadRestartedError extends HearthError {
   /** Always true: the work was not lost by the callee's fault; redo it on a fresh connection. */
   readonly retryable = true;
   /** The head instance the work was sent to, when the caller knows it. */
-  readonly oldHeadId?: string;
+  declare readonly oldHeadId?: string;
   /** The head instance that answers now. */
-  readonly newHeadId: string;
+  declare readonly newHeadId: string;
   constructor(message: string, fields: { oldHeadId?: string; newHeadId: string } & ErrorOptions) {
-    super(message, fields);
-    this.oldHeadId = fields.oldHeadId;
-    this.newHeadId = fields.newHeadId;
-  }
-  override ids(): ErrorIds {
-    return { oldHeadId: this.oldHeadId, newHeadId: this.newHeadId };
+    super(message, fields, { oldHeadId: fields.oldHeadId, newHeadId: fields.newHeadId });
   }
 }
 
@@ -141,10 +109,10 @@ export interface RemoteOrigin {
 export class RemoteError extends HearthError {
   override name = "RemoteError";
   /** The user's error class name (`TypeError`, `ValueError`…). */
-  readonly remoteName: string;
-  readonly remoteMessage: string;
-  readonly remoteStack: string;
-  readonly origin: RemoteOrigin;
+  declare readonly remoteName: string;
+  declare readonly remoteMessage: string;
+  declare readonly remoteStack: string;
+  declare readonly origin: RemoteOrigin;
   constructor(remoteName: string, remoteMessage: string, remoteStack: string, origin: RemoteOrigin, options?: ErrorOptions) {
     const where = [origin.service, origin.method].filter(Boolean).join(".");
     super(`${remoteName}: ${remoteMessage}${where ? ` (in ${where} on executor ${origin.executorId ?? "?"})` : ""}`, options);

@@ -3,35 +3,26 @@
  * call): a state file that cannot be read back, an agent that failed (or did
  * not answer) a request from the head, and a bad command-line setting.
  */
-import { HearthError, type ErrorIds, type ErrorOptions } from "./hearth-error.js";
+import { HearthError, type ErrorOptions } from "./hearth-error.js";
 
 /** The head's state file (persist.ts) is unreadable or not one the head wrote. */
 export class StateFileError extends HearthError {
   override name = "StateFileError";
   /** The state file's path. */
-  readonly file: string;
+  declare readonly file: string;
   constructor(message: string, fields: { file: string } & ErrorOptions) {
-    super(message, fields);
-    this.file = fields.file;
-  }
-  override ids(): ErrorIds {
-    return { file: this.file };
+    super(message, fields, { file: fields.file });
   }
 }
 
 /** A request the head sent an agent (e.g. `reserve-port`) failed there or got no answer in time. */
 export class AgentRequestError extends HearthError {
   override name = "AgentRequestError";
-  readonly agentId: string;
+  declare readonly agentId: string;
   /** The request op. */
-  readonly op: string;
+  declare readonly op: string;
   constructor(message: string, fields: { agentId: string; op: string } & ErrorOptions) {
-    super(message, fields);
-    this.agentId = fields.agentId;
-    this.op = fields.op;
-  }
-  override ids(): ErrorIds {
-    return { agentId: this.agentId, op: this.op };
+    super(message, fields, { agentId: fields.agentId, op: fields.op });
   }
 }
 
@@ -39,13 +30,9 @@ export class AgentRequestError extends HearthError {
 export class UsageError extends HearthError {
   override name = "UsageError";
   /** The flag, e.g. `--gpus`. */
-  readonly flag: string;
+  declare readonly flag: string;
   constructor(message: string, fields: { flag: string } & ErrorOptions) {
-    super(message, fields);
-    this.flag = fields.flag;
-  }
-  override ids(): ErrorIds {
-    return { flag: this.flag };
+    super(message, fields, { flag: fields.flag });
   }
 }
 
@@ -53,17 +40,11 @@ export class UsageError extends HearthError {
 export class ProjectSetupError extends HearthError {
   override name = "ProjectSetupError";
   /** The project's content hash. */
-  readonly project: string;
-  readonly agentId: string;
+  declare readonly project: string;
+  declare readonly agentId: string;
   /** The executor that was to run it. */
-  readonly executorId: string;
+  declare readonly executorId: string;
   constructor(message: string, fields: { project: string; agentId: string; executorId: string } & ErrorOptions) {
-    super(message, fields);
-    this.project = fields.project;
-    this.agentId = fields.agentId;
-    this.executorId = fields.executorId;
-  }
-  override ids(): ErrorIds {
-    return { project: this.project, agentId: this.agentId, executorId: this.executorId };
+    super(message, fields, { project: fields.project, agentId: fields.agentId, executorId: fields.executorId });
   }
 }

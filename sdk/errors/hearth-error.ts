@@ -18,18 +18,26 @@ export interface ErrorOptions {
 /** Base class of every error hearth raises on purpose. */
 export class HearthError extends Error {
   override name = "HearthError";
-  constructor(message: string, options?: ErrorOptions) {
+  readonly #ids: ErrorIds;
+
+  /**
+   * `ids` are the error's id fields: each becomes a property of the error
+   * (subclasses `declare` them with their types) and `ids()` returns them.
+   */
+  constructor(message: string, options?: ErrorOptions, ids: ErrorIds = {}) {
     // An explicit `cause: undefined` would still make an own `cause` property; leave it off instead.
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.#ids = ids;
+    Object.assign(this, ids);
   }
 
   /**
    * The ids that identify what failed (service, executor, call, key…), as
-   * plain data. Subclasses list every id field here: the wire form
-   * (sdk/wire/errors.ts) sends exactly these, so a driver rebuilds the error
-   * with the same ids the head raised it with.
+   * plain data: the wire form (sdk/wire/errors.ts) sends exactly these, so a
+   * driver rebuilds the error with the same ids the head raised it with.
+   * Subclasses whose ids are not plain fields (RemoteError's origin) override it.
    */
   ids(): ErrorIds {
-    return {};
+    return this.#ids;
   }
 }

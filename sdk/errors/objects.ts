@@ -4,7 +4,7 @@
  * not there or was evicted, and a cache too full to take a put. Each names the
  * key (as the app sees it) and the app.
  */
-import { HearthError, type ErrorIds, type ErrorOptions } from "./hearth-error.js";
+import { HearthError, type ErrorOptions } from "./hearth-error.js";
 
 /** Which object an error is about: its key as the app wrote it, and the app. */
 export interface ObjectIds {
@@ -17,51 +17,34 @@ export interface ObjectIds {
 /** A write's `ifVersion` precondition did not hold: someone else wrote first. */
 export class VersionConflictError extends HearthError {
   override name = "VersionConflictError";
-  readonly key: string;
-  readonly app?: string;
+  declare readonly key: string;
+  declare readonly app?: string;
   /** The version the write expected (0: that it did not exist). */
-  readonly expected: number;
+  declare readonly expected: number;
   /** The version the object is at (0: it does not exist). */
-  readonly actual: number;
+  declare readonly actual: number;
   constructor(message: string, fields: ObjectIds & { expected: number; actual: number } & ErrorOptions) {
-    super(message, fields);
-    this.key = fields.key;
-    this.app = fields.app;
-    this.expected = fields.expected;
-    this.actual = fields.actual;
-  }
-  override ids(): ErrorIds {
-    return { key: this.key, app: this.app, expected: this.expected, actual: this.actual };
+    super(message, fields, { key: fields.key, app: fields.app, expected: fields.expected, actual: fields.actual });
   }
 }
 
 /** No object with that key exists in the app (or it was deleted). */
 export class ObjectNotFoundError extends HearthError {
   override name = "ObjectNotFoundError";
-  readonly key: string;
-  readonly app?: string;
+  declare readonly key: string;
+  declare readonly app?: string;
   constructor(message: string, fields: ObjectIds & ErrorOptions) {
-    super(message, fields);
-    this.key = fields.key;
-    this.app = fields.app;
-  }
-  override ids(): ErrorIds {
-    return { key: this.key, app: this.app };
+    super(message, fields, { key: fields.key, app: fields.app });
   }
 }
 
 /** An object was dropped to make room, and there was no data dir to reload it from. */
 export class ObjectEvictedError extends HearthError {
   override name = "ObjectEvictedError";
-  readonly key: string;
-  readonly app?: string;
+  declare readonly key: string;
+  declare readonly app?: string;
   constructor(message: string, fields: ObjectIds & ErrorOptions) {
-    super(message, fields);
-    this.key = fields.key;
-    this.app = fields.app;
-  }
-  override ids(): ErrorIds {
-    return { key: this.key, app: this.app };
+    super(message, fields, { key: fields.key, app: fields.app });
   }
 }
 
@@ -74,16 +57,11 @@ export class ObjectEvictedError extends HearthError {
 export class BackpressureError extends HearthError {
   override name = "BackpressureError";
   /** Unacknowledged bytes the connection held. */
-  readonly unread: number;
+  declare readonly unread: number;
   /** Its limit in bytes. */
-  readonly limit: number;
+  declare readonly limit: number;
   constructor(message: string, fields: { unread: number; limit: number } & ErrorOptions) {
-    super(message, fields);
-    this.unread = fields.unread;
-    this.limit = fields.limit;
-  }
-  override ids(): ErrorIds {
-    return { unread: this.unread, limit: this.limit };
+    super(message, fields, { unread: fields.unread, limit: fields.limit });
   }
 }
 
@@ -91,20 +69,13 @@ export class BackpressureError extends HearthError {
 export class CacheFullError extends HearthError {
   override name = "CacheFullError";
   /** The key being written (or reloaded from disk). */
-  readonly key: string;
-  readonly app?: string;
+  declare readonly key: string;
+  declare readonly app?: string;
   /** Bytes the write needed. */
-  readonly size: number;
+  declare readonly size: number;
   /** The cache's memory limit in bytes. */
-  readonly limit: number;
+  declare readonly limit: number;
   constructor(message: string, fields: ObjectIds & { size: number; limit: number } & ErrorOptions) {
-    super(message, fields);
-    this.key = fields.key;
-    this.app = fields.app;
-    this.size = fields.size;
-    this.limit = fields.limit;
-  }
-  override ids(): ErrorIds {
-    return { key: this.key, app: this.app, size: this.size, limit: this.limit };
+    super(message, fields, { key: fields.key, app: fields.app, size: fields.size, limit: fields.limit });
   }
 }

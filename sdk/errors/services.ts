@@ -4,22 +4,17 @@
  * a gang that lost a member. Each names the service (and the executor, rank
  * or resreq) it is about.
  */
-import { HearthError, type ErrorIds, type ErrorOptions } from "./hearth-error.js";
+import { HearthError, type ErrorOptions } from "./hearth-error.js";
 
 /** A resource request string (`"cpu=8,mem=64g,gpu=1"`) is malformed or can never be satisfied. */
 export class ResreqError extends HearthError {
   override name = "ResreqError";
   /** The resource request text as given. */
-  readonly resreq: string;
+  declare readonly resreq: string;
   /** The service that asked for it, when the head refused a declaration. */
-  readonly service?: string;
+  declare readonly service?: string;
   constructor(message: string, fields: { resreq: string; service?: string } & ErrorOptions) {
-    super(message, fields);
-    this.resreq = fields.resreq;
-    this.service = fields.service;
-  }
-  override ids(): ErrorIds {
-    return { resreq: this.resreq, service: this.service };
+    super(message, fields, { resreq: fields.resreq, service: fields.service });
   }
 }
 
@@ -27,13 +22,9 @@ export class ResreqError extends HearthError {
 export class ServiceConfigError extends HearthError {
   override name = "ServiceConfigError";
   /** The service the declaration was for, when known. */
-  readonly service?: string;
+  declare readonly service?: string;
   constructor(message: string, fields: { service?: string } & ErrorOptions = {}) {
-    super(message, fields);
-    this.service = fields.service;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service };
+    super(message, fields, { service: fields.service });
   }
 }
 
@@ -41,16 +32,11 @@ export class ServiceConfigError extends HearthError {
 export class ServiceNotFoundError extends HearthError {
   override name = "ServiceNotFoundError";
   /** The service name or id that was asked for. */
-  readonly service: string;
+  declare readonly service: string;
   /** The app it was looked up in. */
-  readonly app?: string;
+  declare readonly app?: string;
   constructor(message: string, fields: { service: string; app?: string } & ErrorOptions) {
-    super(message, fields);
-    this.service = fields.service;
-    this.app = fields.app;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service, app: this.app };
+    super(message, fields, { service: fields.service, app: fields.app });
   }
 }
 
@@ -62,16 +48,11 @@ export class ServiceNotFoundError extends HearthError {
 export class ServiceStartError extends HearthError {
   override name = "ServiceStartError";
   /** The service that failed to start. */
-  readonly service: string;
+  declare readonly service: string;
   /** The executor that failed, when one did (not when a gang's rendezvous could not be set up). */
-  readonly executorId?: string;
+  declare readonly executorId?: string;
   constructor(message: string, fields: { service: string; executorId?: string } & ErrorOptions) {
-    super(message, fields);
-    this.service = fields.service;
-    this.executorId = fields.executorId;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service, executorId: this.executorId };
+    super(message, fields, { service: fields.service, executorId: fields.executorId });
   }
 }
 
@@ -79,18 +60,12 @@ export class ServiceStartError extends HearthError {
 export class GangFailedError extends HearthError {
   override name = "GangFailedError";
   /** The gang (service) name. */
-  readonly service: string;
+  declare readonly service: string;
   /** The rank that was lost (the first one, when several were). */
-  readonly rank: number;
+  declare readonly rank: number;
   /** The executor that held that rank, when it is known. */
-  readonly executorId?: string;
+  declare readonly executorId?: string;
   constructor(message: string, fields: { service: string; rank: number; executorId?: string } & ErrorOptions) {
-    super(message, fields);
-    this.service = fields.service;
-    this.rank = fields.rank;
-    this.executorId = fields.executorId;
-  }
-  override ids(): ErrorIds {
-    return { service: this.service, rank: this.rank, executorId: this.executorId };
+    super(message, fields, { service: fields.service, rank: fields.rank, executorId: fields.executorId });
   }
 }
