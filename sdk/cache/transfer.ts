@@ -4,7 +4,7 @@
  * so a 6 GB object never needs a 6 GB frame and a slow reader never stalls
  * the head for others.
  */
-import type { Requester } from "../wire/requests.js";
+import type { Reply, Requester } from "../wire/requests.js";
 import type { DType, EncodedValue, ValueKind } from "./values.js";
 
 /** Objects up to this size travel in one message. */
@@ -47,14 +47,31 @@ function acksFor(req: Requester): { acks?: number[] } {
   return { acks: o.acks.splice(0) };
 }
 
+/**
+ * Sends an object request carrying the tokens owed. If it fails the tokens are
+ * owed again (the head ignores a token it already took), so a lost request
+ * never leaves its connection charged for data it did read.
+ */
+async function requestAcking(req: Requester, op: string, fields: Record<string, unknown>): Promise<Reply> {
+  const owedNow = acksFor(req);
+  try {
+    return await req.request(op, { ...fields, ...owedNow });
+  } catch (err) {
+    if (owedNow.acks) {
+      for (const t of owedNow.acks) noteRead(req, { ack: t });
+      ackSoon(req);
+    }
+    throw err;
+  }
+}
+
 /** Hands back what is still owed shortly, unless a request carries it first. */
 function ackSoon(req: Requester): void {
   const o = owed.get(req);
   if (!o || o.acks.length === 0 || o.timer) return;
   o.timer = setTimeout(() => {
     o.timer = undefined;
-    const fields = acksFor(req);
-    if (fields.acks) req.request("obj-ack", fields).catch(() => undefined);
+    if (o.acks.length > 0) requestAcking(req, "obj-ack", {}).catch(() => undefined);
   }, ACK_DELAY_MS);
   o.timer.unref?.();
 }
@@ -80,7 +97,7 @@ export interface Download {
 
 /** Fetches `key` relative to the version held (if any). */
 export async function download(req: Requester, fields: { key: string; have?: number; haveBase?: number; app?: string }): Promise<Download> {
-  const { value: head, frames } = await req.request("obj-get", { ...fields, ...acksFor(req) });
+  const { value: head, frames } = await requestAcking(req, "obj-get", fields);
   noteRead(req, head);
   const metas = head.parts as Array<Omit<ReceivedPart, "data">>;
   if (head.mode === "not-modified") {
@@ -102,14 +119,14 @@ export async function download(req: Requester, fields: { key: string; have?: num
     });
     try {
       await inWindow(jobs, async (job) => {
-        const r = await req.request("obj-read", { tid: head.tid, ...job, ...app, ...acksFor(req) });
+        const r = await requestAcking(req, "obj-read", { tid: head.tid, ...job, ...app });
         noteRead(req, r.value);
         const chunk = r.frames[0]!;
         chunk.copy(parts[job.part]!.data, job.offset);
         bytes += chunk.byteLength;
       });
     } finally {
-      await req.request("obj-done", { tid: head.tid, ...app, ...acksFor(req) }).catch(() => undefined);
+      await requestAcking(req, "obj-done", { tid: head.tid, ...app }).catch(() => undefined);
     }
   }
   ackSoon(req);
