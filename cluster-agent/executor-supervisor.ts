@@ -51,6 +51,7 @@ export interface LiveExecutor {
   rank: number | null;
   gpus: string[];
   pid: number;
+  /** The executor finished init (it told its agent over IPC). */
   ready: boolean;
 }
 

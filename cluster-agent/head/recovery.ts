@@ -18,17 +18,10 @@ import { agentAccepts, take } from "./placement.js";
 import { newServiceRecord, type AgentRecord, type ExecutorRecord, type ServiceRecord } from "./records.js";
 import { STOP_GRACE_MS, type Scheduler } from "./scheduler.js";
 import { serviceKind } from "./service-policy.js";
+import type { LiveExecutor } from "../executor-supervisor.js";
 
-/** One live executor as an agent reports it in `register`. */
-export interface ExecutorReport {
-  id: string;
-  serviceId: string;
-  rank: number | null;
-  gpus: string[];
-  pid: number;
-  /** The executor finished init (it told its agent over IPC). */
-  ready: boolean;
-}
+/** One live executor as an agent reports it in `register` (the agent's own description of it). */
+export type ExecutorReport = LiveExecutor;
 
 /** Rebuilds the registry after a head restart and adopts reported executors. */
 export class Recovery {
