@@ -17,6 +17,7 @@ import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
 import { runTrainCommand, TRAIN_USAGE } from "../sdk/searchr1/cli.js";
+import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/searchr1/warmstart-cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
 import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
 
@@ -43,9 +44,12 @@ commands:
   token   APP                                  print APP's token: it opens that app only (HEARTH_APP_TOKEN), not the cluster
   demo    the main job on the embedded default
   train   search-r1 [flags]                    Search-R1 training (see below)
+  warmstart [--out DIR] [--steps N]           (re)make the demo's shipped starting policy (see below)
   ${MODEL_USAGE}
 
 ${TRAIN_USAGE}
+
+${WARMSTART_USAGE}
 `;
 
 /** Parses "30m", "90s", "2h", "500ms" or a plain number of milliseconds. */
@@ -192,6 +196,8 @@ async function main(argv: string[]): Promise<number> {
       return runDemo(rest);
     case "train":
       return runTrainCommand(rest);
+    case "warmstart":
+      return runWarmstartCommand(rest);
     case "kernel": return runKernelCommand(rest);
     case "model": return runModelCommand(rest);
     case undefined:

@@ -5,6 +5,7 @@
  * EM near 15–30 %). What RL then has to learn is when and what to search.
  */
 import { buildPrompt, formatInformation, insertion, type ProtocolText, type Retrieve } from "./protocol.js";
+import type { ChainQuestion } from "./chain-task.js";
 import { KINDS, pick, rng, type Question, type QuestionKind, type SyntheticTask } from "./synthetic.js";
 import type { TextTokenizer } from "./tokenizer.js";
 
@@ -37,6 +38,33 @@ function answerOf(q: Question): string {
   return q.golds[0]!;
 }
 
+/** A demonstration's text: the question, then what the policy says (trained) and what the environment inserts (masked). */
+type Segments = Array<{ text: string; train: boolean }>;
+
+/** Tokenizes a demonstration: the prompt (masked), then each segment with its mask bit. */
+function demoTokens(tokenizer: TextTokenizer, text: ProtocolText, question: string, segments: Segments): Demo {
+  const prompt = tokenizer.encode(buildPrompt(tokenizer, text, question));
+  const tokens = [...prompt];
+  const mask = prompt.map(() => 0);
+  for (const s of segments) {
+    const ids = tokenizer.encode(s.text);
+    tokens.push(...ids);
+    mask.push(...ids.map(() => (s.train ? 1 : 0)));
+  }
+  return { tokens, mask };
+}
+
+/** Writes the policy's words and the searches' information blocks as segments. */
+function segmentWriter(text: ProtocolText, retrieve: Retrieve, topK: number): { segments: Segments; say: (words: string) => void; search: (query: string) => void } {
+  const segments: Segments = [];
+  const say = (words: string): void => void segments.push({ text: ` ${words} `, train: true });
+  const search = (query: string): void => {
+    say(`<search> ${query} </search>`);
+    segments.push({ text: insertion(text, formatInformation(text, retrieve(query, topK))), train: false });
+  };
+  return { segments, say, search };
+}
+
 /** Builds `n` demonstrations from training questions. */
 export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, text: ProtocolText, retrieve: Retrieve, n: number, seed: number, mix: DemoMix = DEFAULT_MIX, topK = 3): Demo[] {
   const r = rng(seed);
@@ -46,12 +74,7 @@ export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, te
     const kind = q.kind ?? pick(r, KINDS);
     const entity = q.entity!;
     const f = task.facts.get(entity)!;
-    const segments: Array<{ text: string; train: boolean }> = [];
-    const say = (words: string): void => void segments.push({ text: ` ${words} `, train: true });
-    const search = (query: string): void => {
-      say(`<search> ${query} </search>`);
-      segments.push({ text: insertion(text, formatInformation(text, retrieve(query, topK))), train: false });
-    };
+    const { segments, say, search } = segmentWriter(text, retrieve, topK);
     const u = r();
     if (u < mix.search[kind]) {
       say("<think> i should search </think>");
@@ -66,15 +89,29 @@ export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, te
       say("<think> i know the answer </think>");
       say(`<answer> ${pick(r, task.values[kind])} </answer>`);
     }
-    const prompt = tokenizer.encode(buildPrompt(tokenizer, text, q.question));
-    const tokens = [...prompt];
-    const mask = prompt.map(() => 0);
-    for (const s of segments) {
-      const ids = tokenizer.encode(s.text);
-      tokens.push(...ids);
-      mask.push(...ids.map(() => (s.train ? 1 : 0)));
-    }
-    out.push({ tokens, mask });
+    out.push(demoTokens(tokenizer, text, q.question, segments));
   }
   return out;
+}
+
+/**
+ * Demonstrations of chain questions (chain-task.ts) that teach the protocol
+ * and single searches: each searches the question's entity and answers with
+ * what the passage says. After a hop that does not yet give the answer, the
+ * demonstration searches the name it just read with probability `explore`
+ * (else it answers that name, which is wrong): chaining is shown that rarely,
+ * so RL has to discover it. Single-hop questions are answered right.
+ */
+export function chainDemonstrations(questions: readonly ChainQuestion[], tokenizer: TextTokenizer, text: ProtocolText, retrieve: Retrieve, n: number, seed: number, explore: number, topK = 3): Demo[] {
+  const r = rng(seed);
+  return Array.from({ length: n }, () => {
+    const q = pick(r, questions);
+    const { segments, say, search } = segmentWriter(text, retrieve, topK);
+    say("<think> i should search </think>");
+    let hop = 0;
+    search(q.hops[0]!.query);
+    while (hop + 1 < q.hops.length && r() < explore) search(q.hops[++hop]!.query);
+    say(`<answer> ${q.hops[hop]!.found} </answer>`);
+    return demoTokens(tokenizer, text, q.question, segments);
+  });
 }

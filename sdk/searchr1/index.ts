@@ -22,7 +22,8 @@
 export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type StepResult, type EvalResult } from "./run.js";
 export { BASE_OPTIONS, layerOptions, validateOptions, type RecipeDefaults, type ServiceSource } from "./options.js";
 export { RolloutsAhead, lagOf, lagStats, type LagStats, type LaunchRollouts } from "./overlap.js";
-export { recipeFor, RECIPES, syntheticRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkChatModelFolder } from "./recipes/index.js";
+export { recipeFor, RECIPES, syntheticRecipe, chainRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkChatModelFolder } from "./recipes/index.js";
+export { chainTask, CHAIN_TEMPLATES, type ChainTask, type ChainQuestion, type ChainKind } from "./chain-task.js";
 export type { TaskRecipe, PreparedTask, ModelShape, WarmStartContext } from "./recipe.js";
 export { StepStore, KEPT_STEPS, trainLoop, regroup, type TrainOptions } from "./interactive.js";
 export { warmupProgress, terminalProgress, type RunEvent, type RunEventHandler } from "./events.js";

@@ -52,8 +52,8 @@ export interface WarmStartContext {
 /** A task recipe. */
 export interface TaskRecipe {
   readonly name: string;
-  /** Does this recipe serve `model` (a preset name or a folder)? */
-  matches(model: string): boolean;
+  /** Does this recipe serve `model` (a preset name or a folder) on `data`? */
+  matches(model: string, data: string): boolean;
   /** Option defaults of runs of this recipe. */
   readonly defaults: RecipeDefaults;
   /** Loads data, tokenizer and model shape; errors name the bad file or flag. */

@@ -44,7 +44,7 @@ function weightFiles(names: string[]): string[] {
 }
 
 /** Defaults of a run on the embedded default (the tiny preset's recipe). */
-export const DEFAULTS: SearchR1Options = layerOptions(recipeFor("tiny").defaults, {});
+export const DEFAULTS: SearchR1Options = layerOptions(recipeFor("tiny", "synthetic").defaults, {});
 
 /** A Search-R1 training run on warm executors. */
 export class SearchR1Run {
@@ -79,7 +79,7 @@ export class SearchR1Run {
    * the first weights.
    */
   static async create(partial: Partial<SearchR1Options> = {}): Promise<SearchR1Run> {
-    const recipe = recipeFor(partial.model ?? "tiny");
+    const recipe = recipeFor(partial.model ?? "tiny", partial.data ?? "synthetic");
     const opts = layerOptions(recipe.defaults, partial);
     validateOptions(opts);
     const resume = opts.resume ? readResume(opts.resume) : undefined;

@@ -4,13 +4,14 @@
  * with frozen, rescaled random embeddings, the spaced protocol text that
  * vocabulary can spell, and a cached supervised warm start.
  */
-import { runBootstrap } from "../bootstrap-run.js";
+import { Bm25Index } from "../bm25.js";
+import { DEFAULT_MIX, SEARCH_ALWAYS, demonstrations } from "../bootstrap.js";
+import { cachedWarmStart, type WarmStartPlan } from "../bootstrap-run.js";
 import type { SearchR1Options } from "../options.js";
 import type { ProtocolText } from "../protocol.js";
 import type { PreparedTask, TaskRecipe, WarmStartContext } from "../recipe.js";
 import { syntheticTask, type SyntheticTask } from "../synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../tokenizer.js";
-import { HearthError } from "../../errors/index.js";
 
 /** The protocol in words the word-level vocabulary holds (tokens are separated by spaces). */
 export const SYNTHETIC_TEXT: ProtocolText = {
@@ -49,19 +50,45 @@ export const TINY_SYNTHETIC_PRESET = "tiny-synthetic";
 /** The generic defaults (options.ts BASE_OPTIONS) are sized for the tiny preset on 2 CPU cores; this recipe adds its warm start. */
 const DEFAULTS: TaskRecipe["defaults"] = { bootstrapSteps: 2000, bootstrapMixedShare: 0.075, threads: 1 };
 
+/** The always-search phase has converged once the mean token NLL of its last 25 steps is under this. */
+const CONVERGED_NLL = 0.05;
+
+/**
+ * The easy task's warm start: a phase that always searches (copying names and
+ * answers is learned; it ends once converged), then a mixed phase where some
+ * question kinds are mostly guessed, so RL starts from a policy that knows
+ * every behaviour and only has to re-weight it.
+ */
+function easyPlan(task: PreparedTask, o: SearchR1Options): WarmStartPlan {
+  const synthetic = task.extra as SyntheticTask;
+  const mixedSteps = Math.round(o.bootstrapSteps * o.bootstrapMixedShare);
+  const index = Bm25Index.build(task.corpus);
+  const retrieve = (q: string, k: number) => index.search(q, k);
+  const demos = (mix: typeof DEFAULT_MIX) => (step: number, n: number) => demonstrations(synthetic, task.tokenizer, task.text, retrieve, n, o.seed * 1_000_003 + step, mix);
+  const material = { v: 7, converged: CONVERGED_NLL, task: task.describe, vocab: task.tokenizer.size, model: task.model, extras: task.trainer, mix: [SEARCH_ALWAYS, DEFAULT_MIX], mixedSteps, steps: o.bootstrapSteps, batch: o.bootstrapBatch, lr: o.bootstrapLr, seed: o.seed };
+  return {
+    recipe: "tiny-synthetic-easy",
+    material,
+    phases: [
+      { steps: o.bootstrapSteps - mixedSteps, demos: demos(SEARCH_ALWAYS), convergeNll: CONVERGED_NLL },
+      { steps: mixedSteps, demos: demos(DEFAULT_MIX) },
+    ],
+    batch: o.bootstrapBatch,
+    lr: o.bootstrapLr,
+    seed: o.seed,
+  };
+}
+
 /** The synthetic task on the tiny preset. */
 export const syntheticRecipe: TaskRecipe = {
-  name: "tiny-synthetic",
+  name: "tiny-synthetic-easy",
   defaults: DEFAULTS,
-  matches: (model) => model === "tiny",
+  matches: (model, data) => model === "tiny" && data === "synthetic-easy",
   async prepare(o: SearchR1Options): Promise<PreparedTask> {
-    if (o.data !== "synthetic") {
-      throw new HearthError(`--data ${o.data}: the tiny preset's word-level vocabulary only covers the synthetic task; pass a Hugging Face model folder (--model DIR, e.g. one made by 'hearth model init')`);
-    }
     const task = syntheticTask({ seed: o.seed, heldOut: Math.max(o.evalSize, 1), people: 1000 + Math.max(o.evalSize, 1) });
     const tokenizer = tokenizerFromJson(wordTokenizerJson([...task.words, ...PROTOCOL_WORDS]));
     return {
-      recipe: "tiny-synthetic",
+      recipe: "tiny-synthetic-easy",
       train: task.train,
       heldOut: task.heldOut.slice(0, o.evalSize),
       corpus: task.corpus,
@@ -78,6 +105,6 @@ export const syntheticRecipe: TaskRecipe = {
   },
   async warmStart(ctx: WarmStartContext): Promise<string | undefined> {
     if (ctx.opts.bootstrapSteps <= 0) return undefined;
-    return runBootstrap(ctx.app, ctx.trainer, ctx.task, ctx.task.extra as SyntheticTask, ctx.opts);
+    return cachedWarmStart(ctx.app, ctx.trainer, ctx.task, easyPlan(ctx.task, ctx.opts), ctx.opts);
   },
 };
