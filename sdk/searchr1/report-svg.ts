@@ -29,6 +29,8 @@ export interface ChartOptions {
   /** Lower and upper bounds of the left axis; default from the data (0 included). */
   yMin?: number;
   yMax?: number;
+  /** Left-axis ticks on whole numbers (counts, bytes in B). */
+  yInteger?: boolean;
   /** What the axes measure, written beside them. */
   yLabel?: string;
   rightLabel?: string;
@@ -55,13 +57,13 @@ export function niceTicks(lo: number, hi: number, count = 5, integer = false): n
 }
 
 /** The axis range of some values: from 0 (or below, for negatives) to a round top above the largest. */
-function range(values: number[], lo?: number, hi?: number): [number, number] {
+function range(values: number[], lo?: number, hi?: number, integer = false): [number, number] {
   const min = lo ?? Math.min(0, ...values);
   let max = hi ?? Math.max(...values);
   if (!Number.isFinite(max) || max <= min) max = min + 1;
   if (hi !== undefined) return [min, max];
   // Round the top up to the next tick, so the highest line sits under a labelled one.
-  const ticks = niceTicks(min, max, 5);
+  const ticks = niceTicks(min, max, 5, integer);
   const step = ticks.length > 1 ? ticks[1]! - ticks[0]! : max - min;
   return [min, Number((Math.ceil(max / step - 1e-9) * step).toPrecision(12))];
 }
@@ -70,7 +72,7 @@ function range(values: number[], lo?: number, hi?: number): [number, number] {
 export function lineChart(o: ChartOptions): string {
   const series = o.series.filter((s) => s.points.length > 0);
   const caption = `<figcaption>${esc(o.caption)}</figcaption>`;
-  if (series.length === 0) return `<figure id="${o.id}">${caption}<p class="empty">no data</p></figure>`;
+  if (series.length === 0) return `<figure id="${o.id}" style="width:${o.width ?? 560}px">${caption}<p class="empty">no data</p></figure>`;
   const W = o.width ?? 560;
   const hasRight = series.some((s) => s.right);
   const legend = o.series.length > 1;
@@ -78,7 +80,7 @@ export function lineChart(o: ChartOptions): string {
   const steps = series.flatMap((s) => s.points.map((p) => p[0]));
   let [x0, x1] = [Math.min(...steps), Math.max(...steps)];
   if (x1 === x0) [x0, x1] = [x0 - 1, x1 + 1];
-  const [l0, l1] = range(series.filter((s) => !s.right).flatMap((s) => s.points.map((p) => p[1])), o.yMin, o.yMax);
+  const [l0, l1] = range(series.filter((s) => !s.right).flatMap((s) => s.points.map((p) => p[1])), o.yMin, o.yMax, o.yInteger);
   const [r0, r1] = hasRight ? range(series.filter((s) => s.right).flatMap((s) => s.points.map((p) => p[1]))) : [0, 1];
   const px = (v: number): number => m.l + ((v - x0) / (x1 - x0)) * (W - m.l - m.r);
   const py = (v: number, right = false): number => {
@@ -86,7 +88,7 @@ export function lineChart(o: ChartOptions): string {
     return H - m.b - ((v - a) / (b - a)) * (H - m.t - m.b);
   };
   const parts: string[] = [];
-  for (const t of niceTicks(l0, l1, 5)) {
+  for (const t of niceTicks(l0, l1, 5, o.yInteger)) {
     const y = py(t).toFixed(1);
     parts.push(`<line x1="${m.l}" x2="${W - m.r}" y1="${y}" y2="${y}" stroke="#e6e6e6"/>`);
     parts.push(`<text x="${m.l - 6}" y="${y}" dy="4" text-anchor="end" ${FONT}>${esc(o.yFormat(t))}</text>`);

@@ -105,6 +105,7 @@ function learningCharts(history: StepMetrics[], f: ReportFacts): string[] {
         { label: "dropped", color: COLOR.grey, points: points(history, (m) => m.groups_dropped), dashed: true },
       ],
       yFormat: tick,
+      yInteger: true,
     }),
     lineChart({
       id: "fig-searches",
@@ -153,6 +154,7 @@ function bytesChart(history: StepMetrics[]): string {
       { label: "fetched (all rollouts)", color: COLOR.blue, points: points(history, (m) => m.sync_bytes / unit.div), dashed: true },
     ],
     yFormat: (v) => `${tick(v)} ${unit.name}`,
+    yInteger: unit.div === 1,
   });
 }
 
@@ -196,11 +198,11 @@ h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:32px 0 8px;padding-bot
 .figs{display:flex;flex-wrap:wrap;gap:12px 28px}figure{margin:0}figcaption{font-weight:600;margin:6px 0 2px}
 table{border-collapse:collapse;margin:8px 0}th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 thead th{border-bottom:2px solid #ccc;white-space:nowrap}table.num thead th{text-align:right}table.num thead th:first-child{text-align:left}table.num td{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-table.num td.note,td.note{text-align:left;color:#666;font-size:12px;white-space:normal;max-width:460px}td.na{color:#999;text-align:center}
+table.num td.note,td.note{text-align:left;color:#666;font-size:12px;white-space:normal;max-width:460px}table.num td.na{color:#999;text-align:center}
 p.note{color:#666;font-size:12px;max-width:460px}td.sub{padding-left:24px;color:#444}tr.total th,tr.total td{border-top:2px solid #ccc;font-weight:600}
 table.options{align-self:flex-start;min-width:420px}table.options code{white-space:pre-wrap;word-break:break-word}table.facts th{width:190px;color:#444;font-weight:600}
 .chip{padding:1px 7px;border-radius:3px;margin-right:6px;font-size:12px}
-.trajectory{font-family:ui-monospace,Menlo,monospace;font-size:12.5px;white-space:pre-wrap;line-height:1.8;border:1px solid #ddd;border-radius:4px;padding:10px 12px}
+.trajectory{overflow-wrap:anywhere;font-family:ui-monospace,Menlo,monospace;font-size:12.5px;white-space:pre-wrap;line-height:1.8;border:1px solid #ddd;border-radius:4px;padding:10px 12px}
 .hearth-span{border-radius:2px;padding:1px 0}pre{background:#f6f6f6;padding:12px;overflow-x:auto;font-size:12.5px}.empty{color:#999}`;
 
 /** Writes `<out>/report.html`; returns its path and the summary table. */
