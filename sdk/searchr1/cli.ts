@@ -5,8 +5,8 @@
  */
 import { parseArgs } from "node:util";
 import { HearthError } from "../errors/index.js";
-import { terminalProgress } from "./events.js";
-import { writeReport } from "./report.js";
+import { terminalProgress, warmStartClock } from "./events.js";
+import { pickSample, writeReport } from "./report.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "./run.js";
 
 /** Numeric flags and the option each sets. */
@@ -111,7 +111,8 @@ export async function runTrainCommand(args: string[]): Promise<number> {
   const given = parseTrainFlags(rest);
   const t0 = performance.now();
   // The CLI owns its app: other flags than last time replace its services instead of failing.
-  const run = await SearchR1Run.create({ ...given, replace: true, onEvent: terminalProgress() });
+  const clock = warmStartClock(terminalProgress());
+  const run = await SearchR1Run.create({ ...given, replace: true, onEvent: clock.onEvent });
   const opts = run.opts;
   // Ctrl-C stops after the step in flight; the metrics, checkpoint and report are still written and the app released. A second Ctrl-C exits at once.
   const stop = new AbortController();
@@ -125,6 +126,8 @@ export async function runTrainCommand(args: string[]): Promise<number> {
     const first = await run.evaluate();
     opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy), searches/sample ${first.searchesPerSample.toFixed(2)}`);
     const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample };
+    const setupSeconds = (performance.now() - t0) / 1000;
+    const before = run.history.length;
     await run.train(opts.steps, { progress: false, signal: stop.signal, onStep: (r) => opts.log(row(r.metrics)) });
     const last = run.history.at(-1);
     let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, searches: last.eval_searches ?? 0 } : undefined;
@@ -133,11 +136,17 @@ export async function runTrainCommand(args: string[]): Promise<number> {
       final = { em: ev.em, searches: ev.searchesPerSample };
     }
     const dir = opts.checkpoint ? await run.saveCheckpoint() : "(not written: --no-checkpoint)";
+    const latest = run.results.steps().length > 0 ? run.result() : undefined;
+    const sample = latest && pickSample(latest.samples);
     const report = writeReport(opts.out, run.history, {
       start: startEval,
       final: { step: run.stepsDone, ...final },
       seconds: (performance.now() - t0) / 1000,
+      setupSeconds,
+      rlSeconds: run.history.slice(before).reduce((n, m) => n + m.step_s, 0),
+      warmStart: clock.warmStart(),
       options: { ...opts, log: undefined },
+      trajectory: latest && sample ? { step: latest.metrics.step, sample, decoder: run.task.tokenizer } : undefined,
     });
     console.log(`\n${report.summary}\n`);
     console.log(`metrics: ${opts.out}/metrics.jsonl   report: ${report.file}   checkpoint: ${dir}`);

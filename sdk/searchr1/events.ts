@@ -65,3 +65,28 @@ export function terminalProgress(stream: NodeJS.WriteStream = process.stdout): R
     }
   };
 }
+
+/** The warm start as a run's events timed it. */
+export interface WarmStartTime {
+  seconds: number;
+  /** Supervised steps taken (the recipe's count when cached). */
+  steps: number;
+  /** Loaded from the cache in HEARTH_HOME, not made. */
+  cached: boolean;
+}
+
+/**
+ * Times the warm start from a run's events, passing each on to `next`: from
+ * the executors being ready to the last warm-start step. `warmStart()` is
+ * undefined when the run had none (a model folder, a resume, a reattach).
+ */
+export function warmStartClock(next?: RunEventHandler): { onEvent: RunEventHandler; warmStart: () => WarmStartTime | undefined } {
+  let from: number | undefined;
+  let last: WarmStartTime | undefined;
+  const onEvent: RunEventHandler = (e) => {
+    if (e.type === "executors") from = performance.now();
+    else if (e.type === "warmstart") last = { seconds: (performance.now() - (from ?? performance.now())) / 1000, steps: e.step, cached: e.cached === true };
+    next?.(e);
+  };
+  return { onEvent, warmStart: () => last };
+}

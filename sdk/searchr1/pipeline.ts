@@ -34,11 +34,15 @@ export interface StepMetrics {
   rollout_s: number;
   update_s: number;
   publish_bytes: number;
+  /** Seconds rank 0 spent publishing the new weights (part of update_s). */
+  publish_s?: number;
   step_s: number;
   weights_version: number;
   /** Weight bytes the rollouts fetched for this step, and how many executors fetched any. */
   sync_bytes: number;
   sync_executors: number;
+  /** Longest time one rollout call spent fetching and applying new weights (part of its rollout). */
+  sync_s?: number;
   /** Live agreement checks from the trainers (absent when no sample was trained on): mean and max |sampler − trainer| logprob on generated tokens. */
   logprob_gap?: number;
   logprob_gap_max?: number;
@@ -210,10 +214,12 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
     rollout_s: (t1 - t0) / 1000,
     update_s: (t2 - t1) / 1000,
     publish_bytes: published?.bytes ?? 0,
+    publish_s: trained[0]?.publishSeconds ?? 0,
     step_s: (t2 - t0) / 1000,
     weights_version: published?.cacheVersion ?? parts[0]?.r.weightsVersion ?? 0,
     sync_bytes: parts.reduce((n, p) => n + p.r.syncBytes, 0),
     sync_executors: new Set(parts.filter((p) => p.r.syncBytes > 0).map((p) => p.r.executorId)).size,
+    sync_s: Math.max(0, ...parts.map((p) => p.r.syncSeconds)),
     max_lag: k,
     policy_version: version,
     policy_lag_max: lag.max,

@@ -54,6 +54,8 @@ export interface TrainResult {
   rank: number;
   metrics: TrainMetrics;
   publish?: PublishStats;
+  /** Seconds rank 0 spent publishing (part of `seconds`); absent on other ranks and when nothing was published. */
+  publishSeconds?: number;
   seconds: number;
 }
 
@@ -147,10 +149,12 @@ export class SearchR1Trainer {
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
     const metrics = await engine.trainStep(b);
+    const tPublish = performance.now();
     const publish = await this.publisher?.publish();
+    const publishSeconds = publish ? (performance.now() - tPublish) / 1000 : undefined;
     if (publish) this.published = publish.version;
     this.ctx.objects.forget(slice);
-    return { rank: this.ctx.rank!, metrics, publish, seconds: (performance.now() - t0) / 1000 };
+    return { rank: this.ctx.rank!, metrics, publish, publishSeconds, seconds: (performance.now() - t0) / 1000 };
   }
 
   /**

@@ -59,11 +59,17 @@ test("bad flags are refused before any service starts, each with what was wrong"
 
 test("--eval-every evaluates on its steps; the report and checkpoint are written; the app is released", async () => {
   const { stdout } = await exec(process.execPath, [CLI, ...flags("ev", ["--eval-every", "1"])]);
-  const metrics = readFileSync(path.join(work, "ev", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number; eval_em?: number });
+  const metrics = readFileSync(path.join(work, "ev", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number; eval_em?: number; publish_s?: number; sync_s?: number });
   assert.deepEqual(metrics.map((m) => m.step), [1, 2]);
-  for (const m of metrics) assert.equal(typeof m.eval_em, "number", `step ${m.step} was evaluated`);
+  for (const m of metrics) {
+    assert.equal(typeof m.eval_em, "number", `step ${m.step} was evaluated`);
+    assert.ok(m.publish_s! >= 0 && m.sync_s! >= 0, `step ${m.step} timed its publication (0 when no group was kept) and weight sync`);
+  }
   assert.match(stdout, /held-out EM .* in 2 steps/);
-  assert.ok(existsSync(path.join(work, "ev", "report.html")));
+  assert.match(stdout, /time: set-up \d+ s incl\. warm start \d+ s; RL \d+ s; total \d+ s/);
+  const report = readFileSync(path.join(work, "ev", "report.html"), "utf8");
+  assert.match(report, /<td class="sub">of which the warm start<\/td>[\s\S]*2 supervised steps/, "the report times the warm start apart");
+  assert.match(report, /<section id="trajectory">[\s\S]*class="hearth-span hearth-prompt"[\s\S]*class="hearth-span hearth-generated"/, "the report shows a trajectory of the last step");
   assert.ok(existsSync(path.join(work, "ev", "checkpoint", "driver-state.json")));
   assert.ok(!(await apps()).includes("ev"), "the CLI released its app");
 });
