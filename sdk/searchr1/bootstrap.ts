@@ -97,12 +97,13 @@ export function demonstrations(task: SyntheticTask, tokenizer: TextTokenizer, te
 /**
  * Demonstrations of chain questions (chain-task.ts) that teach the protocol
  * and single searches: each searches the question's entity and answers with
- * what the passage says. After a hop that does not yet give the answer, the
- * demonstration searches the name it just read with probability `explore`
- * (else it answers that name, which is wrong): chaining is shown that rarely,
- * so RL has to discover it. Single-hop questions are answered right.
+ * what the passage says. After hop k (1-based) that does not yet give the
+ * answer, the demonstration searches the name it just read with probability
+ * `explore[k - 1]` (else it answers that name, which is wrong): chaining is
+ * shown that rarely, so RL has to discover it. Single-hop questions are
+ * answered right.
  */
-export function chainDemonstrations(questions: readonly ChainQuestion[], tokenizer: TextTokenizer, text: ProtocolText, retrieve: Retrieve, n: number, seed: number, explore: number, topK = 3): Demo[] {
+export function chainDemonstrations(questions: readonly ChainQuestion[], tokenizer: TextTokenizer, text: ProtocolText, retrieve: Retrieve, n: number, seed: number, explore: readonly number[], topK = 3): Demo[] {
   const r = rng(seed);
   return Array.from({ length: n }, () => {
     const q = pick(r, questions);
@@ -110,7 +111,7 @@ export function chainDemonstrations(questions: readonly ChainQuestion[], tokeniz
     say("<think> i should search </think>");
     let hop = 0;
     search(q.hops[0]!.query);
-    while (hop + 1 < q.hops.length && r() < explore) search(q.hops[++hop]!.query);
+    while (hop + 1 < q.hops.length && r() < (explore[hop] ?? 0)) search(q.hops[++hop]!.query);
     say(`<answer> ${q.hops[hop]!.found} </answer>`);
     return demoTokens(tokenizer, text, q.question, segments);
   });

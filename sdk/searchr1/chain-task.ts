@@ -1,13 +1,13 @@
 /**
  * The embedded default's task: questions that need one, two or three chained
  * searches over a fictional world. People are born in cities and work at
- * companies; cities lie in countries; companies are based in cities. Each
- * fact is stated only in a corpus passage, so a two-hop question ("the birth
- * country of X") needs a search for X, then a search for the city named in
- * X's passage; a three-hop one ("the employer country of X") needs X, then
- * the company, then the company's city. A search for a city or company also
- * returns the passages of the people born there or working there: distractors
- * that share the name. Held-out questions are about people that appear in no
+ * companies; cities lie in countries, countries in continents; companies are
+ * based in cities. Each fact is stated only in a corpus passage, so a two-hop
+ * question ("the birth country of X") needs a search for X, then a search for
+ * the city named in X's passage; a three-hop one ("the birth continent of X")
+ * then searches that city's country too. A search for a city or a country
+ * also returns the passages of the people born there, the companies based
+ * there and the cities in it: distractors that share the name. Held-out questions are about people that appear in no
  * training question, so only searching and reading can answer them.
  *
  * Each question carries its solution path (`hops`): the query of every search
@@ -18,7 +18,7 @@
 import { pick, rng, type Question } from "./synthetic.js";
 
 /** The kinds of chain question, by the facts they chain. */
-export type ChainKind = "born" | "country" | "employer-city" | "employer-country" | "city-country" | "company-city";
+export type ChainKind = "born" | "country" | "continent" | "city-country" | "country-continent";
 
 /**
  * Question templates: every one ends with "of <name> ?", so the entity sits at
@@ -27,21 +27,19 @@ export type ChainKind = "born" | "country" | "employer-city" | "employer-country
 export const CHAIN_TEMPLATES: Record<ChainKind, (name: string) => string> = {
   born: (n) => `what is the birthplace of ${n} ?`,
   country: (n) => `what is the birth country of ${n} ?`,
-  "employer-city": (n) => `what is the employer city of ${n} ?`,
-  "employer-country": (n) => `what is the employer country of ${n} ?`,
+  continent: (n) => `what is the birth continent of ${n} ?`,
   "city-country": (n) => `what is the country of ${n} ?`,
-  "company-city": (n) => `what is the home city of ${n} ?`,
+  "country-continent": (n) => `what is the continent of ${n} ?`,
 };
 
 /**
  * How often each person-question kind is drawn (training and held-out alike).
- * One in six questions is a single search; the rest need two or three.
+ * One in six questions is a single search, two need two, three need three.
  */
 export const PERSON_KIND_WEIGHTS: ReadonlyArray<[ChainKind, number]> = [
   ["born", 1],
   ["country", 2],
-  ["employer-city", 1],
-  ["employer-country", 2],
+  ["continent", 3],
 ];
 
 /** A chain question: its hops are the searches that answer it. */
@@ -56,7 +54,7 @@ export interface ChainTask {
   corpus: Array<{ title: string; text: string }>;
   train: ChainQuestion[];
   heldOut: ChainQuestion[];
-  /** Single-search questions about cities and companies (warm start only). */
+  /** Single-search questions about cities and countries (warm start only). */
   entityQuestions: ChainQuestion[];
   /** Every word the task can produce (for a word-level vocabulary). */
   words: string[];
@@ -97,30 +95,30 @@ export function chainTask(opts: ChainOptions = {}): ChainTask {
   const nHeld = opts.heldOut ?? 200;
   if (nHeld >= nPeople) throw new RangeError(`heldOut (${nHeld}) must be below people (${nPeople})`);
   const taken = new Set<string>();
-  const countries = names(r, 10, taken);
-  const cities = names(r, 30, taken);
+  const continents = names(r, 5, taken);
+  const countries = names(r, 12, taken);
+  const cities = names(r, 36, taken);
   const companies = names(r, 24, taken);
   const people = names(r, nPeople, taken);
+  const continent = new Map(countries.map((k) => [k, pick(r, continents)]));
   const country = new Map(cities.map((c) => [c, pick(r, countries)]));
   const base = new Map(companies.map((e) => [e, pick(r, cities)]));
   const facts = new Map(people.map((p) => [p, { city: pick(r, cities), employer: pick(r, companies) }]));
+  // Every passage a hop reads states the next name after "in"; a person's employer and the
+  // companies based in a city are there to be read past (they share names with the chain).
   const corpus = [
     ...people.map((p) => ({ title: p, text: `${p} was born in ${facts.get(p)!.city} . ${p} works at ${facts.get(p)!.employer} .` })),
     ...cities.map((c) => ({ title: c, text: `${c} is a city in ${country.get(c)!} .` })),
+    ...countries.map((k) => ({ title: k, text: `${k} is a country in ${continent.get(k)!} .` })),
     ...companies.map((e) => ({ title: e, text: `${e} is a company based in ${base.get(e)!} .` })),
   ];
   const hopsOf = (kind: ChainKind, name: string): ChainQuestion["hops"] => {
     if (kind === "city-country") return [{ query: name, found: country.get(name)! }];
-    if (kind === "company-city") return [{ query: name, found: base.get(name)! }];
-    const f = facts.get(name)!;
-    const employerCity = base.get(f.employer)!;
-    const chains: Record<string, ChainQuestion["hops"]> = {
-      born: [{ query: name, found: f.city }],
-      country: [{ query: name, found: f.city }, { query: f.city, found: country.get(f.city)! }],
-      "employer-city": [{ query: name, found: f.employer }, { query: f.employer, found: employerCity }],
-      "employer-country": [{ query: name, found: f.employer }, { query: f.employer, found: employerCity }, { query: employerCity, found: country.get(employerCity)! }],
-    };
-    return chains[kind]!;
+    if (kind === "country-continent") return [{ query: name, found: continent.get(name)! }];
+    const city = facts.get(name)!.city;
+    const k = country.get(city)!;
+    const chain = [{ query: name, found: city }, { query: city, found: k }, { query: k, found: continent.get(k)! }];
+    return chain.slice(0, kind === "born" ? 1 : kind === "country" ? 2 : 3);
   };
   const question = (kind: ChainKind, name: string, i: number): ChainQuestion => {
     const hops = hopsOf(kind, name);
@@ -130,7 +128,7 @@ export function chainTask(opts: ChainOptions = {}): ChainTask {
   const trainPeople = people.slice(0, nPeople - nHeld);
   const train = trainPeople.flatMap((p, i) => kinds.map((k) => question(k, p, i)));
   const heldOut = people.slice(nPeople - nHeld).map((p, i) => question(kinds[i % kinds.length]!, p, i));
-  const entityQuestions = [...cities.map((c, i) => question("city-country", c, i)), ...companies.map((e, i) => question("company-city", e, i))];
+  const entityQuestions = [...cities.map((c, i) => question("city-country", c, i)), ...countries.map((k, i) => question("country-continent", k, i))];
   const words = new Set<string>();
   for (const t of [...corpus.map((c) => `${c.title} ${c.text}`), ...Object.values(CHAIN_TEMPLATES).map((f) => f("x"))]) for (const w of t.split(" ")) words.add(w);
   words.delete("x");

@@ -51,6 +51,7 @@ const TEXT = {
   backend: "backend",
   "model-transfer": "modelTransfer",
   resume: "resume",
+  policy: "policy",
   head: "head",
   name: "name",
 } as const satisfies Record<string, keyof SearchR1Options>;
@@ -68,7 +69,7 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
   [--bootstrap-steps N] [--bootstrap-mixed-share X] [--bootstrap-batch N] [--bootstrap-lr X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
-  [--max-lag K] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP]
+  [--max-lag K] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP]
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
 
 function num(flag: string, v: string): number {
@@ -145,6 +146,7 @@ export async function runTrainCommand(args: string[]): Promise<number> {
       setupSeconds,
       rlSeconds: run.history.slice(before).reduce((n, m) => n + m.step_s, 0),
       warmStart: clock.warmStart(),
+      startedFrom: run.task.modelDir,
       options: { ...opts, log: undefined },
       trajectory: latest && sample ? { step: latest.metrics.step, sample, decoder: run.task.tokenizer } : undefined,
     });

@@ -42,7 +42,13 @@ export interface SearchR1Options {
   maxResponseTokens: number;
   seed: number;
   temperature: number;
-  /** Supervised warm start steps of the task recipe that has one (the synthetic task); 0 skips it. */
+  /**
+   * A warm-start folder made by `hearth warmstart` to start from instead of the
+   * recipe's shipped policy (its manifest must match the recipe and the
+   * warm-start options).
+   */
+  policy?: string;
+  /** Supervised warm start steps of the task recipe that has one (the synthetic tasks); 0 skips it. */
   bootstrapSteps: number;
   /** Share of the warm start spent on its final, mixed-behaviour phase. */
   bootstrapMixedShare: number;
@@ -105,7 +111,7 @@ export interface ServiceSource {
 }
 
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules">>;
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules">>;
 
 /** The generic defaults, sized for the tiny preset on 2 CPU cores (a recipe's own override them). */
 export const BASE_OPTIONS: SearchR1Options = {
@@ -211,6 +217,9 @@ export function validateOptions(o: SearchR1Options): void {
   }
   if (o.maxTurnTokens > o.maxResponseTokens) throw new HearthError(`--max-turn-tokens (${o.maxTurnTokens}) cannot exceed --max-response-tokens (${o.maxResponseTokens})`);
   if (o.backend === "nccl" && parseResreq(o.trainerResreq).gpu < 1) throw new HearthError(`--backend nccl needs trainers with a GPU: add gpu=1 to --trainer-resreq (now "${o.trainerResreq}")`);
+  if (o.policy !== undefined && !existsSync(path.join(o.policy, "warmstart.json"))) {
+    throw new HearthError(`--policy ${o.policy}: no warmstart.json there (expected a folder made by 'hearth warmstart --out DIR')`);
+  }
   if (o.resume && !existsSync(path.join(o.resume, "driver-state.json"))) {
     throw new HearthError(`--resume ${o.resume}: no driver-state.json there (expected a folder written by a previous run's checkpoint)`);
   }

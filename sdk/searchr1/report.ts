@@ -29,6 +29,8 @@ export interface ReportFacts {
   rlSeconds: number;
   /** The warm start, when this command made one (`steps` supervised steps) or loaded it from the cache. */
   warmStart?: { seconds: number; steps: number; cached: boolean };
+  /** The model folder the trainers started from, when no warm start was made (e.g. the recipe's shipped policy). */
+  startedFrom?: string;
   options: Record<string, unknown>;
   /** One trajectory to show (pickSample picks it from the last step) and the tokenizer that decodes it. */
   trajectory?: { step: number; sample: ScoredSample; decoder: SpanDecoder };
@@ -180,7 +182,7 @@ function timeTable(f: ReportFacts): string {
   const finish = Math.max(0, total - f.setupSeconds - f.rlSeconds);
   const w = f.warmStart;
   const warm = !w
-    ? `<tr class="warm"><td class="sub">warm start</td><td>–</td><td></td><td class="note">none in this command (a model folder, a checkpoint, or a run reattached to)</td></tr>`
+    ? `<tr class="warm"><td class="sub">warm start</td><td>–</td><td></td><td class="note">none in this command (${f.startedFrom ? `started from ${esc(f.startedFrom)}` : "a model folder, a checkpoint, or a run reattached to"})</td></tr>`
     : `<tr class="warm"><td class="sub">of which the warm start</td><td>${fmtSeconds(w.seconds)}</td><td>${share(w.seconds)}</td><td class="note">${w.cached ? "loaded from the cache in HEARTH_HOME (made by an earlier run)" : `${w.steps} supervised steps on demonstrations, then cached in HEARTH_HOME`}</td></tr>`;
   const rows = [
     `<tr class="setup"><th>set-up</th><td>${fmtSeconds(f.setupSeconds)}</td><td>${share(f.setupSeconds)}</td><td class="note">task, services, the warm start or model load, first publication, first evaluation</td></tr>`,

@@ -25,7 +25,7 @@ export interface RunState {
 /** The options that make two runs the same run (what the name, output folder and logging do not change). */
 const SAME_RUN: ReadonlyArray<keyof SearchR1Options> = [
   "model", "data", "seed", "promptsPerStep", "promptsPerTask", "groupSize", "rollouts", "trainers", "evalSize", "lr", "klCoef",
-  "gradClip", "microBatch", "maxSearches", "topK", "maxTurnTokens", "maxResponseTokens", "temperature", "bootstrapSteps", "bootstrapMixedShare",
+  "gradClip", "microBatch", "maxSearches", "topK", "maxTurnTokens", "maxResponseTokens", "temperature", "policy", "bootstrapSteps", "bootstrapMixedShare",
   "rolloutResreq", "trainerResreq", "rolloutDtype", "threads", "backend", "rebaseEvery", "rebaseShare",
 ];
 

@@ -101,7 +101,7 @@ export class SearchR1Trainer {
    * the frozen reference), optionally restores an exact state, and on rank 0
    * publishes full weights. Idempotent for the same setup object and mode.
    */
-  async setup(ref: ObjectRef, mode: "rl" | "sft"): Promise<{ rank: number; params: number; publish?: TrainResult["publish"]; device?: string; inPlace?: boolean }> {
+  async setup(ref: ObjectRef, mode: "rl" | "sft"): Promise<{ rank: number; params: number; publish?: TrainResult["publish"]; device?: string; inPlace?: boolean; blas?: string }> {
     const key = `${ref.key}@${ref.version}`;
     if (key === this.setupRef && mode === this.mode) return { rank: this.ctx.rank!, params: 0 };
     const s = await this.ctx.objects.get<TrainerSetup>(ref);
@@ -130,7 +130,7 @@ export class SearchR1Trainer {
     this.publisher = this.ctx.rank === 0 ? new WeightPublisher(this.ctx.objects, this.weightsKey, engine, s.rebase) : undefined;
     const publish = mode === "rl" ? await this.publisher?.publish() : undefined;
     this.published = publish?.version ?? 0;
-    return { rank: this.ctx.rank!, params: init.params, publish, device: init.device, inPlace: checkpoint?.inPlace };
+    return { rank: this.ctx.rank!, params: init.params, publish, device: init.device, inPlace: checkpoint?.inPlace, blas: init.blas };
   }
 
   /** Starts a tensor engine (a subclass may give a stand-in, e.g. a simulated one for benchmarks). */

@@ -164,8 +164,12 @@ export class TensorEngine {
   static async start(options: TensorEngineOptions = {}): Promise<TensorEngine> {
     const python = await findPython(options.python);
     const engineDir = findEngineDir(options.engineDir);
+    // OpenBLAS keeps a thread pool of its own that torch.set_num_threads does not size: with
+    // HEARTH_THREADS set, the BLAS gets the same count (else a 1-thread engine spins 2 cores).
+    const threads = options.env?.HEARTH_THREADS ?? process.env.HEARTH_THREADS;
+    const blas = threads && !process.env.OPENBLAS_NUM_THREADS ? { OPENBLAS_NUM_THREADS: threads } : {};
     const env = {
-      ...process.env, ...options.env, HEARTH_ENGINE_BEAT_FD: String(BEAT_FD),
+      ...process.env, ...blas, ...options.env, HEARTH_ENGINE_BEAT_FD: String(BEAT_FD),
       PYTHONPATH: [engineDir, process.env.PYTHONPATH].filter(Boolean).join(":"),
     };
     // fd 3 is the heartbeat pipe (a 4-tuple stdio has no typed overload).

@@ -28,6 +28,8 @@ export interface InitModelResult {
   dtype: string;
   threads: number;
   seconds: number;
+  /** The BLAS library the engine loaded (a path; "unknown" where it cannot tell). */
+  blas?: string;
 }
 
 /** Sampling options of generate and resume; temperature 0 is greedy. */

@@ -7,7 +7,7 @@
 // tables, the same executors before and after the restart, and that its HTML
 // export draws the plots in headless Chromium.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import { REPO_ROOT } from "./bridge.js";
@@ -63,6 +63,17 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   }
   assert.equal(first.step, 1);
   assert.equal(first.groups_kept! + first.groups_dropped!, 8);
+  // From the shipped starting policy, rewards differ within groups from the first step on.
+  assert.ok(first.groups_kept! > 0, `step 1 keeps groups (${first.groups_kept} of 8): the starting policy earns reward`);
+  assert.match(
+    html(/^trajectory \d+ of step 1: reward/)[0]!.text,
+    /^trajectory \d+ of step 1: reward 1(\.0+)?, .*, [1-9]\d* search\(es\), finish answer/,
+    "the trajectory view shows a sample that searched and answered right",
+  );
+  // The reward rises across the notebook's training cells (steps 1–21 of metrics.jsonl).
+  const rewards = readFileSync(path.join(rig.home, "runs", "search-r1-notebook", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number; reward_mean: number }).filter((m) => m.step <= 21).map((m) => m.reward_mean);
+  const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  assert.ok(meanOf(rewards.slice(-5)) > meanOf(rewards.slice(0, 5)), `the mean reward of steps 17–21 (${meanOf(rewards.slice(-5)).toFixed(3)}) is above that of steps 1–5 (${meanOf(rewards.slice(0, 5)).toFixed(3)})`);
 
   // The trajectory table: 32 rows with every column.
   const [trajectories] = cellText(result.cells, "run.trajectories()");

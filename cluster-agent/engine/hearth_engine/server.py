@@ -67,6 +67,20 @@ def _params(args: Dict[str, Any], cls: Any) -> Any:
     return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in args.items()})
 
 
+def blas_library() -> str:
+    """The BLAS this process loaded (from /proc/self/maps): Debian's torch links libblas.so.3,
+    which is the reference BLAS (~10x slower matrix products) unless OpenBLAS is installed."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                name = line.rsplit(" ", 1)[-1].strip()
+                if "libopenblas" in name or "libblas.so" in name or "libmkl" in name:
+                    return name
+    except OSError:
+        pass
+    return "unknown"
+
+
 class Engine:
     """Process state: the model, vocabulary, generation sessions, trainer, publisher."""
 
@@ -117,7 +131,7 @@ class Engine:
         self.sessions.clear()
         self.trainer, self.publisher, self.version = None, Publisher(), 0
         return {"config": cfg.to_hf(), "params": cfg.num_params(), "device": device, "dtype": dtype_name,
-                "threads": threads, "seconds": time.perf_counter() - t0}
+                "threads": threads, "seconds": time.perf_counter() - t0, "blas": blas_library()}
 
     def op_set_vocab(self, args: Dict[str, Any]) -> Any:
         data, offsets = bytes(args["data"]), args["offsets"].reshape(-1).tolist()
