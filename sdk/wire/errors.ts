@@ -18,6 +18,7 @@ import {
   HearthError,
   ObjectEvictedError,
   ObjectNotFoundError,
+  ObjectStorageError,
   ProjectSetupError,
   QueueFullError,
   RemoteError,
@@ -97,6 +98,8 @@ export interface WireError {
   actual?: number;
   resreq?: string;
   op?: string;
+  /** For ObjectStorageError: the file system's error code (ENOSPC, EROFS…). */
+  code?: string;
   agentId?: string;
   file?: string;
   flag?: string;
@@ -168,6 +171,7 @@ const DECODE: Record<string, Decode> = {
   VersionConflictError: (w, o) => new VersionConflictError(w.message, { key: s(w.key), app: os(w.app), expected: n(w.expected), actual: n(w.actual), ...o }),
   ObjectNotFoundError: (w, o) => new ObjectNotFoundError(w.message, { key: s(w.key), app: os(w.app), ...o }),
   ObjectEvictedError: (w, o) => new ObjectEvictedError(w.message, { key: s(w.key), app: os(w.app), ...o }),
+  ObjectStorageError: (w, o) => new ObjectStorageError(w.message, { key: s(w.key), app: os(w.app), op: s(w.op), code: s(w.code), ...o }),
   BackpressureError: (w, o) => new BackpressureError(w.message, { unread: n(w.unread), limit: n(w.limit), ...o }),
   CacheFullError: (w, o) => new CacheFullError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),
   StateFileError: (w, o) => new StateFileError(w.message, { file: s(w.file), ...o }),
