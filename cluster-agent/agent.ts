@@ -23,6 +23,7 @@ import { randomBytes } from "node:crypto";
 import { credentialFrom, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { ExecutorSupervisor } from "./executor-supervisor.js";
 import { NodeCache } from "./node-cache.js";
+import { LogSink } from "./log-sink.js";
 import { ProjectStore } from "./projects.js";
 import { detectResources, type NodeResources } from "./resources.js";
 
@@ -89,7 +90,8 @@ export class Agent {
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
-    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
+    const stderr = new LogSink(`agent ${this.id}`);
+    const sink = opts.log ?? ((line: string) => stderr.write(line));
     this.log = (line) => sink(truncateLogLine(line));
     // A random routing id: the head binds it to the proven agent credential, so it must not be guessable.
     this.channel = new DealerChannel(`a.${this.id}.${randomBytes(12).toString("hex")}`, {

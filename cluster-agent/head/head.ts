@@ -14,6 +14,7 @@ import { decodeHeader, encode, type Header } from "../../sdk/wire/codec.js";
 import { MessageTooLargeError, toWireError } from "../../sdk/wire/errors.js";
 import { truncateLogLine } from "../../sdk/format.js";
 import os from "node:os";
+import { LogSink } from "../log-sink.js";
 import { ObjectService } from "../object-service.js";
 import { ObjectStore } from "./object-store.js";
 import type { AppRecord } from "./records.js";
@@ -40,7 +41,7 @@ export interface HeadOptions {
   driverTimeoutMs?: number;
   /** An agent silent for this long is considered lost. Default 6 s. */
   agentTimeoutMs?: number;
-  /** Log sink; default stderr with a timestamp. */
+  /** Log sink; default stderr with a timestamp, where a line the disk or pipe refuses is dropped and counted (status `head.log`). */
   log?: (line: string) => void;
   /** Object cache memory limit in bytes. Default half of this machine's memory. */
   memLimit?: number;
@@ -78,6 +79,8 @@ export class Head {
   endpoint = "";
   /** Counters for status and tests. */
   readonly stats = { messages: 0, malformed: 0 };
+  /** Where log lines go without `opts.log` (stderr): lines it could not write are dropped and counted in status. */
+  readonly logSink = new LogSink("head");
   private readonly channel: RouterChannel;
   private readonly agentTimeoutMs: number;
   private readonly log: (line: string) => void;
@@ -98,7 +101,7 @@ export class Head {
   private constructor(opts: HeadOptions) {
     const keepAliveMs = opts.keepAliveMs ?? 30 * 60_000;
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
-    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
+    const sink = opts.log ?? ((line: string) => this.logSink.write(line));
     this.log = (line) => sink(truncateLogLine(line));
     this.channel = new RouterChannel({
       maxMessageSize: 64 * 1024 * 1024,
