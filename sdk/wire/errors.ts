@@ -98,6 +98,8 @@ export interface WireError {
   actual?: number;
   resreq?: string;
   op?: string;
+  /** For ServiceConfigError: the declaration's field out of bounds. */
+  field?: string;
   /** For ObjectStorageError: the file system's error code (ENOSPC, EROFS…). */
   code?: string;
   agentId?: string;
@@ -156,7 +158,7 @@ const DECODE: Record<string, Decode> = {
   ConnectError: (w, o) => new ConnectError(w.message, o),
   MessageTooLargeError: (w, o) => Object.assign(new MessageTooLargeError(n(w.size), n(w.limit), "message", o), { message: w.message }),
   ResreqError: (w, o) => new ResreqError(w.message, { resreq: s(w.resreq), service: os(w.service), ...o }),
-  ServiceConfigError: (w, o) => new ServiceConfigError(w.message, { service: os(w.service), ...o }),
+  ServiceConfigError: (w, o) => new ServiceConfigError(w.message, { service: os(w.service), field: os(w.field), ...o }),
   ServiceNotFoundError: (w, o) => new ServiceNotFoundError(w.message, { service: s(w.service), app: os(w.app), ...o }),
   ServiceStartError: (w, o) => new ServiceStartError(w.message, { service: s(w.service), executorId: os(w.executorId), ...o }),
   GangFailedError: (w, o) => new GangFailedError(w.message, { service: s(w.service), rank: n(w.rank), executorId: os(w.executorId), ...o }),

@@ -42,7 +42,7 @@ const samples: HearthError[] = [
   new ConnectError("no head", { cause: hearthCause }),
   new MessageTooLargeError(200_000, 131_072, "the arguments of f()", { cause: root }),
   new ResreqError("never fits", { resreq: "cpu=64", service: "big", cause: root }),
-  new ServiceConfigError("bad warmup", { service: "pool1", cause: root }),
+  new ServiceConfigError("bad warmup", { service: "pool1", field: "warmup", cause: root }),
   new ServiceNotFoundError("no service 's9'", { service: "s9", app: "a1", cause: root }),
   new ServiceStartError("init threw", { service: "svc", executorId: "x000007", cause: new RemoteError("RangeError", "weights missing", "RangeError: weights missing\n    at init", { service: "svc", executorId: "x000007" }) }),
   new GangFailedError("lost rank 2", { service: "g", rank: 2, executorId: "x000003", cause: root }),
