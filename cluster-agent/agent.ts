@@ -135,7 +135,8 @@ export class Agent {
   static async start(opts: AgentOptions): Promise<Agent> {
     // Detecting GPUs runs nvidia-smi: done here, not in the constructor (constructors do no I/O).
     const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()), detectResources());
-    mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
+    // Private like everything hearth writes (the embedded default's work dir is under HEARTH_HOME): 0700.
+    mkdirSync(path.join(agent.workDir, "logs"), { recursive: true, mode: 0o700 });
     await agent.cache.start();
     agent.channel.connect(opts.head);
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
