@@ -23,6 +23,7 @@ import { randomBytes } from "node:crypto";
 import { credentialFrom, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { ExecutorSupervisor } from "./executor-supervisor.js";
 import { NodeCache } from "./node-cache.js";
+import { LogSink } from "./log-sink.js";
 import { ProjectStore } from "./projects.js";
 import { detectResources, type NodeResources } from "./resources.js";
 
@@ -89,7 +90,8 @@ export class Agent {
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
     this.host = opts.host ?? (/127\.0\.0\.1|localhost/.test(opts.head) ? "127.0.0.1" : os.hostname());
     this.workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${this.id}`);
-    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} agent ${this.id} ${line}\n`));
+    const stderr = new LogSink(`agent ${this.id}`);
+    const sink = opts.log ?? ((line: string) => stderr.write(line));
     this.log = (line) => sink(truncateLogLine(line));
     // A random routing id: the head binds it to the proven agent credential, so it must not be guessable.
     this.channel = new DealerChannel(`a.${this.id}.${randomBytes(12).toString("hex")}`, {
@@ -133,7 +135,8 @@ export class Agent {
   static async start(opts: AgentOptions): Promise<Agent> {
     // Detecting GPUs runs nvidia-smi: done here, not in the constructor (constructors do no I/O).
     const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()), detectResources());
-    mkdirSync(path.join(agent.workDir, "logs"), { recursive: true });
+    // Private like everything hearth writes (the embedded default's work dir is under HEARTH_HOME): 0700.
+    mkdirSync(path.join(agent.workDir, "logs"), { recursive: true, mode: 0o700 });
     await agent.cache.start();
     agent.channel.connect(opts.head);
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));

@@ -29,6 +29,7 @@ commands:
           [--max-keep-alive 24h] [--max-apps 1000]   caps on what drivers may ask for
           [--max-peers 16384] [--max-drivers-per-app 64] [--max-agents 1024]   proven connections held at most
           [--max-unproven 1024] connections waiting to prove a credential at once (beyond it the oldest is dropped)
+          [--max-connections-per-source 4096]   TCP connections one address may hold; beyond it new ones are refused
           [--max-unread 256m]   object data one connection may hold unread; past it its next data replies wait
           [--secret-file F]     the cluster secret peers prove (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret; made if missing)
           run a head (scheduler, registry); prints its endpoint
@@ -85,7 +86,7 @@ async function main(argv: string[]): Promise<number> {
       const { values } = parseArgs({
         args: rest,
         options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" }, "max-keep-alive": { type: "string" }, "max-apps": { type: "string" }, "secret-file": { type: "string" },
-          "max-peers": { type: "string" }, "max-drivers-per-app": { type: "string" }, "max-agents": { type: "string" }, "max-unproven": { type: "string" }, "max-unread": { type: "string" } },
+          "max-peers": { type: "string" }, "max-drivers-per-app": { type: "string" }, "max-agents": { type: "string" }, "max-unproven": { type: "string" }, "max-unread": { type: "string" }, "max-connections-per-source": { type: "string" } },
       });
       const head = await Head.start({
         bind: values.bind,
@@ -103,6 +104,7 @@ async function main(argv: string[]): Promise<number> {
           maxAgents: values["max-agents"] ? positiveInt("--max-agents", values["max-agents"]) : undefined,
         },
         maxUnproven: values["max-unproven"] ? positiveInt("--max-unproven", values["max-unproven"]) : undefined,
+        maxConnectionsPerSource: values["max-connections-per-source"] ? positiveInt("--max-connections-per-source", values["max-connections-per-source"]) : undefined,
         maxUnread: values["max-unread"] ? parseMem(values["max-unread"]) : undefined,
       });
       console.log(`hearth head listening on ${head.endpoint}`);

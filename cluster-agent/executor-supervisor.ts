@@ -175,7 +175,7 @@ export class ExecutorSupervisor {
     });
     this.children.set(id, child);
     const logPath = path.join(this.opts.workDir, "logs", `${id}.log`);
-    const logFile = createWriteStream(logPath);
+    const logFile = createWriteStream(logPath, { mode: 0o600 });
     let logBroken = false;
     // A log that cannot be opened or written (full disk, permissions) must not take the agent down:
     // the executor keeps running, its output is drained and dropped, and the stderr tail is still kept.

@@ -6,7 +6,8 @@ import { formatBytes } from "../sdk/format.js";
 /** Renders the status document as aligned text. */
 export function formatStatus(status: any): string {
   const lines: string[] = [];
-  lines.push(`head ${status.head.endpoint} (pid ${status.head.pid}, up ${Math.round(status.head.uptimeMs / 1000)} s)`);
+  const dropped = status.head.log?.dropped ? `; ${status.head.log.dropped} log line(s) dropped: ${status.head.log.lastError}` : "";
+  lines.push(`head ${status.head.endpoint} (pid ${status.head.pid}, up ${Math.round(status.head.uptimeMs / 1000)} s${dropped})`);
   lines.push(`agents: ${status.agents.length}`);
   for (const a of status.agents) {
     lines.push(

@@ -18,7 +18,8 @@ import { HearthError } from "../sdk/errors/index.js";
 import { toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
-import { credentialFrom, deriveKey } from "../sdk/wire/auth.js";
+import { credentialFrom, deriveKey, type Role } from "../sdk/wire/auth.js";
+import { checkGateProof, serveZapDomain } from "../sdk/wire/zap.js";
 import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
 import { download } from "../sdk/cache/transfer.js";
 import { ObjectStore } from "./head/object-store.js";
@@ -26,6 +27,10 @@ import { ObjectService } from "./object-service.js";
 
 /** Largest message on the cache and bulk sockets (a chunk is 8 MiB). */
 const MAX_MESSAGE = 64 * 1024 * 1024;
+/** The ZAP domain of the cache socket's gate. */
+const CACHE_ZAP_DOMAIN = "hearth-agent-cache";
+/** Executors are local: a connection still in the ZeroMQ handshake after this is closed. */
+const HANDSHAKE_MS = 10_000;
 
 /** What the node cache needs from its agent. */
 export interface NodeCacheOptions {
@@ -67,16 +72,19 @@ export class NodeCache {
   private readonly head: Requester;
   private readonly inFlight = new Map<string, Promise<void>>();
   private endpoint = "";
+  private stopGate?: () => void;
 
   constructor(private readonly opts: NodeCacheOptions) {
     this.service = new ObjectService(new ObjectStore({ memLimit: opts.memLimit }), { readOnly: true });
-    this.socket = new RouterChannel({ maxMessageSize: MAX_MESSAGE, onError: (err) => opts.log(`cache socket error: ${String(err)}`) });
+    this.socket = new RouterChannel({
+      maxMessageSize: MAX_MESSAGE,
+      onError: (err) => opts.log(`cache socket error: ${String(err)}`),
+      gateDomain: CACHE_ZAP_DOMAIN,
+      handshakeIntervalMs: HANDSHAKE_MS,
+    });
     this.auth = new Authenticator({
       name: "agent cache",
-      keyFor: (role, id, app) => {
-        if (role !== "executor") return "only executors read an agent's cache";
-        return opts.appOf(id) === app ? deriveKey(opts.secret, "executor", id, app) : `executor ${id} of app '${app}' does not run on agent ${opts.agentId}`;
-      },
+      keyFor: (role, id, app) => this.keyFor(role, id, app),
       send: (id, frames) => this.socket.sendTo(id, frames),
       deliver: (peer, frames) => void this.serve(peer, frames),
       log: opts.log,
@@ -96,8 +104,20 @@ export class NodeCache {
     };
   }
 
-  /** Binds the executors' socket on loopback and connects the bulk connection; returns the endpoint executors dial. */
+  /** The key an executor of this node proves, or why the claim may not read here. */
+  private keyFor(role: Role, id: string, app: string): Buffer | string {
+    if (role !== "executor") return "only executors read an agent's cache";
+    return this.opts.appOf(id) === app ? deriveKey(this.opts.secret, "executor", id, app) : `executor ${id} of app '${app}' does not run on agent ${this.opts.agentId}`;
+  }
+
+  /**
+   * Binds the executors' socket on loopback, behind the connection gate (a
+   * connection without an executor credential of this node is closed in the
+   * ZeroMQ handshake: sdk/wire/zap.ts), and connects the bulk connection;
+   * returns the endpoint executors dial.
+   */
   async start(): Promise<string> {
+    this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => (req.mechanism === "PLAIN" ? checkGateProof(req.credentials, (role, id, app) => this.keyFor(role, id, app)) : "no executor credential in the handshake"));
     this.endpoint = await this.socket.bind("tcp://127.0.0.1:0");
     void this.socket.serve((id, frames) => this.auth.receive(id, frames));
     this.bulk.connect(this.opts.head);
@@ -175,5 +195,6 @@ export class NodeCache {
     await Promise.all([this.bulk.flush(), this.socket.flush()]);
     this.bulk.close();
     this.socket.close();
+    this.stopGate?.();
   }
 }

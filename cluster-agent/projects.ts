@@ -4,7 +4,7 @@
  * installed from its lockfile; executors import service modules from there.
  */
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { decode } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
@@ -46,9 +46,9 @@ export class ProjectStore {
     for (const f of archive.files) {
       const target = path.resolve(tmp, f.path);
       if (!target.startsWith(`${tmp}${path.sep}`)) throw new HearthError(`project ${hash}: file path '${f.path}' escapes the project folder`);
-      mkdirSync(path.dirname(target), { recursive: true });
-      // Permission bits only: never setuid, setgid or sticky.
-      writeFileSync(target, f.data, { mode: f.mode & 0o777 });
+      mkdirSync(path.dirname(target), { recursive: true, mode: 0o700 });
+      // The owner's permission bits only: never setuid, setgid or sticky, and nothing for others (the work dir is private).
+      writeFileSync(target, f.data, { mode: f.mode & 0o700 });
     }
     const pkg = JSON.parse(readFileSync(path.join(tmp, "package.json"), "utf8")) as { dependencies?: Record<string, string> };
     if (pkg.dependencies && Object.keys(pkg.dependencies).length > 0) {
@@ -59,12 +59,24 @@ export class ProjectStore {
       if (!hasLock) this.log(`project ${hash} has dependencies but no package-lock.json; running npm install`);
       await run("npm", args, tmp, { ...process.env, npm_config_cache: path.join(this.workDir, "npm-cache"), HOME: this.workDir });
     }
-    writeFileSync(path.join(tmp, ".hearth-ready"), String(Date.now()));
+    writeFileSync(path.join(tmp, ".hearth-ready"), String(Date.now()), { mode: 0o600 });
+    makePrivate(tmp); // npm creates node_modules with its own umask
     rmSync(dir, { recursive: true, force: true });
     renameSync(tmp, dir);
     this.log(`project ${hash}: ${archive.files.length} files unpacked and installed in ${Date.now() - t0} ms`);
     return dir;
   }
+}
+
+/** Takes group and other permissions off everything under `dir` (the owner's bits stay: executables stay executable). */
+function makePrivate(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isSymbolicLink()) continue;
+    chmodSync(p, statSync(p).mode & 0o700);
+    if (e.isDirectory()) makePrivate(p);
+  }
+  chmodSync(dir, statSync(dir).mode & 0o700);
 }
 
 function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<void> {

@@ -59,10 +59,11 @@ export class HistoryStore {
 
   /** Opens `dir` (created if missing) and claims the next session number. */
   static open(dir: string = defaultHistoryDir()): HistoryStore {
-    mkdirSync(dir, { recursive: true });
+    // Under HEARTH_HOME by default, and it holds what was typed: private.
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
     for (let n = Math.max(0, ...sessionNumbers(dir)) + 1; ; n++) {
       try {
-        closeSync(openSync(path.join(dir, `${n}.jsonl`), "wx"));
+        closeSync(openSync(path.join(dir, `${n}.jsonl`), "wx", 0o600));
         return new HistoryStore(dir, n);
       } catch (err) {
         // Another kernel took this number between the listing and the create: try the next one.
@@ -73,7 +74,7 @@ export class HistoryStore {
 
   /** Appends one executed cell of this session. */
   record(line: number, input: string, output: string | null = null): void {
-    appendFileSync(this.file, JSON.stringify({ line, input, output }) + "\n");
+    appendFileSync(this.file, JSON.stringify({ line, input, output }) + "\n", { mode: 0o600 });
   }
 
   /** Every entry of `session` in line order (an unknown session has none). */

@@ -46,6 +46,7 @@ export {
   HearthError,
   ObjectEvictedError,
   ObjectNotFoundError,
+  ObjectStorageError,
   ProjectSetupError,
   QueueFullError,
   RemoteError,

@@ -14,6 +14,7 @@ import { decodeHeader, encode, type Header } from "../../sdk/wire/codec.js";
 import { MessageTooLargeError, toWireError } from "../../sdk/wire/errors.js";
 import { truncateLogLine } from "../../sdk/format.js";
 import os from "node:os";
+import { LogSink } from "../log-sink.js";
 import { ObjectService } from "../object-service.js";
 import { ObjectStore } from "./object-store.js";
 import type { AppRecord } from "./records.js";
@@ -21,14 +22,21 @@ import { Scheduler } from "./scheduler.js";
 import { buildStatus } from "./status.js";
 import { StateFile } from "./persist.js";
 import { Recovery } from "./recovery.js";
-import { startZapHandler, type CurveKeys } from "../../sdk/wire/curve.js";
+import { curveGate, type CurveKeys } from "../../sdk/wire/curve.js";
+import { checkGateProof, serveZapDomain, type ZapRequest } from "../../sdk/wire/zap.js";
+import { connectionsFrom } from "./source-connections.js";
 import { Authenticator, type Peer } from "../../sdk/wire/authenticator.js";
-import { ensureSecret, secretFile } from "../../sdk/wire/auth.js";
+import { ensureSecret, secretFile, type Role } from "../../sdk/wire/auth.js";
 import { PEER_LIMITS, admitPeer, peerKey, type PeerLimits } from "./peer-roles.js";
 import type { HeadContext } from "./head-context.js";
 import { DriverProtocol, type DriverContext } from "./driver-protocol.js";
 import { AgentProtocol } from "./agent-protocol.js";
 import { ExecutorProtocol } from "./executor-protocol.js";
+
+/** The ZAP domain of the head socket's gate. */
+const HEAD_ZAP_DOMAIN = "hearth-head";
+/** A connection still in the ZeroMQ handshake (greeting, security, gate) after this is closed: a silent connection holds a descriptor no longer. */
+const HANDSHAKE_MS = 10_000;
 
 /** Head settings. */
 export interface HeadOptions {
@@ -40,7 +48,7 @@ export interface HeadOptions {
   driverTimeoutMs?: number;
   /** An agent silent for this long is considered lost. Default 6 s. */
   agentTimeoutMs?: number;
-  /** Log sink; default stderr with a timestamp. */
+  /** Log sink; default stderr with a timestamp, where a line the disk or pipe refuses is dropped and counted (status `head.log`). */
   log?: (line: string) => void;
   /** Object cache memory limit in bytes. Default half of this machine's memory. */
   memLimit?: number;
@@ -62,6 +70,13 @@ export interface HeadOptions {
   peerLimits?: Partial<PeerLimits>;
   /** Connections waiting to prove a credential at once; beyond it the oldest is dropped. Default 1024. */
   maxUnproven?: number;
+  /**
+   * TCP connections one source address may hold to the head (proven or not,
+   * counted by the kernel); a new one beyond it is refused in the ZeroMQ
+   * handshake. Default 4096 (every local executor, agent and driver of a
+   * one-host cluster comes from 127.0.0.1).
+   */
+  maxConnectionsPerSource?: number;
   /** Object data bytes one connection may hold without acknowledging it read them (read-credit.ts). Default 256 MiB. */
   maxUnread?: number;
 }
@@ -76,8 +91,10 @@ export class Head {
   readonly recovery: Recovery;
   /** The concrete endpoint after binding. */
   endpoint = "";
-  /** Counters for status and tests. */
-  readonly stats = { messages: 0, malformed: 0 };
+  /** Counters for status and tests; `refusedConnections`: closed in the ZeroMQ handshake by the gate. */
+  readonly stats = { messages: 0, malformed: 0, refusedConnections: 0 };
+  /** Where log lines go without `opts.log` (stderr): lines it could not write are dropped and counted in status. */
+  readonly logSink = new LogSink("head");
   private readonly channel: RouterChannel;
   private readonly agentTimeoutMs: number;
   private readonly log: (line: string) => void;
@@ -94,17 +111,25 @@ export class Head {
   private auth!: Authenticator;
   /** The runtime state file, with a data dir. */
   private state?: StateFile;
+  /** The bound TCP port (0 until bound, or for a non-TCP endpoint): the gate counts connections to it. */
+  private port = 0;
+  private unloggedRefusals = 0;
+  private lastRefusalLog = 0;
+  private lastRefusal = "";
 
   private constructor(opts: HeadOptions) {
     const keepAliveMs = opts.keepAliveMs ?? 30 * 60_000;
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
-    const sink = opts.log ?? ((line: string) => process.stderr.write(`${new Date().toISOString()} head ${line}\n`));
+    const sink = opts.log ?? ((line: string) => this.logSink.write(line));
     this.log = (line) => sink(truncateLogLine(line));
     this.channel = new RouterChannel({
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),
       onRefused: (id, frames, err) => this.onRefusedMessage(id, frames, err),
       curveServerSecretKey: opts.curve?.serverSecretKey,
+      gateDomain: HEAD_ZAP_DOMAIN,
+      handshakeIntervalMs: HANDSHAKE_MS,
+      onHandshakeFailed: (why) => this.onRefusedConnection(why),
     });
     this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }), {
       credit: opts.maxUnread !== undefined ? { limit: opts.maxUnread } : undefined,
@@ -176,8 +201,12 @@ export class Head {
       },
       log: (m) => head.log(m),
     });
-    if (opts.curve) head.stopZap = await startZapHandler([opts.curve.publicKey], (address) => head.log(`refused a connection from ${address}: unknown CURVE key`));
+    const curve = opts.curve ? curveGate([opts.curve.publicKey]) : undefined;
+    const keyFor = (role: Role, id: string, app: string): Buffer | string => peerKey(secret, role, id, app);
+    const perSource = opts.maxConnectionsPerSource ?? 4096;
+    head.stopZap = await serveZapDomain(HEAD_ZAP_DOMAIN, (req) => head.gate(req, perSource, curve ? (r) => curve(r.mechanism, r.credentials[0]) : (r) => (r.mechanism === "PLAIN" ? checkGateProof(r.credentials, keyFor) : "no hearth credential in the handshake (an anonymous ZeroMQ peer)")));
     head.endpoint = await head.channel.bind(opts.bind ?? "tcp://127.0.0.1:0");
+    head.port = Number(/:(\d+)$/.exec(head.endpoint)?.[1] ?? 0);
     head.serving = head.channel.serve((id, frames) => head.auth.receive(id, frames));
     head.ticker = setInterval(() => head.tick(), 250);
     return head;
@@ -201,6 +230,32 @@ export class Head {
     this.stopZap?.();
     await this.serving;
     this.onShutdown();
+  }
+
+  /**
+   * The gate (sdk/wire/zap.ts): judges a new connection in the ZeroMQ
+   * handshake, where a refusal closes it. It must prove a credential
+   * (`proof`), and its source may hold at most `perSource` connections.
+   */
+  private gate(req: ZapRequest, perSource: number, proof: (req: ZapRequest) => string | undefined): string | undefined {
+    let refusal = proof(req);
+    if (refusal === undefined && this.port > 0) {
+      const n = connectionsFrom(req.address, this.port);
+      if (n !== undefined && n > perSource) refusal = `${req.address} holds ${n} connections, over --max-connections-per-source ${perSource}`;
+    }
+    if (refusal !== undefined) this.lastRefusal = `from ${req.address}: ${refusal}`;
+    return refusal;
+  }
+
+  /** A connection closed in the handshake: counted; the log gets at most one line per 10 s about them (a flood must not flood the log). */
+  private onRefusedConnection(why: string): void {
+    this.stats.refusedConnections++;
+    this.unloggedRefusals++;
+    const now = Date.now();
+    if (now - this.lastRefusalLog < 10_000) return;
+    this.log(`refused ${this.unloggedRefusals} connection(s) in the handshake since the last such line; the last: ${why}${this.lastRefusal ? `; the gate's last refusal ${this.lastRefusal}` : ""}`);
+    this.unloggedRefusals = 0;
+    this.lastRefusalLog = now;
   }
 
   /** Dispatches a message by the role and identity its peer proved at the handshake, never by what its routing id looks like. */

@@ -1,16 +1,18 @@
 /**
  * The head's object store: versioned objects (a base plus appended patches)
  * in memory under a limit, with LRU eviction of objects that are neither
- * pinned nor being transferred. With a data dir every write goes to disk
- * first, so eviction only drops the memory copy and objects survive a head
- * restart. Files are opened, written or read, and closed per operation, so
+ * pinned nor being transferred. With a data dir every write and delete
+ * reaches the disk first (an object's metadata file is its commit point) and
+ * memory follows only if the disk took it, so a refused write leaves no
+ * trace, eviction only drops the memory copy, and objects survive a head
+ * restart as the writers were told. Files are opened, written or read, and closed per operation, so
  * file descriptors stay bounded whatever the object count.
  */
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import type { DType, ValueKind } from "../../sdk/cache/values.js";
-import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError, type ObjectIds } from "../../sdk/errors/index.js";
+import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, ObjectStorageError, VersionConflictError, type ObjectIds } from "../../sdk/errors/index.js";
 import { formatBytes } from "../../sdk/format.js";
 
 /** One stored part: the base or a patch. `data` is undefined while spilled to disk. */
@@ -74,7 +76,7 @@ export class ObjectStore {
   open(): this {
     if (this.opts.dataDir === undefined || this.dir !== undefined) return this;
     const dir = path.join(this.opts.dataDir, "objects");
-    mkdirSync(dir, { recursive: true });
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
     this.dir = dir;
     this.loadIndex();
     return this;
@@ -101,14 +103,25 @@ export class ObjectStore {
     if (op !== "put" && !existing) throw new ObjectNotFoundError(`${op}: no object '${userKey(key)}' in this app; put it first`, objectIds(key));
   }
 
-  /** Applies a write and returns the object. Throws VersionConflictError, ObjectNotFoundError or CacheFullError. */
+  /**
+   * Applies a write and returns the object. With a data dir the write reaches
+   * the disk before memory changes: if the disk refuses it (ENOSPC, EROFS…)
+   * its files are removed and the store is as it was, so the same write can be
+   * retried and a restarted head reloads exactly what writes reported.
+   * Throws VersionConflictError, ObjectNotFoundError, CacheFullError or ObjectStorageError.
+   */
   write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean } = {}): StoredObject {
     this.check(op, key, opts.ifVersion);
     const existing = this.objects.get(key);
-    const current = existing?.version ?? 0;
+    const version = (existing?.version ?? 0) + 1;
     this.makeRoom(value.data.byteLength, key);
-    const version = current + 1;
     const part: StoredPart = { kind: value.kind, dtype: value.dtype, size: value.data.byteLength, version, data: value.data };
+    const next: ObjectMeta =
+      op === "patch"
+        ? { key, version, baseVersion: existing!.baseVersion, pinned: existing!.pinned, base: strip(existing!.base), patches: [...existing!.patches.map(strip), strip(part)] }
+        : { key, version, baseVersion: version, pinned: opts.pin ?? existing?.pinned ?? false, base: strip(part), patches: [] };
+    this.persist(op, next, part);
+    // On disk: now memory follows.
     let obj: StoredObject;
     if (op === "patch") {
       obj = existing!;
@@ -117,15 +130,14 @@ export class ObjectStore {
     } else {
       if (existing) {
         this.release(existing);
-        if (this.dir) for (const p of existing.patches) rmSync(this.patchFile(key, p.version), { force: true });
+        if (this.dir) this.removeFiles(this.filesOf(existing));
       }
-      obj = { key, version, baseVersion: version, base: part, patches: [], pinned: opts.pin ?? existing?.pinned ?? false, lastUsed: ++this.clock, readers: 0 };
+      obj = { key, version, baseVersion: version, base: part, patches: [], pinned: next.pinned, lastUsed: 0, readers: 0 };
       this.objects.set(key, obj);
     }
     obj.lastUsed = ++this.clock;
     this.memUsed += part.size;
     this.evicted.delete(key);
-    this.persist(obj, op === "patch" ? part : undefined);
     return obj;
   }
 
@@ -177,14 +189,27 @@ export class ObjectStore {
     return this.objects.get(key);
   }
 
-  /** Deletes every object whose key starts with `prefix`; returns how many. */
+  /**
+   * Deletes every object whose key starts with `prefix`; returns how many.
+   * With a data dir each object leaves the disk (its metadata file first: the
+   * commit point) before it leaves memory; if the disk refuses, the objects
+   * not yet deleted stay whole and an ObjectStorageError says how many went,
+   * so a retry finishes the job.
+   */
   delete(prefix: string): number {
     let n = 0;
     for (const [key, obj] of [...this.objects]) {
       if (!key.startsWith(prefix)) continue;
+      if (this.dir) {
+        try {
+          rmSync(this.metaFile(key), { force: true });
+        } catch (err) {
+          throw storageError("delete", key, err, n > 0 ? ` (${n} other object${n === 1 ? " was" : "s were"} deleted before it)` : "");
+        }
+        this.removeFiles(this.filesOf(obj));
+      }
       this.dropData(obj);
       this.objects.delete(key);
-      if (this.dir) for (const f of this.filesOf(obj)) rmSync(f, { force: true });
       n++;
     }
     return n;
@@ -248,7 +273,7 @@ export class ObjectStore {
     if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`, objectIds(o.key));
     this.makeRoom(missing.reduce((n, p) => n + p.size, 0), o.key);
     for (const p of missing) {
-      p.data = readFileSync(p === o.base ? this.baseFile(o.key) : this.patchFile(o.key, p.version));
+      p.data = readFileSync(p === o.base ? this.baseFile(o.key, o.baseVersion) : this.patchFile(o.key, p.version));
       this.memUsed += p.size;
     }
     this.stats.reloads++;
@@ -264,35 +289,78 @@ export class ObjectStore {
     return path.join(this.dir!, `${this.hash(key)}.${version}.patch`);
   }
 
-  private baseFile(key: string): string {
-    return path.join(this.dir!, `${this.hash(key)}.base`);
+  /** A base's file carries its version, so writing a new base never touches the one the metadata on disk names. */
+  private baseFile(key: string, baseVersion: number): string {
+    return path.join(this.dir!, `${this.hash(key)}.${baseVersion}.base`);
+  }
+
+  /** The metadata file: the commit point of every write and delete of its object. */
+  private metaFile(key: string): string {
+    return path.join(this.dir!, `${this.hash(key)}.json`);
   }
 
   private filesOf(o: StoredObject): string[] {
-    return [path.join(this.dir!, `${this.hash(o.key)}.json`), this.baseFile(o.key), ...o.patches.map((p) => this.patchFile(o.key, p.version))];
+    return [this.baseFile(o.key, o.baseVersion), ...o.patches.map((p) => this.patchFile(o.key, p.version))];
   }
 
-  private persist(o: StoredObject, appended?: StoredPart): void {
+  /**
+   * Writes the new part's file, then the metadata (temporary file + rename),
+   * the commit point: a crash before the rename leaves the previous version
+   * on disk whole. On any failure the files this write made are removed and
+   * an ObjectStorageError is thrown; memory has not been touched yet.
+   */
+  private persist(op: WriteOp, meta: ObjectMeta, part: StoredPart): void {
     if (!this.dir) return;
-    const h = this.hash(o.key);
-    if (appended) writeFileSync(this.patchFile(o.key, appended.version), appended.data!);
-    else writeAtomic(this.baseFile(o.key), o.base.data!);
-    const meta = { key: o.key, version: o.version, baseVersion: o.baseVersion, pinned: o.pinned, base: strip(o.base), patches: o.patches.map(strip) };
-    writeAtomic(path.join(this.dir, `${h}.json`), Buffer.from(JSON.stringify(meta)));
+    const partFile = op === "patch" ? this.patchFile(meta.key, part.version) : this.baseFile(meta.key, part.version);
+    const metaFile = this.metaFile(meta.key);
+    try {
+      writeFileSync(partFile, part.data!, { mode: 0o600 });
+      writeFileSync(`${metaFile}.tmp`, JSON.stringify(meta), { mode: 0o600 });
+      renameSync(`${metaFile}.tmp`, metaFile);
+    } catch (err) {
+      this.removeFiles([partFile, `${metaFile}.tmp`]);
+      throw storageError(op, meta.key, err, "");
+    }
+  }
+
+  /** Removes files no metadata names any more; one that will not go is left for the disk's owner (it is never read). */
+  private removeFiles(files: string[]): void {
+    for (const f of files) {
+      try {
+        rmSync(f, { force: true });
+      } catch {
+        // Unreferenced: a restart ignores it.
+      }
+    }
   }
 
   private loadIndex(): void {
     for (const f of readdirSync(this.dir!)) {
       if (!f.endsWith(".json")) continue;
       try {
-        const meta = JSON.parse(readFileSync(path.join(this.dir!, f), "utf8")) as Omit<StoredObject, "lastUsed" | "readers">;
-        if (!existsSync(path.join(this.dir!, `${this.hash(meta.key)}.base`))) continue;
+        const meta = JSON.parse(readFileSync(path.join(this.dir!, f), "utf8")) as ObjectMeta;
+        const base = this.baseFile(meta.key, meta.baseVersion);
+        const unversioned = path.join(this.dir!, `${this.hash(meta.key)}.base`); // the layout before base files carried their version
+        if (!existsSync(base) && existsSync(unversioned)) renameSync(unversioned, base);
+        if (!existsSync(base)) continue;
         this.objects.set(meta.key, { ...meta, lastUsed: 0, readers: 0 });
       } catch {
         // A torn or foreign file: skip it rather than refuse to start.
       }
     }
   }
+}
+
+/** An object's metadata file: what a restarted head reloads. */
+type ObjectMeta = Pick<StoredObject, "key" | "version" | "baseVersion" | "pinned"> & { base: Omit<StoredPart, "data">; patches: Array<Omit<StoredPart, "data">> };
+
+/** What the disk refused, as the error the writer gets: nothing changed, retry when there is room. */
+function storageError(op: string, key: string, err: unknown, note: string): ObjectStorageError {
+  const code = (err as NodeJS.ErrnoException).code ?? "EIO";
+  return new ObjectStorageError(
+    `${op} of '${userKey(key)}' failed: the head's data dir refused it (${(err as Error).message})${note}; nothing changed, retry once the disk has room`,
+    { ...objectIds(key), op, code, cause: err },
+  );
 }
 
 function strip(p: StoredPart): Omit<StoredPart, "data"> {
@@ -303,11 +371,6 @@ function inMemory(o: StoredObject): number {
   let n = 0;
   for (const p of [o.base, ...o.patches]) if (p.data) n += p.size;
   return n;
-}
-
-function writeAtomic(file: string, data: Buffer): void {
-  writeFileSync(`${file}.tmp`, data);
-  renameSync(`${file}.tmp`, file);
 }
 
 /** Keys are stored as `<app>/<key>`; errors show the user's part. */

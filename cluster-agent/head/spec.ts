@@ -10,83 +10,106 @@ import type { ServiceSpec } from "./records.js";
 /** Defaults applied to options a driver leaves out. */
 export const SERVICE_DEFAULTS = { warmup: 1, autoscale: true, idleTimeoutMs: 60_000, concurrency: 1, initTimeoutMs: 10 * 60_000, maxQueued: 10_000 } as const;
 
-/** Upper bounds a declaration may ask for (a typo like warmup: 10000 is refused, not attempted). */
-export const SERVICE_LIMITS = { warmup: 1024, max: 4096, concurrency: 1024, maxQueued: 1_000_000, timeoutMs: 7 * 24 * 3_600_000 } as const;
+/** Bounds a declaration must keep (a typo like warmup: 10000 or idleTimeout: 1e15 is refused, not attempted). */
+export const SERVICE_LIMITS = {
+  warmup: 1024,
+  max: 4096,
+  concurrency: 1024,
+  maxQueued: 1_000_000,
+  /** Every duration: deadlines and the idle timeout (a week). */
+  timeoutMs: 7 * 24 * 3_600_000,
+  /** Characters of a module path or URL (a data: URL module included). */
+  moduleChars: 65_536,
+  /** Characters of the exported class's name. */
+  exportChars: 256,
+  /** Characters of a resreq text. */
+  resreqChars: 1024,
+} as const;
 
-/** Parses and checks a wire service spec; throws ServiceConfigError or ResreqError. */
+/**
+ * Parses and checks a wire service spec: every field has a type and a range,
+ * and an error names the field, the value given and the range allowed.
+ * Throws ServiceConfigError or ResreqError.
+ */
 export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
   const name = raw.name;
   if (typeof name !== "string" || !/^[A-Za-z0-9_.-]{1,128}$/.test(name)) {
-    throw new ServiceConfigError(`service name must be 1-128 characters of letters, digits, '_', '.', '-'; got ${JSON.stringify(name)}`);
+    throw new ServiceConfigError(`service name must be 1-128 characters of letters, digits, '_', '.', '-'; got ${show(name)}`, { field: "name" });
   }
+  const fail = (field: string, rule: string, v: unknown): never => {
+    throw new ServiceConfigError(`service '${name}': ${field} must be ${rule}; got ${show(v)}`, { service: name, field });
+  };
   const module = raw.module;
-  if (typeof module !== "string" || module === "") throw new ServiceConfigError(`service '${name}': 'module' must be a module path`, { service: name });
+  if (typeof module !== "string" || module.length === 0 || module.length > SERVICE_LIMITS.moduleChars || module.includes("\0")) {
+    fail("module", `a module path or URL of 1 to ${SERVICE_LIMITS.moduleChars} characters without NUL`, module);
+  }
   const exportName = raw.export;
-  if (typeof exportName !== "string" || exportName === "") throw new ServiceConfigError(`service '${name}': 'export' must name the exported class`, { service: name });
+  if (typeof exportName !== "string" || exportName.length > SERVICE_LIMITS.exportChars || !/^[A-Za-z_$][\w$]*$/.test(exportName)) {
+    fail("export", `the name of the exported class: a JavaScript identifier of 1 to ${SERVICE_LIMITS.exportChars} characters`, exportName);
+  }
   let project: { hash: string; key: string } | undefined;
   if (raw.project !== undefined && raw.project !== null) {
     const pr = raw.project as { hash?: unknown; key?: unknown };
-    if (typeof pr !== "object" || typeof pr.hash !== "string" || typeof pr.key !== "string") {
-      throw new ServiceConfigError(`service '${name}': 'project' must be { hash, key } of a packed project`, { service: name });
+    if (typeof pr !== "object" || typeof pr.hash !== "string" || !/^[0-9a-f]{16,64}$/.test(pr.hash) || pr.key !== `_projects/${pr.hash}`) {
+      fail("project", "{ hash, key } of a packed project: hash 16 to 64 hex digits, key '_projects/<hash>'", raw.project);
     }
-    project = { hash: pr.hash, key: pr.key };
+    project = { hash: pr.hash as string, key: pr.key as string };
   }
   const resreq = raw.resreq === undefined || raw.resreq === null ? "" : raw.resreq;
-  if (typeof resreq !== "string") throw new ServiceConfigError(`service '${name}': resreq must be a string like "cpu=8,mem=64g,gpu=1"`, { service: name });
+  if (typeof resreq !== "string" || resreq.length > SERVICE_LIMITS.resreqChars) fail("resreq", `a string like "cpu=8,mem=64g,gpu=1" of at most ${SERVICE_LIMITS.resreqChars} characters`, resreq);
   const autoscale = raw.autoscale ?? SERVICE_DEFAULTS.autoscale;
-  if (typeof autoscale !== "boolean") throw new ServiceConfigError(`service '${name}': autoscale must be true or false`, { service: name });
-  const warmup = intOption(name, "warmup", raw.warmup, SERVICE_DEFAULTS.warmup, autoscale ? 0 : 1, SERVICE_LIMITS.warmup);
-  const max = raw.max === undefined || raw.max === null ? Infinity : intOption(name, "max", raw.max, 0, 1, SERVICE_LIMITS.max);
-  if (max < warmup) throw new ServiceConfigError(`service '${name}': max (${max}) is below warmup (${warmup})`, { service: name });
+  if (typeof autoscale !== "boolean") fail("autoscale", "true or false", autoscale);
+  const warmup = intOption(fail, "warmup", raw.warmup, SERVICE_DEFAULTS.warmup, autoscale ? 0 : 1, SERVICE_LIMITS.warmup);
+  const max = raw.max === undefined || raw.max === null ? Infinity : intOption(fail, "max", raw.max, 0, 1, SERVICE_LIMITS.max);
+  if (max < warmup) throw new ServiceConfigError(`service '${name}': max (${max}) is below warmup (${warmup})`, { service: name, field: "max" });
   if (!autoscale && raw.max !== undefined && raw.max !== null && max !== warmup) {
-    throw new ServiceConfigError(`service '${name}': a gang (autoscale: false) has exactly warmup members; drop 'max'`, { service: name });
+    throw new ServiceConfigError(`service '${name}': a gang (autoscale: false) has exactly warmup members; drop 'max'`, { service: name, field: "max" });
   }
-  const idleTimeoutMs = numOption(name, "idleTimeout", raw.idleTimeoutMs, SERVICE_DEFAULTS.idleTimeoutMs);
-  const concurrency = intOption(name, "concurrency", raw.concurrency, SERVICE_DEFAULTS.concurrency, 1, SERVICE_LIMITS.concurrency);
-  const callTimeoutMs = raw.callTimeoutMs === undefined || raw.callTimeoutMs === null ? null : deadlineOption(name, "callTimeoutMs", raw.callTimeoutMs);
-  const initTimeoutMs = raw.initTimeoutMs === undefined || raw.initTimeoutMs === null ? SERVICE_DEFAULTS.initTimeoutMs : deadlineOption(name, "initTimeoutMs", raw.initTimeoutMs);
-  const maxQueued = intOption(name, "maxQueued", raw.maxQueued, SERVICE_DEFAULTS.maxQueued, 1, SERVICE_LIMITS.maxQueued);
+  const idleTimeoutMs = durationOption(fail, "idleTimeout", raw.idleTimeoutMs, SERVICE_DEFAULTS.idleTimeoutMs, 0);
+  const concurrency = intOption(fail, "concurrency", raw.concurrency, SERVICE_DEFAULTS.concurrency, 1, SERVICE_LIMITS.concurrency);
+  const callTimeoutMs = raw.callTimeoutMs === undefined || raw.callTimeoutMs === null ? null : durationOption(fail, "callTimeoutMs", raw.callTimeoutMs, 0, 1);
+  const initTimeoutMs = durationOption(fail, "initTimeoutMs", raw.initTimeoutMs, SERVICE_DEFAULTS.initTimeoutMs, 1);
+  const maxQueued = intOption(fail, "maxQueued", raw.maxQueued, SERVICE_DEFAULTS.maxQueued, 1, SERVICE_LIMITS.maxQueued);
   const elastic = raw.elastic ?? false;
-  if (typeof elastic !== "boolean") throw new ServiceConfigError(`service '${name}': elastic must be true or false`, { service: name });
+  if (typeof elastic !== "boolean") fail("elastic", "true or false", elastic);
   return {
     name,
-    module,
+    module: module as string,
     project,
-    exportName,
-    resreq,
-    resources: parseResreq(resreq),
+    exportName: exportName as string,
+    resreq: resreq as string,
+    resources: parseResreq(resreq as string),
     warmup,
-    autoscale,
+    autoscale: autoscale as boolean,
     max: autoscale ? max : warmup,
     idleTimeoutMs,
     concurrency,
     callTimeoutMs,
     initTimeoutMs,
     maxQueued,
-    elastic,
+    elastic: elastic as boolean,
   };
 }
 
-function intOption(service: string, key: string, v: unknown, dflt: number, min: number, max: number): number {
+type Fail = (field: string, rule: string, v: unknown) => never;
+
+function intOption(fail: Fail, key: string, v: unknown, dflt: number, min: number, max: number): number {
   if (v === undefined || v === null) return dflt;
-  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
-    throw new ServiceConfigError(`service '${service}': ${key} must be a whole number from ${min} to ${max}; got ${JSON.stringify(v)}`, { service });
-  }
-  return v;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) fail(key, `a whole number from ${min} to ${max}`, v);
+  return v as number;
 }
 
-/** A deadline in ms: positive and finite (at most a week), so a timer can hold it. */
-function deadlineOption(service: string, key: string, v: unknown): number {
-  if (typeof v !== "number" || !Number.isFinite(v) || v <= 0 || v > SERVICE_LIMITS.timeoutMs) {
-    throw new ServiceConfigError(`service '${service}': ${key} must be a positive number of milliseconds (at most ${SERVICE_LIMITS.timeoutMs}); got ${JSON.stringify(v)}`, { service });
+/** A duration in ms, from `min` to a week: a timer can hold it and a typo cannot park resources for ages. */
+function durationOption(fail: Fail, key: string, v: unknown, dflt: number, min: 0 | 1): number {
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > SERVICE_LIMITS.timeoutMs) {
+    fail(key, `${min === 0 ? "a non-negative" : "a positive"} number of milliseconds, at most ${SERVICE_LIMITS.timeoutMs} (7 days)`, v);
   }
-  return v;
+  return v as number;
 }
 
-function numOption(service: string, key: string, v: unknown, dflt: number): number {
-  if (v === undefined || v === null) return dflt;
-  if (typeof v !== "number" || !Number.isFinite(v) || v < 0) {
-    throw new ServiceConfigError(`service '${service}': ${key} must be a non-negative number of milliseconds; got ${JSON.stringify(v)}`, { service });
-  }
-  return v;
+/** A value as an error shows it: JSON, cut to 80 characters (a 64 KiB module path is not repeated back). */
+function show(v: unknown): string {
+  const text = typeof v === "number" && !Number.isFinite(v) ? String(v) : (JSON.stringify(v) ?? String(v));
+  return text.length > 80 ? `${text.slice(0, 80)}… (${text.length} characters)` : text;
 }

@@ -1,6 +1,7 @@
 /**
  * The head's status document: what `app.status()` and `hearth status` show.
  */
+import type { LogSinkStats } from "../log-sink.js";
 import type { ObjectService } from "../object-service.js";
 import type { AppRecord } from "./records.js";
 import type { Scheduler } from "./scheduler.js";
@@ -12,6 +13,8 @@ export interface StatusSource {
   readonly endpoint: string;
   readonly startedAt: number;
   readonly stats: Record<string, number>;
+  /** Log lines written and dropped (log-sink.ts). */
+  readonly logSink: { readonly stats: LogSinkStats };
   readonly scheduler: Scheduler;
   readonly objects: ObjectService;
   /** Drivers of an app heard from within the driver timeout. */
@@ -26,7 +29,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined): Re
   const now = Date.now();
   const apps = [...sched.apps.values()].filter((a) => appName === undefined || a.name === appName);
   return {
-    head: { id: head.id, endpoint: head.endpoint, pid: process.pid, uptimeMs: now - head.startedAt, ...head.stats, calls: sched.router.stats },
+    head: { id: head.id, endpoint: head.endpoint, pid: process.pid, uptimeMs: now - head.startedAt, ...head.stats, calls: sched.router.stats, log: { ...head.logSink.stats } },
     objects: { ...head.objects.store.usage(), traffic: head.objects.traffic },
     agents: [...sched.agents.values()].map((a) => ({
       id: a.id,

@@ -161,7 +161,7 @@ export async function openFolder(objects: ObjectCache, ref: FolderRef, opts: Ope
 /** mkdir is atomic: the lock holder writes its pid; a lock whose holder died is taken over. */
 function takeLock(lock: string): boolean {
   try {
-    mkdirSync(lock);
+    mkdirSync(lock, { mode: 0o700 });
   } catch {
     let pid = NaN;
     try {
@@ -173,7 +173,7 @@ function takeLock(lock: string): boolean {
     rmSync(lock, { recursive: true, force: true });
     return false;
   }
-  mkdirSync(path.join(lock, `pid-${process.pid}`));
+  mkdirSync(path.join(lock, `pid-${process.pid}`), { mode: 0o700 });
   return true;
 }
 
@@ -190,7 +190,7 @@ async function fetchInto(objects: ObjectCache, ref: FolderRef, dir: string): Pro
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   const bytes = await fetchFolder(objects, ref, tmp);
-  writeFileSync(path.join(tmp, ".complete"), ref.dir);
+  writeFileSync(path.join(tmp, ".complete"), ref.dir, { mode: 0o600 });
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
   return bytes;
@@ -198,7 +198,7 @@ async function fetchInto(objects: ObjectCache, ref: FolderRef, dir: string): Pro
 
 /** Writes a folder shipped as objects into `target` (made if missing), one part in memory at a time; returns the bytes fetched. */
 export async function fetchFolder(objects: ObjectCache, ref: FolderRef, target: string): Promise<number> {
-  mkdirSync(target, { recursive: true });
+  mkdirSync(target, { recursive: true, mode: 0o700 });
   let bytes = 0;
   for (const f of ref.files) {
     if (!f.parts) throw new HearthError(`${f.name} of ${ref.dir} was not shipped as objects`);

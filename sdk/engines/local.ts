@@ -257,7 +257,7 @@ export async function lock(file: string): Promise<() => void> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     try {
-      closeSync(openSync(file, "wx"));
+      closeSync(openSync(file, "wx", 0o600));
       return () => rmSync(file, { force: true });
     } catch {
       try {

@@ -1,8 +1,8 @@
 /**
  * Errors of the object cache (the head's store, the node caches, the SDK's
  * ObjectCache): a write whose version precondition failed, an object that is
- * not there or was evicted, and a cache too full to take a put. Each names the
- * key (as the app sees it) and the app.
+ * not there or was evicted, a cache too full to take a put, and a write the
+ * head's data dir refused. Each names the key (as the app sees it) and the app.
  */
 import { HearthError, type ErrorOptions } from "./hearth-error.js";
 
@@ -77,5 +77,23 @@ export class CacheFullError extends HearthError {
   declare readonly limit: number;
   constructor(message: string, fields: ObjectIds & { size: number; limit: number } & ErrorOptions) {
     super(message, fields, { key: fields.key, app: fields.app, size: fields.size, limit: fields.limit });
+  }
+}
+
+/**
+ * The head's data dir refused a write or a delete (a full disk, ENOSPC; a
+ * read-only one, EROFS): nothing changed, in memory or on disk, so the same
+ * request can be retried once the disk has room again.
+ */
+export class ObjectStorageError extends HearthError {
+  override name = "ObjectStorageError";
+  declare readonly key: string;
+  declare readonly app?: string;
+  /** The operation the disk refused: put, update, patch or delete. */
+  declare readonly op: string;
+  /** The file system's error code (ENOSPC, EROFS, EIO…). */
+  declare readonly code: string;
+  constructor(message: string, fields: ObjectIds & { op: string; code: string } & ErrorOptions) {
+    super(message, fields, { key: fields.key, app: fields.app, op: fields.op, code: fields.code });
   }
 }

@@ -23,8 +23,10 @@ export class ServiceConfigError extends HearthError {
   override name = "ServiceConfigError";
   /** The service the declaration was for, when known. */
   declare readonly service?: string;
-  constructor(message: string, fields: { service?: string } & ErrorOptions = {}) {
-    super(message, fields, { service: fields.service });
+  /** The declaration's field that is out of bounds (warmup, idleTimeout, module…), when one is. */
+  declare readonly field?: string;
+  constructor(message: string, fields: { service?: string; field?: string } & ErrorOptions = {}) {
+    super(message, fields, { service: fields.service, field: fields.field });
   }
 }
 

@@ -248,7 +248,8 @@ export class App {
 
 /** The status document returned by `app.status()`, plus what the app's provisioner adds (ProvisionStatus: `slurm` for the Slurm engine). */
 export interface AppStatus extends ProvisionStatus {
-  head: { id: string; endpoint: string; pid: number; uptimeMs: number };
+  /** `log`: the head's log lines written and dropped (a full log disk or a closed stderr drops lines, never the head). */
+  head: { id: string; endpoint: string; pid: number; uptimeMs: number; log: { written: number; dropped: number; lastError: string | null } };
   agents: Array<{ id: string; host: string; pid: number; total: { cpu: number; mem: number; gpus: string[] }; free: { cpu: number; mem: number; gpus: string[] }; executors: number; labels: Record<string, string> }>;
   apps: Array<{
     name: string;

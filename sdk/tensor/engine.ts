@@ -241,7 +241,7 @@ export class TensorEngine {
       try {
         frame = this.decoder.next();
       } catch (err) {
-        this.fail({ code: "protocol", message: `unreadable reply: ${(err as Error).message}` }, err);
+        this.fail({ code: "protocol", message: `unreadable reply: ${err instanceof EngineError ? err.message.replace(/^\[protocol\] /, "") : (err as Error).message}` }, err);
         this.child.kill("SIGKILL");
         return;
       }
@@ -250,8 +250,17 @@ export class TensorEngine {
       const entry = this.pending.get(id);
       if (!entry) continue; // a reply to a request that timed out or was aborted
       this.pending.delete(id);
-      if (frame.header.ok === true) entry.resolve(decodeValue(frame.header.result, frame.payloads));
-      else entry.reject(new EngineError(frame.header.error as EngineErrorInfo, { op: entry.op }));
+      if (frame.header.ok !== true) {
+        entry.reject(new EngineError(frame.header.error as EngineErrorInfo, { op: entry.op }));
+        continue;
+      }
+      try {
+        entry.resolve(decodeValue(frame.header.result, frame.payloads));
+      } catch (err) {
+        // A reply whose references do not fit its payloads: this request fails, the framing itself held.
+        const message = err instanceof EngineError ? err.message.replace(/^\[protocol\] /, "") : String(err);
+        entry.reject(new EngineError({ code: "protocol", message }, { op: entry.op, cause: err }));
+      }
     }
   }
 

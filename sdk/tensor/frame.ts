@@ -7,7 +7,9 @@
  * re-encoded.
  */
 
-import { isTensor, type Tensor, type DType } from "./tensor.js";
+import buffer from "node:buffer";
+import { EngineError } from "./errors.js";
+import { isDType, isTensor, itemSize, type Tensor } from "./tensor.js";
 
 /** A decoded frame: its JSON header and raw payloads. */
 export interface Frame {
@@ -18,6 +20,20 @@ export interface Frame {
 /** Largest header accepted from the engine. */
 export const MAX_HEADER_BYTES = 64 * 1024 * 1024;
 
+/**
+ * Largest sum of payload bytes one frame may announce by default: the
+ * largest Buffer this Node.js can allocate (a frame is joined into one).
+ */
+export const MAX_PAYLOAD_BYTES = buffer.constants.MAX_LENGTH;
+
+/** Bounds of a FrameDecoder. */
+export interface FrameLimits {
+  /** Largest header (bytes of JSON). Default MAX_HEADER_BYTES. */
+  maxHeaderBytes: number;
+  /** Largest sum of the payload sizes one frame announces. Default MAX_PAYLOAD_BYTES. */
+  maxPayloadBytes: number;
+}
+
 /** Encode a header and payloads as the buffers of one frame (write them in order). */
 export function encodeFrame(header: Record<string, unknown>, payloads: Uint8Array[]): Buffer[] {
   const json = Buffer.from(JSON.stringify({ ...header, sizes: payloads.map((p) => p.byteLength) }), "utf8");
@@ -26,10 +42,33 @@ export function encodeFrame(header: Record<string, unknown>, payloads: Uint8Arra
   return [len, json, ...payloads.map((p) => Buffer.from(p.buffer, p.byteOffset, p.byteLength))];
 }
 
-/** Incremental frame parser for a byte stream (push chunks, pull whole frames). */
+/** A frame's header, read and checked, while its payloads are still arriving. */
+interface Pending {
+  header: Record<string, unknown>;
+  sizes: number[];
+  /** Bytes of the whole frame: length prefix, header and payloads. */
+  total: number;
+}
+
+/**
+ * Incremental frame parser for a byte stream (push chunks, pull whole
+ * frames). Sizes come from the other process and are checked before they
+ * are trusted: the header length and every payload size must be
+ * non-negative integers within the limits, so a frame that announces more
+ * than the limit fails at once (instead of waiting for bytes that never
+ * come), and a negative size cannot move the parser backwards into bytes it
+ * already consumed. A violation throws EngineError `protocol`, naming the
+ * size and the limit; the stream cannot be trusted after it.
+ */
 export class FrameDecoder {
   private chunks: Buffer[] = [];
   private buffered = 0;
+  private pending?: Pending;
+  private readonly limits: FrameLimits;
+
+  constructor(limits: Partial<FrameLimits> = {}) {
+    this.limits = { maxHeaderBytes: MAX_HEADER_BYTES, maxPayloadBytes: MAX_PAYLOAD_BYTES, ...limits };
+  }
 
   /** Add bytes read from the stream. */
   push(chunk: Buffer): void {
@@ -37,33 +76,69 @@ export class FrameDecoder {
     this.buffered += chunk.byteLength;
   }
 
-  /** The next complete frame, or undefined until more bytes arrive. Throws on a malformed header. */
+  /** The next complete frame, or undefined until more bytes arrive. Throws EngineError `protocol` on a malformed or oversized frame. */
   next(): Frame | undefined {
-    if (this.buffered < 4) return undefined;
+    this.pending ??= this.readHeader();
+    const frame = this.pending;
+    if (!frame || this.buffered < frame.total) return undefined;
+    // Joined once, when the whole frame is here (not on every chunk of a large one).
     const all = this.flatten();
-    const headerLen = all.readUInt32LE(0);
-    if (headerLen > MAX_HEADER_BYTES) throw new Error(`frame header of ${headerLen} bytes exceeds the limit`);
-    if (all.byteLength < 4 + headerLen) return undefined;
-    const header = JSON.parse(all.subarray(4, 4 + headerLen).toString("utf8")) as Record<string, unknown>;
-    const sizes = Array.isArray(header.sizes) ? (header.sizes as number[]) : [];
-    const total = 4 + headerLen + sizes.reduce((a, b) => a + b, 0);
-    if (all.byteLength < total) return undefined;
     const payloads: Buffer[] = [];
-    let at = 4 + headerLen;
-    for (const size of sizes) {
+    let at = frame.total - frame.sizes.reduce((a, b) => a + b, 0);
+    for (const size of frame.sizes) {
       payloads.push(all.subarray(at, at + size));
       at += size;
     }
-    const rest = all.subarray(total);
+    const rest = all.subarray(frame.total);
     this.chunks = rest.byteLength ? [rest] : [];
     this.buffered = rest.byteLength;
-    return { header, payloads };
+    this.pending = undefined;
+    return { header: frame.header, payloads };
+  }
+
+  /** Reads and checks the next header once its bytes are here. */
+  private readHeader(): Pending | undefined {
+    if (this.buffered < 4) return undefined;
+    const headerLen = this.peek(4).readUInt32LE(0);
+    if (headerLen > this.limits.maxHeaderBytes) throw frameError(`a frame header of ${headerLen} bytes is over the limit of ${this.limits.maxHeaderBytes}`);
+    if (this.buffered < 4 + headerLen) return undefined;
+    let header: unknown;
+    try {
+      header = JSON.parse(this.peek(4 + headerLen).subarray(4).toString("utf8"));
+    } catch (err) {
+      throw frameError(`a frame header is not JSON: ${(err as Error).message}`);
+    }
+    if (header === null || typeof header !== "object" || Array.isArray(header)) throw frameError("a frame header is not a JSON object");
+    const raw = (header as Record<string, unknown>).sizes ?? [];
+    if (!Array.isArray(raw)) throw frameError(`a frame's sizes are not a list: ${JSON.stringify(raw).slice(0, 80)}`);
+    let payloadBytes = 0;
+    raw.forEach((size: unknown, i) => {
+      if (typeof size !== "number" || !Number.isSafeInteger(size) || size < 0) throw frameError(`payload ${i} of a frame has size ${JSON.stringify(size)}; a size is a non-negative integer`);
+      payloadBytes += size;
+      if (payloadBytes > this.limits.maxPayloadBytes) {
+        throw frameError(`a frame announces ${payloadBytes} payload bytes (payload ${i} alone ${size}), over the limit of ${this.limits.maxPayloadBytes}`);
+      }
+    });
+    return { header: header as Record<string, unknown>, sizes: raw as number[], total: 4 + headerLen + payloadBytes };
+  }
+
+  /** The first `n` buffered bytes (joins only the chunks they span). */
+  private peek(n: number): Buffer {
+    let joined = 0;
+    let count = 0;
+    while (joined < n) joined += this.chunks[count++]!.byteLength;
+    if (count > 1) this.chunks.splice(0, count, Buffer.concat(this.chunks.slice(0, count)));
+    return this.chunks[0]!.subarray(0, n);
   }
 
   private flatten(): Buffer {
     if (this.chunks.length > 1) this.chunks = [Buffer.concat(this.chunks)];
     return this.chunks[0] ?? Buffer.alloc(0);
   }
+}
+
+function frameError(message: string): EngineError {
+  return new EngineError({ code: "protocol", message });
 }
 
 /** Replace tensors and byte arrays in `value` by payload references, appending to `payloads`. */
@@ -85,19 +160,38 @@ export function encodeValue(value: unknown, payloads: Uint8Array[]): unknown {
   return value;
 }
 
-/** Replace payload references in a decoded header value by Tensors and Buffers. */
+/**
+ * Replace payload references in a decoded header value by Tensors and
+ * Buffers. Each reference must name a payload of the frame, and a tensor's
+ * dtype and shape must account for exactly its payload's bytes; otherwise
+ * EngineError `protocol`.
+ */
 export function decodeValue(value: unknown, payloads: Buffer[]): unknown {
   if (Array.isArray(value)) return value.map((v) => decodeValue(v, payloads));
   if (value !== null && typeof value === "object") {
     const obj = value as Record<string, unknown>;
-    if (typeof obj.$tensor === "number") {
-      const t: Tensor = { dtype: obj.dtype as DType, shape: obj.shape as number[], data: payloads[obj.$tensor] };
+    if (obj.$tensor !== undefined) {
+      const data = payloadAt(obj.$tensor, payloads, "$tensor");
+      const dtype = obj.dtype;
+      if (!isDType(dtype)) throw frameError(`a tensor has dtype ${JSON.stringify(dtype)?.slice(0, 40)}, which the engine protocol does not know`);
+      const shape = obj.shape;
+      if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && (d as number) >= 0)) throw frameError(`a tensor has shape ${JSON.stringify(shape)?.slice(0, 80)}; a shape is a list of non-negative integers`);
+      const bytes = shape.reduce((n: number, d: number) => n * d, itemSize(dtype));
+      if (bytes !== data.byteLength) throw frameError(`a ${dtype} tensor of shape [${shape.join(", ")}] needs ${bytes} bytes; its payload has ${data.byteLength}`);
+      const t: Tensor = { dtype, shape: shape as number[], data };
       return t;
     }
-    if (typeof obj.$bytes === "number") return payloads[obj.$bytes];
+    if (obj.$bytes !== undefined) return payloadAt(obj.$bytes, payloads, "$bytes");
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(obj)) out[k] = decodeValue(v, payloads);
     return out;
   }
   return value;
+}
+
+function payloadAt(index: unknown, payloads: Buffer[], what: string): Buffer {
+  if (typeof index !== "number" || !Number.isInteger(index) || index < 0 || index >= payloads.length) {
+    throw frameError(`a ${what} reference names payload ${JSON.stringify(index)}, but the frame has ${payloads.length}`);
+  }
+  return payloads[index]!;
 }

@@ -23,6 +23,11 @@ export function itemSize(dtype: DType): number {
   return ITEM_SIZE[dtype];
 }
 
+/** True for a dtype name the engine knows. */
+export function isDType(value: unknown): value is DType {
+  return typeof value === "string" && Object.hasOwn(ITEM_SIZE, value);
+}
+
 /** True for a `{dtype, shape, data}` object. */
 export function isTensor(value: unknown): value is Tensor {
   if (value === null || typeof value !== "object") return false;

@@ -7,6 +7,7 @@
 import { Dealer, Router } from "zeromq";
 import type { CurveClientKeys } from "./curve.js";
 import { authMac, type Credential } from "./auth.js";
+import { gateCredentials } from "./zap.js";
 import { AUTH_MARK, isAuthMessage } from "./authenticator.js";
 import { decode, encode } from "./codec.js";
 import { AuthError, MessageTooLargeError, fromWireError, type WireError } from "./errors.js";
@@ -118,6 +119,17 @@ export interface ChannelOptions {
   /** ROUTER: be a CURVE server with this secret key (pair it with a ZAP handler to choose who may connect). */
   curveServerSecretKey?: string;
   /**
+   * ROUTER: judge every new connection in the ZeroMQ handshake by the ZAP
+   * handler of `domain` (zap.ts): a PLAIN server unless it is a CURVE one,
+   * so a client must present a gate proof (or a CURVE key); refused
+   * connections are closed by ZeroMQ. Serve the domain before binding.
+   */
+  gateDomain?: string;
+  /** ROUTER: a connection that has not finished the ZeroMQ handshake within this is closed. Default ZeroMQ's 30 s. */
+  handshakeIntervalMs?: number;
+  /** ROUTER: a connection failed the ZeroMQ handshake (refused by the gate, wrong security mechanism, not ZMTP) and was closed. */
+  onHandshakeFailed?: (why: string) => void;
+  /**
    * DEALER: prove this credential to the ROUTER before anything else is sent
    * (authenticator.ts); messages sent meanwhile wait. Answer a later challenge
    * (a restarted head) without holding anything.
@@ -178,13 +190,39 @@ export class DealerChannel extends Channel<Dealer> {
     const curve = opts.curveClient
       ? { curveServerKey: opts.curveClient.serverPublicKey, curvePublicKey: opts.curveClient.publicKey, curveSecretKey: opts.curveClient.secretKey }
       : {};
-    super(new Dealer({ routingId, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve }), opts.onError ?? defaultOnError);
+    // Without CURVE, a credential is also proven in the ZeroMQ handshake, where a server's gate judges connections (zap.ts).
+    const gate = opts.auth && !opts.curveClient ? gateCredentials(opts.auth) : undefined;
+    if (opts.auth && !opts.curveClient && !gate) throw new AuthError(`the credential of ${opts.auth.role} '${opts.auth.id.slice(0, 80)}' is too long to present at the handshake (id and app of at most 190 bytes)`);
+    const plain = gate ? { plainUsername: gate.username, plainPassword: gate.password } : {};
+    super(new Dealer({ routingId, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve, ...plain }), opts.onError ?? defaultOnError);
     this.routingId = Buffer.from(routingId);
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
     this.auth = opts.auth;
     this.onAuthFailed = opts.onAuthFailed ?? ((err) => this.onError(err));
     this.outbox.held = this.auth !== undefined;
     this.authenticated = this.auth ? new Promise((r) => (this.markAuthenticated = r)) : Promise.resolve();
+    if (opts.auth && gate) this.watchHandshake(opts.auth);
+  }
+
+  /**
+   * A gate that refuses the connection does so in the ZeroMQ handshake, where
+   * no hearth message can say why: the socket's monitor reports it, and it
+   * becomes an AuthError (once per refusal streak: ZeroMQ keeps reconnecting).
+   * A server of another security mechanism (CURVE) is not a refusal of the
+   * credential: that connection never completes, and the caller's timeout
+   * says so (ConnectError), as it does for a CURVE client with a wrong key.
+   */
+  private watchHandshake(cred: Credential): void {
+    let reported = false;
+    const who = `${cred.role} '${cred.id.slice(0, 80)}'${cred.app ? ` of app '${cred.app.slice(0, 80)}'` : ""}`;
+    const refused = (why: string): void => {
+      if (reported || this.closed) return;
+      reported = true;
+      this.onAuthFailed(new AuthError(`the server refused this connection in the ZeroMQ handshake (${why}): a wrong credential for ${who}, or this host holds the server's maximum of connections (hearth head --max-connections-per-source). Check the credential (HEARTH_HOME's secret, or the app token)`));
+    };
+    const events = this.socket.events;
+    events.on("handshake", () => (reported = false));
+    events.on("handshake:error:auth", (e) => refused(`ZAP status ${e.error.status}`));
   }
 
   connect(endpoint: string): void {
@@ -239,12 +277,21 @@ export class RouterChannel extends Channel<Router> {
 
   constructor(opts: ChannelOptions = {}) {
     const curve = opts.curveServerSecretKey ? { curveServer: true, curveSecretKey: opts.curveServerSecretKey } : {};
+    const gate = opts.gateDomain !== undefined ? { zapDomain: opts.gateDomain, ...(opts.curveServerSecretKey ? {} : { plainServer: true }) } : {};
+    const handshake = opts.handshakeIntervalMs !== undefined ? { handshakeInterval: opts.handshakeIntervalMs } : {};
     // No handover: a second connection that presents a live peer's routing id is refused by
     // ZeroMQ, so a routing id bound to a credential (authenticator.ts) cannot be taken over.
-    super(new Router({ handover: false, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve }), opts.onError ?? defaultOnError);
+    super(new Router({ handover: false, linger: 200, sendHighWaterMark: 0, receiveHighWaterMark: 0, ...curve, ...gate, ...handshake }), opts.onError ?? defaultOnError);
     this.bounds = opts.bounds ?? MESSAGE_BOUNDS;
     this.onRefused = opts.onRefused ?? ((_id, _frames, err) => this.onError(err));
     if (opts.maxMessageSize) this.socket.maxMessageSize = opts.maxMessageSize;
+    const failed = opts.onHandshakeFailed;
+    if (failed) {
+      const events = this.socket.events;
+      events.on("handshake:error:auth", (e) => failed(`refused by the gate (ZAP status ${e.error.status})`));
+      events.on("handshake:error:protocol", (e) => failed(e.error.code === "ERR_ZMTP_MECHANISM_MISMATCH" ? "no credential in the handshake (security mechanism mismatch)" : e.error.message));
+      events.on("handshake:error:other", (e) => failed(e.error.message));
+    }
   }
 
   /** Binds and returns the concrete endpoint (port 0 / `*` resolved). */

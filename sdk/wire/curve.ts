@@ -1,14 +1,14 @@
 /**
  * ZeroMQ CURVE for the head's socket: the head is a CURVE server and lets in
- * only clients whose public key it was given (a ZAP handler in the head
- * process); drivers, agents and executors are CURVE clients. One key file
+ * only clients whose public key it was given (its gate, zap.ts); drivers,
+ * agents and executors are CURVE clients. One key file
  * (JSON, mode 0600) holds the head's key pair and the client key pair every
  * hearth process of the app uses; whoever can read it can join.
  * `HEARTH_CURVE_KEYS=<file>` turns CURVE on for every client socket to the head.
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { Reply, capability, curveKeyPair } from "zeromq";
+import { capability, curveKeyPair } from "zeromq";
 import { HearthError } from "../errors/index.js";
 
 /** Z85 keys (40 characters each). */
@@ -78,24 +78,15 @@ export function curveClientFromEnv(env: NodeJS.ProcessEnv = process.env): CurveC
 }
 
 /**
- * Answers ZAP requests (RFC 27) for this process: a CURVE client whose public
- * key is in `allowed` is let in, any other is refused. Returns a stop function.
+ * The CURVE half of a ROUTER's gate (zap.ts): a client whose public key is
+ * in `allowed` may connect; any other, or a client that is not a CURVE one,
+ * is refused (the returned check gives the reason).
  */
-export async function startZapHandler(allowed: string[], onDenied: (address: string) => void): Promise<() => void> {
+export function curveGate(allowed: string[]): (mechanism: string, key: Buffer | undefined) => string | undefined {
   requireCurve();
   const keys = allowed.map(z85Decode);
-  const zap = new Reply({ linger: 0 });
-  await zap.bind("inproc://zeromq.zap.01");
-  void (async () => {
-    try {
-      for await (const [version, requestId, , address, , mechanism, key] of zap) {
-        const ok = mechanism?.toString() === "CURVE" && key !== undefined && keys.some((k) => k.equals(key));
-        if (!ok) onDenied(address?.toString() ?? "?");
-        await zap.send([version!, requestId!, ok ? "200" : "400", ok ? "OK" : "unknown CURVE key", "", ""]);
-      }
-    } catch {
-      // Closed.
-    }
-  })();
-  return () => zap.close();
+  return (mechanism, key) => {
+    if (mechanism !== "CURVE") return `a ${mechanism} client where CURVE is required`;
+    return key !== undefined && keys.some((k) => k.equals(key)) ? undefined : "an unknown CURVE key";
+  };
 }

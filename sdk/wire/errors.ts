@@ -18,6 +18,7 @@ import {
   HearthError,
   ObjectEvictedError,
   ObjectNotFoundError,
+  ObjectStorageError,
   ProjectSetupError,
   QueueFullError,
   RemoteError,
@@ -97,6 +98,10 @@ export interface WireError {
   actual?: number;
   resreq?: string;
   op?: string;
+  /** For ServiceConfigError: the declaration's field out of bounds. */
+  field?: string;
+  /** For ObjectStorageError: the file system's error code (ENOSPC, EROFS…). */
+  code?: string;
   agentId?: string;
   file?: string;
   flag?: string;
@@ -153,7 +158,7 @@ const DECODE: Record<string, Decode> = {
   ConnectError: (w, o) => new ConnectError(w.message, o),
   MessageTooLargeError: (w, o) => Object.assign(new MessageTooLargeError(n(w.size), n(w.limit), "message", o), { message: w.message }),
   ResreqError: (w, o) => new ResreqError(w.message, { resreq: s(w.resreq), service: os(w.service), ...o }),
-  ServiceConfigError: (w, o) => new ServiceConfigError(w.message, { service: os(w.service), ...o }),
+  ServiceConfigError: (w, o) => new ServiceConfigError(w.message, { service: os(w.service), field: os(w.field), ...o }),
   ServiceNotFoundError: (w, o) => new ServiceNotFoundError(w.message, { service: s(w.service), app: os(w.app), ...o }),
   ServiceStartError: (w, o) => new ServiceStartError(w.message, { service: s(w.service), executorId: os(w.executorId), ...o }),
   GangFailedError: (w, o) => new GangFailedError(w.message, { service: s(w.service), rank: n(w.rank), executorId: os(w.executorId), ...o }),
@@ -168,6 +173,7 @@ const DECODE: Record<string, Decode> = {
   VersionConflictError: (w, o) => new VersionConflictError(w.message, { key: s(w.key), app: os(w.app), expected: n(w.expected), actual: n(w.actual), ...o }),
   ObjectNotFoundError: (w, o) => new ObjectNotFoundError(w.message, { key: s(w.key), app: os(w.app), ...o }),
   ObjectEvictedError: (w, o) => new ObjectEvictedError(w.message, { key: s(w.key), app: os(w.app), ...o }),
+  ObjectStorageError: (w, o) => new ObjectStorageError(w.message, { key: s(w.key), app: os(w.app), op: s(w.op), code: s(w.code), ...o }),
   BackpressureError: (w, o) => new BackpressureError(w.message, { unread: n(w.unread), limit: n(w.limit), ...o }),
   CacheFullError: (w, o) => new CacheFullError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),
   StateFileError: (w, o) => new StateFileError(w.message, { file: s(w.file), ...o }),

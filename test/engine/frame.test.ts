@@ -1,10 +1,11 @@
-// Unit tests of the engine pipe framing and tensor views (no Python).
+// Unit tests of the engine pipe framing and tensor views (no Python), including frames whose sizes lie.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  FrameDecoder, byteLevelVocab, decodeValue, encodeFrame, encodeValue, float32Tensor, int32Tensor, toFloat32Array, toInt32Array,
+  EngineError, FrameDecoder, byteLevelVocab, decodeValue, encodeFrame, encodeValue, float32Tensor, int32Tensor, toFloat32Array, toInt32Array,
   type Tensor,
 } from "../../sdk/tensor/index.js";
+import { MAX_PAYLOAD_BYTES } from "../../sdk/tensor/frame.js";
 
 test("frames survive arbitrary chunking and carry tensors and bytes untouched", () => {
   const payloads: Uint8Array[] = [];
@@ -50,4 +51,57 @@ test("byte-level BPE vocabularies decode to raw bytes, special tokens to their t
   assert.equal(text([3, 4, 5]), " the\né");
   assert.equal(text([7]), "<|im_end|>");
   assert.equal(vocab[6].length, 0);
+});
+
+/** One frame's bytes with a header written as given (sizes included), then `raw` as its payload bytes. */
+function rawFrame(header: Record<string, unknown>, raw: Buffer = Buffer.alloc(0)): Buffer {
+  const json = Buffer.from(JSON.stringify(header));
+  const len = Buffer.alloc(4);
+  len.writeUInt32LE(json.byteLength, 0);
+  return Buffer.concat([len, json, raw]);
+}
+
+function protocolError(fn: () => unknown, pattern: RegExp): void {
+  assert.throws(fn, (e: unknown) => {
+    assert.ok(e instanceof EngineError, String(e));
+    assert.equal(e.code, "protocol");
+    assert.match(e.message, pattern);
+    return true;
+  });
+}
+
+test("a frame that announces 1 TB of payload fails at once, naming the size and the limit (it does not wait for the bytes)", () => {
+  const decoder = new FrameDecoder();
+  decoder.push(rawFrame({ id: 1, ok: true, result: { $bytes: 0 }, sizes: [1e12] }, Buffer.alloc(16)));
+  protocolError(() => decoder.next(), new RegExp(`announces 1000000000000 payload bytes .*over the limit of ${MAX_PAYLOAD_BYTES}`));
+  const small = new FrameDecoder({ maxPayloadBytes: 1000 });
+  small.push(rawFrame({ id: 2, sizes: [600, 600] }));
+  protocolError(() => small.next(), /announces 1200 payload bytes \(payload 1 alone 600\), over the limit of 1000/);
+});
+
+test("a negative, fractional or non-numeric size is refused; it never moves the parser back into consumed bytes", () => {
+  const decoder = new FrameDecoder();
+  decoder.push(Buffer.concat([rawFrame({ id: 1, ok: true, result: { $bytes: 0 }, sizes: [-8] }, Buffer.from("12345678")), rawFrame({ id: 2, sizes: [] })]));
+  protocolError(() => decoder.next(), /payload 0 of a frame has size -8; a size is a non-negative integer/);
+  for (const sizes of [[1.5], ["8"], [null], 8, { 0: 8 }]) {
+    const d = new FrameDecoder();
+    d.push(rawFrame({ id: 3, sizes }, Buffer.alloc(8)));
+    protocolError(() => d.next(), /size|sizes/);
+  }
+  const header = new FrameDecoder({ maxHeaderBytes: 16 });
+  header.push(rawFrame({ id: 4, padding: "x".repeat(32) }));
+  protocolError(() => header.next(), /frame header of \d+ bytes is over the limit of 16/);
+  const notJson = new FrameDecoder();
+  notJson.push(Buffer.concat([Buffer.from([3, 0, 0, 0]), Buffer.from("{x}")]));
+  protocolError(() => notJson.next(), /not JSON/);
+});
+
+test("payload references must name a payload of the frame, and a tensor's shape and dtype must match its bytes", () => {
+  const payloads = [Buffer.alloc(12)];
+  protocolError(() => decodeValue({ $bytes: 1 }, payloads), /names payload 1, but the frame has 1/);
+  protocolError(() => decodeValue({ $tensor: -1, dtype: "int32", shape: [3] }, payloads), /names payload -1/);
+  protocolError(() => decodeValue({ $tensor: 0, dtype: "int32", shape: [4] }, payloads), /int32 tensor of shape \[4\] needs 16 bytes; its payload has 12/);
+  protocolError(() => decodeValue({ $tensor: 0, dtype: "complex", shape: [3] }, payloads), /dtype "complex"/);
+  protocolError(() => decodeValue({ $tensor: 0, dtype: "int32", shape: [-3] }, payloads), /shape \[-3\]/);
+  assert.deepEqual([...toInt32Array(decodeValue({ $tensor: 0, dtype: "int32", shape: [3, 1] }, payloads) as Tensor)], [0, 0, 0]);
 });

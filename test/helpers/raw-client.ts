@@ -3,7 +3,10 @@
  * the documented wire protocol (docs/protocol.md) without the SDK, and records
  * every message the head sends back. It proves the admin credential (the
  * signed hello of docs/protocol.md, done here with node:crypto, not the SDK),
- * unless given `credential: null`: then it is an anonymous peer.
+ * unless given `credential: null`: then it is an anonymous peer. It passes
+ * the connection gate (the gate proof of docs/protocol.md in the ZeroMQ
+ * PLAIN handshake) with its credential, or with `gate` when given one: an
+ * anonymous client with no gate proof is closed in the handshake.
  */
 import { createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -23,10 +26,20 @@ export interface RawCredential {
 }
 
 /** A credential derived from the cluster secret under HEARTH_HOME, as docs/protocol.md describes it. */
-export function rawCredential(role: "admin" | "agent" | "executor", id: string, app = "", home = process.env.HEARTH_HOME ?? path.join(os.homedir(), ".hearth")): RawCredential {
+export function rawCredential(role: "admin" | "agent" | "executor" | "driver", id: string, app = "", home = process.env.HEARTH_HOME ?? path.join(os.homedir(), ".hearth")): RawCredential {
   const secret = Buffer.from(readFileSync(path.join(home, "secret"), "utf8").trim(), "hex");
-  const label = role === "admin" ? "hearth/admin" : role === "agent" ? "hearth/agent" : `hearth/executor\0${app}\0${id}`;
+  const label = role === "admin" ? "hearth/admin" : role === "agent" ? "hearth/agent" : role === "driver" ? `hearth/app\0${app}` : `hearth/executor\0${app}\0${id}`;
   return { role, id, app, key: createHmac("sha256", secret).update(label).digest() };
+}
+
+/**
+ * The ZeroMQ socket options that pass a server's connection gate with `cred`
+ * (docs/protocol.md): PLAIN, username `role \0 id`, password the hex HMAC of
+ * "hearth-gate-v1 \0 role \0 id \0 app" followed by the app.
+ */
+export function rawGate(cred: RawCredential): { plainUsername: string; plainPassword: string } {
+  const mac = createHmac("sha256", cred.key).update(`hearth-gate-v1\0${cred.role}\0${cred.id}\0${cred.app}`).digest("hex");
+  return { plainUsername: `${cred.role}\0${cred.id}`, plainPassword: `${mac}${cred.app}` };
 }
 
 /** The admin credential (any app, shutdown, every app's status). */
@@ -52,8 +65,13 @@ export class RawClient {
   /** Resolves when the head accepted the credential (at once for an anonymous client). */
   readonly ready: Promise<void>;
 
-  constructor(endpoint: string, routingId = `d.raw-${process.pid}-${Math.random().toString(36).slice(2)}`, credential: RawCredential | null = rawAdminCredential()) {
-    const socket = new Dealer({ routingId, linger: 0 });
+  constructor(
+    endpoint: string,
+    routingId = `d.raw-${process.pid}-${Math.random().toString(36).slice(2)}`,
+    credential: RawCredential | null = rawAdminCredential(),
+    gate: RawCredential | null = credential,
+  ) {
+    const socket = new Dealer({ routingId, linger: 0, ...(gate ? rawGate(gate) : {}) });
     socket.connect(endpoint);
     this.socket = socket;
     let accepted: () => void = () => {};

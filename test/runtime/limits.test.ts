@@ -80,7 +80,8 @@ test("connections waiting to prove a credential are bounded by --max-unproven: t
   try {
     const ids = ["d.unproven-1", "d.unproven-2", "d.unproven-3"].map((s) => `${s}-${process.pid}`);
     for (const id of ids) {
-      const r = new RawClient(cluster.endpoint, id, null);
+      // Past the connection gate (an admin's gate proof), but it never answers the signed hello's challenge.
+      const r = new RawClient(cluster.endpoint, id, null, rawAdminCredential());
       raws.push(r);
       // An unproven peer's message is held and answered with a challenge.
       await r.sendFrames([pack({ t: "req", rid: 1, op: "hello", app: "held" })]);

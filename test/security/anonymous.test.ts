@@ -1,8 +1,11 @@
 /**
  * An anonymous or forged peer on 127.0.0.1, against a real head, agent and
- * executors: it gets a challenge and a refusal, nothing else, and changes
- * nothing. Each message it sends reaches the head (the challenge says so)
- * before the refusal, so "no reply" is checked after the head handled it.
+ * executors. With no credential at all it is closed in the ZeroMQ handshake
+ * (the connection gate) and receives nothing. Past the gate (holding an
+ * unrelated app's token, peers.ts) and claiming what it cannot prove, it
+ * gets a challenge and a refusal, nothing else, and changes nothing. Each
+ * message it sends reaches the head (the challenge says so) before the
+ * refusal, so "no reply" is checked after the head handled it.
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -14,7 +17,7 @@ import type { App } from "../../sdk/runtime/app.js";
 import type { PoolHandle } from "../../sdk/runtime/handles.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { DIST, startCluster, type TestCluster } from "../helpers/cluster.js";
-import { attack, msg, req } from "./peers.js";
+import { attack, msg, refusedAtGate, req } from "./peers.js";
 import type { Vault } from "./services.js";
 
 const VAULT = { module: path.join(DIST, "test/security/services.js"), export: "Vault" };
@@ -40,6 +43,13 @@ function assertNothingLeaked(out: { handshake: any[]; replies: any[] }): void {
   assert.deepEqual(out.handshake.map((m) => m.t), ["challenge", "auth-failed"]);
   assert.equal(out.handshake[1].error.name, "AuthError");
 }
+
+test("a peer with no credential at all is closed in the handshake and receives nothing", async () => {
+  const out = await refusedAtGate(cluster.endpoint, [req("status", { all: true }, 1), req("hello", { app: "victim" }, 2), req("shutdown", {}, 3)]);
+  assert.match(out.refused, /handshake:error/);
+  assert.deepEqual(out.received, []);
+  assert.equal(cluster.head.exitCode, null);
+});
 
 test("an anonymous peer reads no status: not all apps', not one app's", async () => {
   assertNothingLeaked(await attack(cluster.endpoint, [req("status", { all: true }, 1), req("status", { app: "victim" }, 2)]));

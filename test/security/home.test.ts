@@ -1,7 +1,9 @@
 /**
  * HEARTH_HOME and the cluster secret are private: made on first use by a
  * real head (folder 0700, secret 0600), refused when others can read them,
- * and the embedded default writes nothing others can read.
+ * and the embedded default writes nothing others can read: a walk of a
+ * used HEARTH_HOME (an executor, a shipped project, objects) finds every
+ * folder 0700 and every file 0600.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -9,6 +11,7 @@ import { spawn } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { connect } from "../../sdk/connect.js";
 import { ensureLocalCluster, stopLocalCluster } from "../../sdk/engines/local.js";
 import { CLI, pidAlive, waitFor } from "../helpers/cluster.js";
 
@@ -46,17 +49,32 @@ test("a secret others can read is refused with the command that fixes it", async
   assert.match(out, /mode 0644; others can read it\. Run: chmod 600/);
 });
 
-test("the embedded default keeps everything under HEARTH_HOME private, and `down` (admin) stops it", async () => {
+test("the embedded default keeps everything under HEARTH_HOME private, and `down` (admin) stops it", { timeout: 120_000 }, async () => {
   const home = path.join(mkdtempSync(path.join(os.tmpdir(), "hearth-sec-home-")), "home");
   mkdirSync(home, { mode: 0o755 });
+  // A shipped project (a file others could read, in a subfolder) and a service from it, so the agent unpacks and logs.
+  const project = mkdtempSync(path.join(os.tmpdir(), "hearth-sec-project-"));
+  writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "private-proj", version: "1.0.0", type: "module" }), { mode: 0o644 });
+  mkdirSync(path.join(project, "lib"), { mode: 0o755 });
+  writeFileSync(path.join(project, "lib", "echo.js"), "export class Echo { ping() { return 'pong'; } }\n", { mode: 0o644 });
   const c = await ensureLocalCluster({ home, cpus: 1, mem: "512m" });
   try {
+    const app = await connect({ name: "private", local: { home, cpus: 1, mem: "512m" }, project });
+    try {
+      const pool = await app.service<{ ping(): string }>({ module: path.join(project, "lib", "echo.js"), export: "Echo" }, { name: "echo", warmup: 1 });
+      assert.equal(await pool.call("ping"), "pong");
+      await app.objects.put(Buffer.alloc(1024), { key: "bytes" });
+    } finally {
+      await app.close();
+    }
     const walk = (dir: string): string[] => readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? [path.join(dir, e.name), ...walk(path.join(dir, e.name))] : [path.join(dir, e.name)]));
     assert.equal(mode(home), 0o700, "an existing home is made private");
     for (const f of ["secret", "local.json", "processes.json", "head.endpoint", "logs/head.log", "logs/agent.log"]) assert.equal(mode(path.join(home, f)), 0o600, f);
-    assert.equal(mode(path.join(home, "logs")), 0o700);
-    // Nothing directly under HEARTH_HOME is readable by others.
-    for (const p of walk(home).filter((p) => path.dirname(p) === home)) assert.equal(mode(p) & 0o077, 0, p);
+    const all = walk(home);
+    for (const part of ["agent/logs", "agent/projects", "data/objects", "data/runtime"]) assert.ok(all.some((p) => p.includes(`${path.sep}${part}`)), `${part} was written (the walk covers it)`);
+    // Every folder 0700 and every file 0600, however deep: executor logs, unpacked projects, objects, state.
+    const wrong = all.filter((p) => mode(p) !== (statSync(p).isDirectory() ? 0o700 : 0o600)).map((p) => `${path.relative(home, p)} 0${mode(p).toString(8)}`);
+    assert.deepEqual(wrong, [], "everything under HEARTH_HOME is private");
   } finally {
     assert.equal(await stopLocalCluster(home), true);
   }

@@ -17,8 +17,8 @@ import type { GangHandle, PoolHandle } from "../../sdk/runtime/handles.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { credentialFrom, deriveKey, loadSecret, secretFile } from "../../sdk/wire/auth.js";
 import { DIST, executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
-import { RawClient } from "../helpers/raw-client.js";
-import { attack, msg, req } from "./peers.js";
+import { RawClient, rawCredential, rawGate } from "../helpers/raw-client.js";
+import { attack, msg, outsider, refusedAtGate, req } from "./peers.js";
 import type { Vault } from "./services.js";
 
 const VAULT = { module: path.join(DIST, "test/security/services.js"), export: "Vault" };
@@ -46,7 +46,8 @@ test("a peer presenting a live executor's routing id takes none of its calls", a
   const me = await pool.call("identity");
   assert.match(me.routingId!, /^x\.\S+\.[0-9a-f]{24}$/, "executors connect with a random routing id");
   const { pid } = await pool.call("ping");
-  const thief = new Dealer({ routingId: me.routingId!, linger: 0 });
+  // It passes the connection gate with an unrelated app's token, and presents the executor's routing id.
+  const thief = new Dealer({ routingId: me.routingId!, linger: 0, ...rawGate(outsider()) });
   try {
     const handshook = new Promise<void>((resolve) => thief.events.on("handshake", () => resolve()));
     thief.connect(cluster.endpoint);
@@ -82,19 +83,24 @@ test("an executor holds its own credential, never the cluster secret", async () 
 test("the agent's cache socket serves no object without an executor's credential", async () => {
   const me = await pool.call("identity");
   assert.deepEqual(await pool.call("read", "plans"), { plans: "the secret plans" }, "the executor itself reads through the cache");
+  const secret = loadSecret(secretFile());
+  const reads = [req("obj-get", { key: "plans" }, 1), req("obj-stat", { key: "plans" }, 2)];
+  // No credential, or one the cache's gate does not take (a driver's; another app's executor id): closed in the handshake.
+  for (const gate of [undefined, outsider(), rawCredential("executor", me.executorId!, "other")]) {
+    const out = await refusedAtGate(me.cache!, reads, { gate });
+    assert.deepEqual(out.received, [], `the cache sent something to a peer it refused (${gate?.role ?? "anonymous"})`);
+  }
+  // Behind the gate (holding another executor's credential of this node), claiming this executor: refused at the signed hello.
+  const neighbour = gang.members[0]!.executorId;
   for (const routingId of [`x.${me.executorId}`, `x.attacker-${randomBytes(4).toString("hex")}`]) {
-    const out = await attack(me.cache!, [req("obj-get", { key: "plans" }, 1), req("obj-stat", { key: "plans" }, 2)], {
+    const out = await attack(me.cache!, reads, {
       routingId,
       claim: { role: "executor", id: me.executorId, app: "victim" },
+      gate: { role: "executor", id: neighbour, app: "victim", key: deriveKey(secret, "executor", neighbour, "victim") },
     });
     assert.deepEqual(out.replies, [], `the cache answered an unauthenticated peer (${routingId})`);
     assert.deepEqual(out.handshake.map((m) => m.t), ["challenge", "auth-failed"]);
   }
-  // A real credential of another app's executor id is refused too: the cache knows whose executors run on it.
-  const secret = loadSecret(secretFile());
-  const out = await attack(me.cache!, [req("obj-get", { key: "plans" }, 1)], { claim: { role: "executor", id: me.executorId, app: "other" }, key: deriveKey(secret, "executor", me.executorId, "other") });
-  assert.deepEqual(out.replies, []);
-  assert.match(out.handshake[1].error.message, /does not run on agent/);
 });
 
 test("an agent reports only its own executors: a forged exit does not fail a gang", async () => {

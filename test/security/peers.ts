@@ -1,11 +1,15 @@
 /**
- * Attackers for the adversarial suite: bare ZeroMQ DEALERs that hold no
- * credential (or a forged one) and try the documented protocol on a real
- * head or agent cache socket.
+ * Attackers for the adversarial suite: bare ZeroMQ DEALERs that try the
+ * documented protocol on a real head or agent cache socket. One with no
+ * credential at all is closed in the ZeroMQ handshake by the connection
+ * gate (`anonymous`); to test what lies behind the gate, `attack` passes it
+ * with the token of an unrelated app (an insider of another app, by
+ * default) and then claims an identity it cannot prove.
  */
 import { createHmac, randomBytes } from "node:crypto";
 import { Dealer } from "zeromq";
 import { pack, unpack } from "msgpackr";
+import { rawCredential, rawGate, type RawCredential } from "../helpers/raw-client.js";
 
 const MARK = Buffer.from("\0hearth-auth");
 
@@ -41,8 +45,48 @@ async function next(socket: Dealer, out: Outcome, want: string, timeoutMs: numbe
   }
 }
 
+/** The token of an app unrelated to any victim: what passes the gate for an insider of another app. */
+export function outsider(): RawCredential {
+  return rawCredential("driver", "outsider", "outsider");
+}
+
 /**
- * Connects as `routingId` with no credential, sends `messages`, waits for the
+ * Connects with no credential (no gate proof: ZeroMQ's NULL mechanism), or
+ * with the gate proof of `gate`, and sends `messages`. Resolves with how the
+ * connection ended in the handshake (the monitor's event) and everything
+ * received, once it was refused; fails after `timeoutMs`.
+ */
+export async function refusedAtGate(endpoint: string, messages: Buffer[][], opts: { gate?: RawCredential; timeoutMs?: number } = {}): Promise<{ refused: string; received: Buffer[][] }> {
+  const timeoutMs = opts.timeoutMs ?? 5000;
+  const socket = new Dealer({ linger: 0, reconnectInterval: 60_000, ...(opts.gate ? rawGate(opts.gate) : {}) });
+  const received: Buffer[][] = [];
+  try {
+    const refused = new Promise<string>((resolve) => {
+      for (const t of ["handshake:error:protocol", "handshake:error:auth", "handshake:error:other"] as const) socket.events.on(t, (e) => resolve(`${t}: ${e.error.message}`));
+    });
+    socket.connect(endpoint);
+    for (const m of messages) void socket.send(m).catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    const why = await Promise.race([refused, new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`the connection was not refused in the handshake within ${timeoutMs} ms`)), timeoutMs)))]);
+    clearTimeout(timer);
+    socket.receiveTimeout = 0;
+    for (;;) {
+      try {
+        received.push(await socket.receive());
+      } catch {
+        break;
+      }
+    }
+    return { refused: why, received };
+  } finally {
+    socket.close();
+  }
+}
+
+/**
+ * Connects as `routingId`, passing the gate with `gate` (default: an
+ * unrelated app's token; at an agent's cache, which admits only its own
+ * executors, give one of them), sends `messages`, waits for the
  * challenge (the server has the messages and holds them), answers it with a
  * MAC made with a random key as `claim`, and waits for the refusal. Returns
  * everything the server sent: a protected server sends only the challenge
@@ -51,10 +95,10 @@ async function next(socket: Dealer, out: Outcome, want: string, timeoutMs: numbe
 export async function attack(
   endpoint: string,
   messages: Buffer[][],
-  opts: { routingId?: string; claim?: { role: string; id: string; app: string }; key?: Buffer; timeoutMs?: number } = {},
+  opts: { routingId?: string; claim?: { role: string; id: string; app: string }; key?: Buffer; timeoutMs?: number; gate?: RawCredential } = {},
 ): Promise<Outcome> {
   const routingId = opts.routingId ?? `d.attacker-${randomBytes(6).toString("hex")}`;
-  const socket = new Dealer({ routingId, linger: 0 });
+  const socket = new Dealer({ routingId, linger: 0, ...rawGate(opts.gate ?? outsider()) });
   const out: Outcome = { handshake: [], replies: [] };
   try {
     socket.connect(endpoint);

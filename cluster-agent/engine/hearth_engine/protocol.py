@@ -22,6 +22,9 @@ from .errors import EngineError
 from .safetensors import tensor_bytes
 
 MAX_HEADER = 64 * 1024 * 1024
+# The payload bytes one frame may announce: sizes come from the other process
+# and are checked before anything is allocated for them.
+MAX_PAYLOAD = 1 << 36
 DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
     "float64": torch.float64, "int64": torch.int64, "int32": torch.int32,
@@ -56,9 +59,19 @@ def read_frame(stream: BinaryIO) -> Optional[Tuple[dict, List[bytearray]]]:
     if raw is None:
         raise EngineError("bad_request", "stream ended inside a header")
     header = json.loads(raw.decode("utf-8"))
+    sizes = header.get("sizes", []) if isinstance(header, dict) else None
+    if not isinstance(sizes, list):
+        raise EngineError("bad_request", "a frame header is not an object with a list of sizes")
+    total = 0
+    for i, size in enumerate(sizes):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise EngineError("bad_request", f"payload {i} of a frame has size {size!r}; a size is a non-negative integer")
+        total += size
+        if total > MAX_PAYLOAD:
+            raise EngineError("bad_request", f"a frame announces {total} payload bytes, over the limit of {MAX_PAYLOAD}")
     payloads = []
-    for size in header.get("sizes", []):
-        data = read_exact(stream, int(size)) if size else bytearray()
+    for size in sizes:
+        data = read_exact(stream, size) if size else bytearray()
         if data is None:
             raise EngineError("bad_request", "stream ended inside a payload")
         payloads.append(data)

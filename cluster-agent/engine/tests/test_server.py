@@ -85,6 +85,15 @@ class ServerTest(unittest.TestCase):
             self.assertEqual(saved["eos_token_id"], 5)  # fields beyond the shape survive a save
             self.assertEqual(saved["hidden_size"], 64)
 
+    def test_frames_with_lying_sizes_are_refused_before_anything_is_allocated(self):
+        from hearth_engine.errors import EngineError
+
+        for sizes, pattern in (([10**12], "over the limit"), ([-8], "size -8"), ([1.5], "size 1.5"), ("8", "list of sizes")):
+            body = json.dumps({"id": 1, "op": "ping", "sizes": sizes}).encode()
+            stream = io.BytesIO(len(body).to_bytes(4, "little") + body + b"12345678")
+            with self.assertRaisesRegex(EngineError, pattern):
+                read_frame(stream)
+
     def test_shutdown_stops_serving(self):
         replies = exchange(("shutdown", {}), ("ping", {}))
         self.assertEqual(len(replies), 1)

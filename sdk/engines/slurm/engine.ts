@@ -126,7 +126,7 @@ export class SlurmEngine {
     this.client = client;
     this.app = app;
     this.headId = headId;
-    mkdirSync(path.join(this.home, "slurm"), { recursive: true });
+    mkdirSync(path.join(this.home, "slurm"), { recursive: true, mode: 0o700 });
     for (const q of await squeue(SlurmEngine.jobName(app), this.env)) {
       const m = /^hearth:([^:]+):(.+)$/.exec(q.comment);
       if (!m || m[1] !== headId) continue;
