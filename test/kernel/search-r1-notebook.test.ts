@@ -40,11 +40,11 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   assert.match(train[0]!.text, /20\/20 100% .*step 21: reward/);
   assert.match(train[1]!.text, /2\/2 100% .*step 25: reward/);
 
-  assert.equal(html(/^step 1: 32 samples/).length, 1, "the first step's summary");
-  assert.equal(html(/^step 21: 32 samples/).length, 1, "the last trained step's summary");
-  assert.equal(html(/^step 1: 32 trajectories\ni\s+question\s+golds\s+response/).length, 1, "the trajectory table");
+  assert.equal(html(/^step 1: 64 samples/).length, 1, "the first step's summary");
+  assert.equal(html(/^step 21: 64 samples/).length, 1, "the last trained step's summary");
+  assert.equal(html(/^step 1: 64 trajectories\ni\s+question\s+golds\s+response/).length, 1, "the trajectory table");
   assert.equal(html(/^trajectory \d+ of step 1: reward/).length, 1, "one trajectory with its spans");
-  assert.equal(html(/^rescored step 1: \d+ of 32 rewards changed/).length, 1, "the F1 rescore");
+  assert.equal(html(/^rescored step 1: \d+ of 64 rewards changed/).length, 1, "the F1 rescore");
   assert.equal(html(/^held-out evaluation/).length, 1, "the evaluation table");
 
   const figures = rich.filter((r) => r.mime.includes(PLOTLY));
@@ -56,8 +56,8 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   for (const f of figures) assert.ok(f.mime.includes("text/html"), "each figure has an HTML fallback");
   assert.match(figures[1]!.text, /train reward \(scatter, 21 points\)/);
 
-  // One step: every metric a number, 8 prompt groups kept or dropped, 32 samples.
-  const first = summaryMetrics(html(/^step 1: 32 samples/)[0]!.text);
+  // One step: every metric a number, 8 prompt groups kept or dropped, 64 samples.
+  const first = summaryMetrics(html(/^step 1: 64 samples/)[0]!.text);
   for (const k of ["reward_mean", "em", "searches_per_sample", "groups_kept", "groups_dropped", "samples_trained", "tokens", "rollout_s", "update_s", "step_s"]) {
     assert.ok(Number.isFinite(first[k]), `step 1 shows ${k} as a number (${first[k]})`);
   }
@@ -75,10 +75,10 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   assert.ok(meanOf(rewards.slice(-5)) > meanOf(rewards.slice(0, 5)), `the mean reward of steps 17–21 (${meanOf(rewards.slice(-5)).toFixed(3)}) is above that of steps 1–5 (${meanOf(rewards.slice(0, 5)).toFixed(3)})`);
 
-  // The trajectory table: 32 rows with every column.
+  // The trajectory table: 64 rows with every column.
   const [trajectories] = cellText(result.cells, "run.trajectories()");
   assert.deepEqual(Object.keys(textRows(trajectories!, 1)[0]!), ["i", "question", "golds", "response", "searches", "answer", "reward", "advantage", "kept", "tokens", "masked"]);
-  assert.match(trajectories!, /^step 1: 32 trajectories/);
+  assert.match(trajectories!, /^step 1: 64 trajectories/);
 
   // F1 never scores below exact match, so the mean cannot fall.
   const rescore = summaryMetrics(html(/^rescored step 1:/)[0]!.text);
@@ -107,7 +107,7 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   assert.equal(executorsOf(before!).length, 4, "2 rollout executors and 2 trainers");
   assert.deepEqual(executorsOf(after), executorsOf(before!), "the same executors, same processes, answer after the restart");
   const continued = cellText(result.cells, "await run.train(2);");
-  assert.ok(continued.some((t) => /^step 25: 32 samples/.test(t)), "training continues from step 23");
+  assert.ok(continued.some((t) => /^step 25: 64 samples/.test(t)), "training continues from step 23");
   executed = outFile;
 });
 

@@ -1,10 +1,10 @@
 /**
- * The learning bar on the embedded default still holds with overlapped
- * rollouts (maxLag 1): held-out EM from ≤ 30 % after the warm start to
- * ≥ 70 % within 20 GRPO steps, with every trained trajectory at most one
- * version behind. The defaults are the recipe's (tiny model, synthetic task,
- * 2 rollouts, a gang of 2 trainers); the warm start is made in the test (a
- * fresh HEARTH_HOME), so its duration dominates this test's.
+ * Learning on the embedded default holds with overlapped rollouts (maxLag 1):
+ * from the shipped starting policy (held-out EM ≤ 20 %), held-out EM gains
+ * at least 30 points within 25 GRPO steps (the synchronous loop gains ~40 in
+ * 10: the chain task's two-hop questions), with every trained trajectory at
+ * most one version behind. The defaults are the recipe's (tiny model, chain
+ * task, 2 rollouts, a gang of 2 trainers).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
@@ -25,15 +25,15 @@ after(async () => {
   await cluster?.stop();
 });
 
-test("maxLag 1 on the embedded default: held-out EM from ≤ 30 % to ≥ 70 % within 20 steps, lag ≤ 1 throughout", async () => {
+test("maxLag 1 on the embedded default: held-out EM from ≤ 20 % gains ≥ 30 points within 25 steps, lag ≤ 1 throughout", async () => {
   const out = mkdtempSync(path.join(os.tmpdir(), "hearth-overlap-learn-"));
   const run = await SearchR1Run.create({ head: cluster.endpoint, name: "overlap-learn", out, maxLag: 1, evalEvery: 5, log: () => undefined });
   try {
     const start = await run.evaluate();
-    assert.ok(start.em <= 0.3, `the warm start leaves held-out EM at ≤ 30 % (got ${(start.em * 100).toFixed(1)} %)`);
+    assert.ok(start.em <= 0.2, `the starting policy answers ≤ 20 % of held-out questions (got ${(start.em * 100).toFixed(1)} %)`);
     const curve: string[] = [];
     let best = start.em;
-    for (let i = 0; i < 20 && best < 0.7; i++) {
+    for (let i = 0; i < 25 && best < start.em + 0.3; i++) {
       const m = (await run.step()).metrics;
       assert.ok(m.policy_lag_max! <= 1, `step ${m.step}: lag ${m.policy_lag_max} ≤ 1`);
       if (m.eval_em !== undefined) {
@@ -42,7 +42,7 @@ test("maxLag 1 on the embedded default: held-out EM from ≤ 30 % to ≥ 70 % wi
       }
     }
     console.log(`# held-out EM at maxLag 1: ${(start.em * 100).toFixed(1)} % → ${curve.join(", ")}`);
-    assert.ok(best >= 0.7, `held-out EM reached ≥ 70 % (${curve.join(", ")})`);
+    assert.ok(best >= start.em + 0.3, `held-out EM gained ≥ 30 points (${(start.em * 100).toFixed(1)} % → ${curve.join(", ")})`);
     assert.ok(run.history.some((m) => m.policy_lag_max === 1), "the steps did overlap (some trained on trajectories one version behind)");
   } finally {
     await run.close();
