@@ -37,48 +37,48 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   assert.match(warmup[0]!.text, /4\/4 100%/);
   const train = html(/^train \[/);
   assert.equal(train.length, 2, "each train(n) shows one bar, updated in place (before and after the restart)");
-  assert.match(train[0]!.text, /20\/20 100% .*step 21: reward/);
-  assert.match(train[1]!.text, /2\/2 100% .*step 25: reward/);
+  assert.match(train[0]!.text, /40\/40 100% .*step 41: reward/);
+  assert.match(train[1]!.text, /2\/2 100% .*step 45: reward/);
 
-  assert.equal(html(/^step 1: 64 samples/).length, 1, "the first step's summary");
-  assert.equal(html(/^step 21: 64 samples/).length, 1, "the last trained step's summary");
-  assert.equal(html(/^step 1: 64 trajectories\ni\s+question\s+golds\s+response/).length, 1, "the trajectory table");
+  assert.equal(html(/^step 1: 128 samples/).length, 1, "the first step's summary");
+  assert.equal(html(/^step 41: 128 samples/).length, 1, "the last trained step's summary");
+  assert.equal(html(/^step 1: 128 trajectories\ni\s+question\s+golds\s+response/).length, 1, "the trajectory table");
   assert.equal(html(/^trajectory \d+ of step 1: reward/).length, 1, "one trajectory with its spans");
-  assert.equal(html(/^rescored step 1: \d+ of 64 rewards changed/).length, 1, "the F1 rescore");
+  assert.equal(html(/^rescored step 1: \d+ of 128 rewards changed/).length, 1, "the F1 rescore");
   assert.equal(html(/^held-out evaluation/).length, 1, "the evaluation table");
 
   const figures = rich.filter((r) => r.mime.includes(PLOTLY));
   assert.deepEqual(
     figures.map((f) => /^Figure "([^"]*)"/.exec(f.text)?.[1]),
-    ["step 1: advantages", "mean reward", "exact match", "searches per sample", "step 21: lengths"],
+    ["step 1: advantages", "mean reward", "exact match", "searches per sample", "step 41: lengths"],
     "advantages, three curves and lengths are plotly figures",
   );
   for (const f of figures) assert.ok(f.mime.includes("text/html"), "each figure has an HTML fallback");
-  assert.match(figures[1]!.text, /train reward \(scatter, 21 points\)/);
+  assert.match(figures[1]!.text, /train reward \(scatter, 41 points\)/);
 
-  // One step: every metric a number, 8 prompt groups kept or dropped, 64 samples.
-  const first = summaryMetrics(html(/^step 1: 64 samples/)[0]!.text);
+  // One step: every metric a number, 16 prompt groups kept or dropped, 128 samples.
+  const first = summaryMetrics(html(/^step 1: 128 samples/)[0]!.text);
   for (const k of ["reward_mean", "em", "searches_per_sample", "groups_kept", "groups_dropped", "samples_trained", "tokens", "rollout_s", "update_s", "step_s"]) {
     assert.ok(Number.isFinite(first[k]), `step 1 shows ${k} as a number (${first[k]})`);
   }
   assert.equal(first.step, 1);
-  assert.equal(first.groups_kept! + first.groups_dropped!, 8);
+  assert.equal(first.groups_kept! + first.groups_dropped!, 16);
   // From the shipped starting policy, rewards differ within groups from the first step on.
-  assert.ok(first.groups_kept! > 0, `step 1 keeps groups (${first.groups_kept} of 8): the starting policy earns reward`);
+  assert.ok(first.groups_kept! > 0, `step 1 keeps groups (${first.groups_kept} of 16): the starting policy earns reward`);
   assert.match(
     html(/^trajectory \d+ of step 1: reward/)[0]!.text,
     /^trajectory \d+ of step 1: reward 1(\.0+)?, .*, [1-9]\d* search\(es\), finish answer/,
     "the trajectory view shows a sample that searched and answered right",
   );
-  // The reward rises across the notebook's training cells (steps 1–21 of metrics.jsonl).
-  const rewards = readFileSync(path.join(rig.home, "runs", "search-r1-notebook", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number; reward_mean: number }).filter((m) => m.step <= 21).map((m) => m.reward_mean);
+  // The reward rises across the notebook's training cells (steps 1–41 of metrics.jsonl).
+  const rewards = readFileSync(path.join(rig.home, "runs", "search-r1-notebook", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number; reward_mean: number }).filter((m) => m.step <= 41).map((m) => m.reward_mean);
   const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  assert.ok(meanOf(rewards.slice(-5)) > meanOf(rewards.slice(0, 5)), `the mean reward of steps 17–21 (${meanOf(rewards.slice(-5)).toFixed(3)}) is above that of steps 1–5 (${meanOf(rewards.slice(0, 5)).toFixed(3)})`);
+  assert.ok(meanOf(rewards.slice(-5)) > meanOf(rewards.slice(0, 5)), `the mean reward of steps 37–41 (${meanOf(rewards.slice(-5)).toFixed(3)}) is above that of steps 1–5 (${meanOf(rewards.slice(0, 5)).toFixed(3)})`);
 
-  // The trajectory table: 64 rows with every column.
+  // The trajectory table: 128 rows with every column.
   const [trajectories] = cellText(result.cells, "run.trajectories()");
   assert.deepEqual(Object.keys(textRows(trajectories!, 1)[0]!), ["i", "question", "golds", "response", "searches", "answer", "reward", "advantage", "kept", "tokens", "masked"]);
-  assert.match(trajectories!, /^step 1: 64 trajectories/);
+  assert.match(trajectories!, /^step 1: 128 trajectories/);
 
   // F1 never scores below exact match, so the mean cannot fall.
   const rescore = summaryMetrics(html(/^rescored step 1:/)[0]!.text);
@@ -93,21 +93,21 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   assert.match(outcomes["a second step while one runs"]!, /a step is already running/);
   assert.match(outcomes["a step whose reward returns NaN"]!, /^RangeError: .*returned NaN for sample 0 of '/);
   assert.match(outcomes["a rescore whose reward throws"]!, /threw on sample 0/);
-  assert.match(outcomes["the next step, F1 again"]!, /^ran as step 23; 23 steps in history/, "the failed step left no trace (else this would be step 24)");
+  assert.match(outcomes["the next step, F1 again"]!, /^ran as step 43; 43 steps in history/, "the failed step left no trace (else this would be step 44)");
 
-  // Across the restart: a new kernel (its count starts again), the same executors, the run reattached at step 23.
+  // Across the restart: a new kernel (its count starts again), the same executors, the run reattached at step 43.
   const [before] = cellText(result.cells, "const executorsNow");
-  assert.match(before!, /^before the restart: step 23/);
+  assert.match(before!, /^before the restart: step 43/);
   const restarted = result.cells.find((c) => c.tags.includes("restart-kernel-before"));
   assert.ok(restarted, "a cell runs after a kernel restart");
   assert.equal(restarted.execution_count, 1, "the cell after the restart ran in a fresh kernel");
   const after = restarted.outputs.filter((o) => o.mime).map((o) => o.text ?? "")[0]!;
-  assert.match(after, /^after the restart: reattached at step 23 with 23 steps of history/, "the run was found as it was, by name");
+  assert.match(after, /^after the restart: reattached at step 43 with 43 steps of history/, "the run was found as it was, by name");
   const executorsOf = (text: string) => textRows(text, 1).map((r) => `${r.service} ${r.executor} ${r.pid}`).sort();
   assert.equal(executorsOf(before!).length, 4, "2 rollout executors and 2 trainers");
   assert.deepEqual(executorsOf(after), executorsOf(before!), "the same executors, same processes, answer after the restart");
   const continued = cellText(result.cells, "await run.train(2);");
-  assert.ok(continued.some((t) => /^step 25: 64 samples/.test(t)), "training continues from step 23");
+  assert.ok(continued.some((t) => /^step 45: 128 samples/.test(t)), "training continues from step 43");
   executed = outFile;
 });
 
@@ -120,7 +120,7 @@ test("the executed 01-search-r1 exported to HTML draws its plots and trajectory 
   assert.equal(dom.match(/class="hearth-figure[^"]*js-plotly-plot/g)?.length, 5, "plotly.js (inlined) drew the five figures");
   assert.match(dom, /class="main-svg"/);
   assert.match(dom, /class="hearth-span hearth-generated"/, "the trajectory's generated spans are in the export");
-  assert.match(dom, /<progress value="20" max="20"/, "the training bar's final state is in the export");
+  assert.match(dom, /<progress value="40" max="40"/, "the training bar's final state is in the export");
   const png = path.join(outDir, "01-search-r1.png");
   await screenshot(exported, png, 1200, 6000);
   assertDrawn(png);
