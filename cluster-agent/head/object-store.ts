@@ -30,6 +30,8 @@ export interface StoredObject {
   base: StoredPart;
   patches: StoredPart[];
   pinned: boolean;
+  /** Owned by its app's session: deleted when the head releases the app (ObjectService.releaseApp). */
+  scratch?: boolean;
   lastUsed: number;
   /** Transfers in progress that hold this object in memory. */
   readers: number;
@@ -80,9 +82,11 @@ export class ObjectStore {
     return this;
   }
 
-  /** Current memory use and limits. */
-  usage(): { objects: number; memUsed: number; memLimit: number; persistent: boolean; evictions: number; spills: number; reloads: number } {
-    return { objects: this.objects.size, memUsed: this.memUsed, memLimit: this.opts.memLimit, persistent: this.dir !== undefined, ...this.stats };
+  /** Object count and bytes (base plus patches, in memory or not), current memory use and limits. */
+  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; persistent: boolean; evictions: number; spills: number; reloads: number } {
+    let bytes = 0;
+    for (const o of this.objects.values()) bytes += sizeOf(o);
+    return { objects: this.objects.size, bytes, memUsed: this.memUsed, memLimit: this.opts.memLimit, persistent: this.dir !== undefined, ...this.stats };
   }
 
   /** Checks a write's preconditions without writing. Throws VersionConflictError or ObjectNotFoundError. */
@@ -102,7 +106,7 @@ export class ObjectStore {
   }
 
   /** Applies a write and returns the object. Throws VersionConflictError, ObjectNotFoundError or CacheFullError. */
-  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean } = {}): StoredObject {
+  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean } = {}): StoredObject {
     this.check(op, key, opts.ifVersion);
     const existing = this.objects.get(key);
     const current = existing?.version ?? 0;
@@ -120,6 +124,8 @@ export class ObjectStore {
         if (this.dir) for (const p of existing.patches) rmSync(this.patchFile(key, p.version), { force: true });
       }
       obj = { key, version, baseVersion: version, base: part, patches: [], pinned: opts.pin ?? existing?.pinned ?? false, lastUsed: ++this.clock, readers: 0 };
+      const scratch = opts.scratch ?? existing?.scratch;
+      if (scratch) obj.scratch = true;
       this.objects.set(key, obj);
     }
     obj.lastUsed = ++this.clock;
@@ -172,17 +178,37 @@ export class ObjectStore {
     return { mode: bridge ? "patches" : "full", version: obj.version, baseVersion: obj.baseVersion, parts, object: obj };
   }
 
+  /** Count and bytes of the objects whose keys start with `prefix`, and (with `keys`) their keys without the app part, sorted, at most `keys`. */
+  summary(prefix: string, keys = 0): { objects: number; bytes: number; keys?: string[]; keysLeftOut?: number } {
+    let objects = 0;
+    let bytes = 0;
+    const names: string[] = [];
+    for (const o of this.objects.values()) {
+      if (!o.key.startsWith(prefix)) continue;
+      objects++;
+      bytes += sizeOf(o);
+      if (keys > 0) names.push(userKey(o.key));
+    }
+    if (keys === 0) return { objects, bytes };
+    names.sort();
+    return { objects, bytes, keys: names.slice(0, keys), ...(names.length > keys ? { keysLeftOut: names.length - keys } : {}) };
+  }
+
   /** Looks an object up without touching its bytes. */
   peek(key: string): StoredObject | undefined {
     return this.objects.get(key);
   }
 
-  /** Deletes every object whose key starts with `prefix`; returns how many. */
-  delete(prefix: string): number {
+  /**
+   * Deletes every object whose key starts with `prefix` (with `scratchOnly`,
+   * only scratch objects); returns how many. A transfer still reading one
+   * finishes from the buffers it holds.
+   */
+  delete(prefix: string, opts: { scratchOnly?: boolean } = {}): number {
     let n = 0;
     for (const [key, obj] of [...this.objects]) {
-      if (!key.startsWith(prefix)) continue;
-      this.dropData(obj);
+      if (!key.startsWith(prefix) || (opts.scratchOnly && !obj.scratch)) continue;
+      this.release(obj);
       this.objects.delete(key);
       if (this.dir) for (const f of this.filesOf(obj)) rmSync(f, { force: true });
       n++;
@@ -277,7 +303,7 @@ export class ObjectStore {
     const h = this.hash(o.key);
     if (appended) writeFileSync(this.patchFile(o.key, appended.version), appended.data!);
     else writeAtomic(this.baseFile(o.key), o.base.data!);
-    const meta = { key: o.key, version: o.version, baseVersion: o.baseVersion, pinned: o.pinned, base: strip(o.base), patches: o.patches.map(strip) };
+    const meta = { key: o.key, version: o.version, baseVersion: o.baseVersion, pinned: o.pinned, ...(o.scratch ? { scratch: true } : {}), base: strip(o.base), patches: o.patches.map(strip) };
     writeAtomic(path.join(this.dir, `${h}.json`), Buffer.from(JSON.stringify(meta)));
   }
 
@@ -297,6 +323,12 @@ export class ObjectStore {
 
 function strip(p: StoredPart): Omit<StoredPart, "data"> {
   return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+}
+
+function sizeOf(o: StoredObject): number {
+  let n = o.base.size;
+  for (const p of o.patches) n += p.size;
+  return n;
 }
 
 function inMemory(o: StoredObject): number {
