@@ -144,7 +144,7 @@ export class Agent {
     let idleSince = Date.now();
     const headGraceMs = opts.headGraceMs ?? HEAD_GRACE_MS;
     agent.heartbeat = setInterval(() => {
-      agent.channel.send([encode({ t: "hb" })]);
+      agent.channel.send([encode({ t: "hb", cache: agent.cache.usage() })]);
       agent.cache.sweep();
       const silent = Date.now() - agent.lastHeard;
       if (silent > headGraceMs) {
@@ -195,6 +195,10 @@ export class Agent {
         return;
       case "start":
         void this.executors.start(h);
+        return;
+      case "obj-dropped":
+        // The head deleted these objects (or released their app): free this node's copies too.
+        this.cache.drop(str(h, "app"), typeof h.prefix === "string" ? h.prefix : "");
         return;
       case "stop":
         this.executors.stop(str(h, "executor"), num(h, "graceMs"));

@@ -141,6 +141,22 @@ export class NodeCache {
     this.service.expire(now);
   }
 
+  /** Objects and bytes held on this node (the agent's heartbeat reports them; the head's status shows them). */
+  usage(): { objects: number; bytes: number } {
+    const u = this.service.store.usage();
+    return { objects: u.objects, bytes: u.bytes };
+  }
+
+  /**
+   * Drops the copies of app `app`'s objects under `prefix` ("": all of
+   * them): the head deleted them, or released the app. (A copy whose fetch
+   * was in flight when the notice came is installed after it; only the
+   * memory limit's LRU bounds such a copy.)
+   */
+  drop(app: string, prefix: string): number {
+    return this.service.store.delete(`${app}/${prefix}`);
+  }
+
   /** The latest bytes of `app/key` (the first part), fetched from the head when needed: project archives. */
   async read(app: string, key: string): Promise<Buffer> {
     await this.refresh(app, key);

@@ -36,6 +36,7 @@ interface WriteTransfer {
   dtype?: DType;
   ifVersion?: number;
   pin?: boolean;
+  scratch?: boolean;
   buf: Buffer;
   /** Bytes of distinct chunks received. */
   received: number;
@@ -66,9 +67,14 @@ export class ObjectService {
   /** How much object data each connection holds unread (read-credit.ts). */
   readonly credit: ReadCredit;
 
+  /**
+   * @param opts.onDropped told of every delete that removed objects (`prefix`
+   * within app `ns`; "" when the app was released): the head passes it on to
+   * the agents, whose node caches drop their copies.
+   */
   constructor(
     readonly store: ObjectStore,
-    private readonly opts: { readOnly?: boolean; credit?: Partial<ReadCreditLimits> } = {},
+    private readonly opts: { readOnly?: boolean; credit?: Partial<ReadCreditLimits>; onDropped?: (ns: string, prefix: string) => void } = {},
   ) {
     this.credit = new ReadCredit(opts.credit);
   }
@@ -156,19 +162,32 @@ export class ObjectService {
       }
       case "obj-delete": {
         const prefix = optStr(h, "prefix") ?? "";
-        return { value: { deleted: this.store.delete(`${ns}/${prefix}`) } };
+        const deleted = this.store.delete(`${ns}/${prefix}`);
+        if (deleted > 0) this.opts.onDropped?.(ns, prefix);
+        return { value: { deleted } };
       }
       default:
         throw new ProtocolError(`unknown object op '${op}'`);
     }
   }
 
-  private commit(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, o: { ifVersion?: number; pin?: boolean }): unknown {
-    const obj = this.store.write(op, key, value, { ifVersion: o.ifVersion, pin: o.pin });
+  /**
+   * App `ns` was released (closed, or its keep-alive ran out): its scratch
+   * objects go (what its sessions made and no one documents), and node
+   * caches drop every copy of its objects. Returns how many were deleted.
+   */
+  releaseApp(ns: string): number {
+    const deleted = this.store.delete(`${ns}/`, { scratchOnly: true });
+    this.opts.onDropped?.(ns, "");
+    return deleted;
+  }
+
+  private commit(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, o: { ifVersion?: number; pin?: boolean; scratch?: boolean }): unknown {
+    const obj = this.store.write(op, key, value, { ifVersion: o.ifVersion, pin: o.pin, scratch: o.scratch });
     return { key: key.slice(key.indexOf("/") + 1), version: obj.version, baseVersion: obj.baseVersion, size: totalSize(obj) };
   }
 
-  private parseWrite(ns: string, h: Header): { op: WriteOp; key: string; kind: ValueKind; dtype?: DType; size: number; ifVersion?: number; pin?: boolean } {
+  private parseWrite(ns: string, h: Header): { op: WriteOp; key: string; kind: ValueKind; dtype?: DType; size: number; ifVersion?: number; pin?: boolean; scratch?: boolean } {
     const op = str(h, "write");
     if (op !== "put" && op !== "update" && op !== "patch") throw new ProtocolError(`object write must be put, update or patch; got '${op}'`);
     const given = optStr(h, "key");
@@ -188,6 +207,7 @@ export class ObjectService {
       size,
       ifVersion: optNum(h, "ifVersion"),
       pin: h.pin === true ? true : undefined,
+      scratch: h.scratch === true ? true : undefined,
     };
   }
 

@@ -13,6 +13,12 @@ import { AgentRequestError } from "../../sdk/errors/index.js";
 import { answerObject, type HeadContext } from "./head-context.js";
 import type { AgentRecord } from "./records.js";
 
+/** The node cache figures of a heartbeat, or undefined when absent or malformed. */
+function cacheReport(v: unknown): { objects: number; bytes: number } | undefined {
+  const c = v as { objects?: unknown; bytes?: unknown } | undefined;
+  return typeof c?.objects === "number" && typeof c.bytes === "number" ? { objects: c.objects, bytes: c.bytes } : undefined;
+}
+
 /** An executor's report that its agent is gone ends that agent after this much more silence. */
 export const SUSPECT_AGENT_TIMEOUT_MS = 2_500;
 
@@ -54,6 +60,7 @@ export class AgentProtocol {
     }
     agent.lastSeen = Date.now();
     if (h.t === "hb") {
+      agent.cache = cacheReport(h.cache) ?? agent.cache;
       // Answered so the agent can tell its head is alive (and exit after a grace period when it is not).
       this.ctx.sendTo(id, [encode({ t: "hb", head: this.ctx.id })]);
       return;
@@ -147,6 +154,16 @@ export class AgentProtocol {
         agent.suspectSince = undefined; // it kept heartbeating: the report was wrong
       }
     }
+  }
+
+  /**
+   * Objects under `prefix` of app `app` were deleted ("": the app was
+   * released): every agent's node cache drops its copies, so a node frees
+   * what the head freed. A notice that does not arrive (an agent
+   * re-registering) leaves copies that only the cache's LRU limit bounds.
+   */
+  dropped(app: string, prefix: string): void {
+    for (const agent of this.ctx.scheduler.agents.values()) this.ctx.sendTo(agent.routingId, [encode({ t: "obj-dropped", app, prefix })]);
   }
 
   /** Tells every registered agent to exit (the head is shutting down). */

@@ -14,13 +14,14 @@ import { isServing } from "./call-router.js";
 import { answerObject, type HeadContext } from "./head-context.js";
 import type { AppRecord } from "./records.js";
 import { parseServiceSpec, SERVICE_LIMITS } from "./spec.js";
+import type { StatusOptions } from "./status.js";
 
 /** What the driver protocol needs beyond the common context. */
 export interface DriverContext extends HeadContext {
   /** The head's bound endpoint (told to drivers in `hello`). */
   readonly endpoint: string;
   /** The status document of one app, or of every app when `appName` is undefined (status.ts). */
-  status(appName: string | undefined): Record<string, unknown>;
+  status(appName: string | undefined, opts?: StatusOptions): Record<string, unknown>;
   /** Shuts the head down (after the reply to `shutdown` is sent). */
   shutdown(): void;
 }
@@ -120,7 +121,8 @@ export class DriverProtocol {
       case "status": {
         const which = h.all === true ? undefined : (optStrField(h, "app") ?? this.appOf(key)?.name);
         if (!admin && which !== peer.app) throw new AuthError("the status of other apps (or of all) needs the admin credential (the cluster secret under HEARTH_HOME)");
-        return this.ctx.status(which);
+        const keys = optNum(h, "keys");
+        return this.ctx.status(which, { keys: keys === undefined ? undefined : Math.max(0, Math.min(10_000, Math.floor(keys))) });
       }
       case "shutdown":
         if (!admin) throw new AuthError("shutting the head down needs the admin credential (the cluster secret under HEARTH_HOME)");
@@ -230,7 +232,8 @@ export class DriverProtocol {
     for (const s of [...app.services.values()]) this.ctx.scheduler.lifecycle.stopService(s, reason);
     this.ctx.scheduler.apps.delete(app.name);
     this.ctx.saveState();
-    this.ctx.log(`app '${app.name}' released: ${reason}`);
+    const scratch = this.ctx.objects.releaseApp(app.name);
+    this.ctx.log(`app '${app.name}' released: ${reason}${scratch > 0 ? `; ${scratch} scratch object(s) deleted` : ""}`);
   }
 
   /** Releases every app (the head is shutting down). */

@@ -133,6 +133,8 @@ export class Head {
     });
     this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }), {
       credit: opts.maxUnread !== undefined ? { limit: opts.maxUnread } : undefined,
+      // Node caches drop what the head deleted (set below; no object request arrives before start()).
+      onDropped: (app, prefix) => this.agents.dropped(app, prefix),
     });
     this.scheduler = new Scheduler({
       toDriver: (id, frames) => this.channel.sendTo(id, frames),
@@ -171,7 +173,7 @@ export class Head {
       get endpoint() {
         return endpoint();
       },
-      status: (appName) => buildStatus(this, appName),
+      status: (appName, opts) => buildStatus(this, appName, opts),
       shutdown: () => void this.close(),
     };
   }

@@ -32,6 +32,8 @@ export interface StoredObject {
   base: StoredPart;
   patches: StoredPart[];
   pinned: boolean;
+  /** Owned by its app's session: deleted when the head releases the app (ObjectService.releaseApp). */
+  scratch?: boolean;
   lastUsed: number;
   /** Transfers in progress that hold this object in memory. */
   readers: number;
@@ -82,9 +84,11 @@ export class ObjectStore {
     return this;
   }
 
-  /** Current memory use and limits. */
-  usage(): { objects: number; memUsed: number; memLimit: number; persistent: boolean; evictions: number; spills: number; reloads: number } {
-    return { objects: this.objects.size, memUsed: this.memUsed, memLimit: this.opts.memLimit, persistent: this.dir !== undefined, ...this.stats };
+  /** Object count and bytes (base plus patches, in memory or not), current memory use and limits. */
+  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; persistent: boolean; evictions: number; spills: number; reloads: number } {
+    let bytes = 0;
+    for (const o of this.objects.values()) bytes += sizeOf(o);
+    return { objects: this.objects.size, bytes, memUsed: this.memUsed, memLimit: this.opts.memLimit, persistent: this.dir !== undefined, ...this.stats };
   }
 
   /** Checks a write's preconditions without writing. Throws VersionConflictError or ObjectNotFoundError. */
@@ -110,7 +114,7 @@ export class ObjectStore {
    * retried and a restarted head reloads exactly what writes reported.
    * Throws VersionConflictError, ObjectNotFoundError, CacheFullError or ObjectStorageError.
    */
-  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean } = {}): StoredObject {
+  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean } = {}): StoredObject {
     this.check(op, key, opts.ifVersion);
     const existing = this.objects.get(key);
     const version = (existing?.version ?? 0) + 1;
@@ -118,8 +122,8 @@ export class ObjectStore {
     const part: StoredPart = { kind: value.kind, dtype: value.dtype, size: value.data.byteLength, version, data: value.data };
     const next: ObjectMeta =
       op === "patch"
-        ? { key, version, baseVersion: existing!.baseVersion, pinned: existing!.pinned, base: strip(existing!.base), patches: [...existing!.patches.map(strip), strip(part)] }
-        : { key, version, baseVersion: version, pinned: opts.pin ?? existing?.pinned ?? false, base: strip(part), patches: [] };
+        ? { key, version, baseVersion: existing!.baseVersion, pinned: existing!.pinned, ...(existing!.scratch ? { scratch: true } : {}), base: strip(existing!.base), patches: [...existing!.patches.map(strip), strip(part)] }
+        : { key, version, baseVersion: version, pinned: opts.pin ?? existing?.pinned ?? false, ...((opts.scratch ?? existing?.scratch) ? { scratch: true } : {}), base: strip(part), patches: [] };
     this.persist(op, next, part);
     // On disk: now memory follows.
     let obj: StoredObject;
@@ -133,6 +137,7 @@ export class ObjectStore {
         if (this.dir) this.removeFiles(this.filesOf(existing));
       }
       obj = { key, version, baseVersion: version, base: part, patches: [], pinned: next.pinned, lastUsed: 0, readers: 0 };
+      if (next.scratch) obj.scratch = true;
       this.objects.set(key, obj);
     }
     obj.lastUsed = ++this.clock;
@@ -184,22 +189,39 @@ export class ObjectStore {
     return { mode: bridge ? "patches" : "full", version: obj.version, baseVersion: obj.baseVersion, parts, object: obj };
   }
 
+  /** Count and bytes of the objects whose keys start with `prefix`, and (with `keys`) their keys without the app part, sorted, at most `keys`. */
+  summary(prefix: string, keys = 0): { objects: number; bytes: number; keys?: string[]; keysLeftOut?: number } {
+    let objects = 0;
+    let bytes = 0;
+    const names: string[] = [];
+    for (const o of this.objects.values()) {
+      if (!o.key.startsWith(prefix)) continue;
+      objects++;
+      bytes += sizeOf(o);
+      if (keys > 0) names.push(userKey(o.key));
+    }
+    if (keys === 0) return { objects, bytes };
+    names.sort();
+    return { objects, bytes, keys: names.slice(0, keys), ...(names.length > keys ? { keysLeftOut: names.length - keys } : {}) };
+  }
+
   /** Looks an object up without touching its bytes. */
   peek(key: string): StoredObject | undefined {
     return this.objects.get(key);
   }
 
   /**
-   * Deletes every object whose key starts with `prefix`; returns how many.
-   * With a data dir each object leaves the disk (its metadata file first: the
+   * Deletes every object whose key starts with `prefix` (with `scratchOnly`,
+   * only scratch objects); returns how many. A transfer still reading one
+   * finishes from the buffers it holds. With a data dir each object leaves the disk (its metadata file first: the
    * commit point) before it leaves memory; if the disk refuses, the objects
    * not yet deleted stay whole and an ObjectStorageError says how many went,
    * so a retry finishes the job.
    */
-  delete(prefix: string): number {
+  delete(prefix: string, opts: { scratchOnly?: boolean } = {}): number {
     let n = 0;
     for (const [key, obj] of [...this.objects]) {
-      if (!key.startsWith(prefix)) continue;
+      if (!key.startsWith(prefix) || (opts.scratchOnly && !obj.scratch)) continue;
       if (this.dir) {
         try {
           rmSync(this.metaFile(key), { force: true });
@@ -208,7 +230,7 @@ export class ObjectStore {
         }
         this.removeFiles(this.filesOf(obj));
       }
-      this.dropData(obj);
+      this.release(obj);
       this.objects.delete(key);
       n++;
     }
@@ -352,7 +374,7 @@ export class ObjectStore {
 }
 
 /** An object's metadata file: what a restarted head reloads. */
-type ObjectMeta = Pick<StoredObject, "key" | "version" | "baseVersion" | "pinned"> & { base: Omit<StoredPart, "data">; patches: Array<Omit<StoredPart, "data">> };
+type ObjectMeta = Pick<StoredObject, "key" | "version" | "baseVersion" | "pinned" | "scratch"> & { base: Omit<StoredPart, "data">; patches: Array<Omit<StoredPart, "data">> };
 
 /** What the disk refused, as the error the writer gets: nothing changed, retry when there is room. */
 function storageError(op: string, key: string, err: unknown, note: string): ObjectStorageError {
@@ -365,6 +387,12 @@ function storageError(op: string, key: string, err: unknown, note: string): Obje
 
 function strip(p: StoredPart): Omit<StoredPart, "data"> {
   return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+}
+
+function sizeOf(o: StoredObject): number {
+  let n = o.base.size;
+  for (const p of o.patches) n += p.size;
+  return n;
 }
 
 function inMemory(o: StoredObject): number {

@@ -20,6 +20,8 @@ export interface AgentRecord {
   labels: Record<string, string>;
   /** Since when one of its executors reported it gone (`orphaned`): it is lost unless heard from soon (agent-protocol.ts). */
   suspectSince?: number;
+  /** Its node cache's objects and bytes, as its last heartbeat reported them. */
+  cache?: { objects: number; bytes: number };
 }
 
 /** What a driver declared for a service. */

@@ -23,8 +23,14 @@ export interface StatusSource {
   releaseAt(app: AppRecord): number | undefined;
 }
 
+/** What a status request may ask for beyond the default document. */
+export interface StatusOptions {
+  /** List up to this many object keys per app (sorted; `keysLeftOut` counts the rest). Default 0: counts and bytes only. */
+  keys?: number;
+}
+
 /** Builds the status of one app (or of every app when `appName` is undefined). */
-export function buildStatus(head: StatusSource, appName: string | undefined): Record<string, unknown> {
+export function buildStatus(head: StatusSource, appName: string | undefined, opts: StatusOptions = {}): Record<string, unknown> {
   const sched = head.scheduler;
   const now = Date.now();
   const apps = [...sched.apps.values()].filter((a) => appName === undefined || a.name === appName);
@@ -38,6 +44,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined): Re
       total: { cpu: a.total.cpu, mem: a.total.mem, gpus: a.total.gpus },
       free: { cpu: a.free.cpu, mem: a.free.mem, gpus: a.free.gpus },
       executors: a.executors.size,
+      cache: a.cache ?? null,
       lastSeenMsAgo: now - a.lastSeen,
       labels: a.labels,
     })),
@@ -46,6 +53,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined): Re
       drivers: head.liveDrivers(app, now),
       keepAliveMs: app.keepAliveMs,
       releaseAt: head.releaseAt(app) ?? null,
+      objects: head.objects.store.summary(`${app.name}/`, opts.keys ?? 0),
       services: [...app.services.values()].map((s) => ({
         ...serviceSummary(s),
         queued: s.queue.length,

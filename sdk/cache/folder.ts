@@ -88,7 +88,8 @@ async function putParts(objects: ObjectCache, file: string, size: number, partBy
         if (n === 0) throw new HearthError(`${file} shrank while it was being shipped`);
         got += n;
       }
-      parts.push(await objects.put(buf));
+      // Scratch: dropFolder deletes them once the folder is read; if the shipper vanishes first, the head does with the app.
+      parts.push(await objects.put(buf, { scratch: true }));
       if (size === 0) break;
     }
     return parts;

@@ -34,6 +34,14 @@ export interface PutOptions {
   key?: string;
   /** Never evict this object under memory pressure. */
   pin?: boolean;
+  /**
+   * Owned by this app's session: the head deletes it when it releases the
+   * app (closed, or its keep-alive ran out), if no one deleted it before.
+   * For per-step data whose owner (a driver's step, a call) may vanish
+   * without cleaning up; what a run documents (its weights, its state) is
+   * put without it.
+   */
+  scratch?: boolean;
 }
 
 /** Options of `update` and `patch`. */
@@ -76,7 +84,7 @@ export class ObjectCache {
 
   /** Stores a new object (version 1). */
   async put(value: unknown, opts: PutOptions = {}): Promise<ObjectRef> {
-    return this.write("put", opts.key, value, { pin: opts.pin });
+    return this.write("put", opts.key, value, { pin: opts.pin, scratch: opts.scratch });
   }
 
   /** Replaces the base (version + 1, patches cleared). */
@@ -129,7 +137,7 @@ export class ObjectCache {
     this.held.delete(keyOf(ref));
   }
 
-  private async write(op: "put" | "update" | "patch", key: string | undefined, value: unknown, opts: { ifVersion?: number; pin?: boolean }): Promise<ObjectRef> {
+  private async write(op: "put" | "update" | "patch", key: string | undefined, value: unknown, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean }): Promise<ObjectRef> {
     const enc = encodeValue(value);
     const r: WriteResult = await upload(this.writes, op, key, enc, opts);
     this.stats.bytesSent += enc.data.byteLength;

@@ -147,9 +147,9 @@ export async function upload(
   op: "put" | "update" | "patch",
   key: string | undefined,
   value: EncodedValue,
-  opts: { ifVersion?: number; pin?: boolean },
+  opts: { ifVersion?: number; pin?: boolean; scratch?: boolean },
 ): Promise<WriteResult> {
-  const fields = { write: op, key, kind: value.kind, dtype: value.dtype, size: value.data.byteLength, ifVersion: opts.ifVersion, pin: opts.pin };
+  const fields = { write: op, key, kind: value.kind, dtype: value.dtype, size: value.data.byteLength, ifVersion: opts.ifVersion, pin: opts.pin, scratch: opts.scratch };
   if (value.data.byteLength <= INLINE_LIMIT) return (await req.request<WriteResult>("obj-write", fields, [value.data])).value;
   const { value: begun } = await req.request<{ tid: number }>("obj-begin", fields);
   const jobs: number[] = [];

@@ -148,7 +148,8 @@ export async function makeWarmStart(
     threads: threadsFor(o as SearchR1Options, o.trainerResreq),
     backend: backendFor(o as SearchR1Options),
   };
-  const setupRef = await app.objects.put(setup);
+  // Scratch, like the batches below: deleted at once, or by the head with the app if this driver vanishes first.
+  const setupRef = await app.objects.put(setup, { scratch: true });
   await trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [setupRef, "sft"] as [ObjectRef, "sft"]));
   await app.objects.delete(setupRef.key);
   const recent: number[] = [];
@@ -159,7 +160,7 @@ export async function makeWarmStart(
     for (let i = 0; i < phase.steps; i++, step++, left--) {
       // Made per step (cheap), so the driver never blocks long enough to miss its heartbeats.
       const rows = phase.demos(step, plan.batch).map((d) => ({ tokens: d.tokens, mask: d.mask, advantage: 1 }));
-      const ref = await app.objects.put(buildSlices(rows, 1)[0]!);
+      const ref = await app.objects.put(buildSlices(rows, 1)[0]!, { scratch: true });
       const res = await trainer.broadcast("sft", Array.from({ length: o.trainers }, (_, rank) => [rank === 0 ? ref : null, true] as [ObjectRef | null, boolean]));
       await app.objects.delete(ref.key);
       const nll = res.find((r) => r.rank === 0)!.metrics.nll ?? NaN;

@@ -11,10 +11,14 @@ import { progress, type ProgressBar } from "../notebook/progress.js";
 import type { ScoredSample } from "./batch.js";
 import type { StepMetrics, StepResult } from "./run.js";
 
-/** Step results kept for inspection by default (trajectories hold every token, so the store is bounded). */
+/** Step results kept for inspection by default (`--keep-steps`; trajectories hold every token, so the store is bounded). */
 export const KEPT_STEPS = 50;
 
-/** The last `limit` step results, by step number. */
+/**
+ * The last `limit` step results, by step number: the inspection window. A
+ * result that leaves it is handed back by `add`, for its owner to delete its
+ * objects.
+ */
 export class StepStore {
   private readonly byStep = new Map<number, StepResult>();
 
@@ -22,10 +26,23 @@ export class StepStore {
     if (!Number.isInteger(limit) || limit < 1) throw new HearthError(`StepStore needs a limit ≥ 1; got ${String(limit)}`);
   }
 
-  /** Stores a result, dropping the oldest past the limit. */
-  add(result: StepResult): void {
+  /** Stores a result; returns the oldest ones it dropped past the limit (they left the window). */
+  add(result: StepResult): StepResult[] {
     this.byStep.set(result.metrics.step, result);
-    while (this.byStep.size > this.limit) this.byStep.delete(this.byStep.keys().next().value!);
+    const dropped: StepResult[] = [];
+    while (this.byStep.size > this.limit) {
+      const [step, old] = this.byStep.entries().next().value!;
+      this.byStep.delete(step);
+      dropped.push(old);
+    }
+    return dropped;
+  }
+
+  /** Empties the store; returns what it held. */
+  clear(): StepResult[] {
+    const all = [...this.byStep.values()];
+    this.byStep.clear();
+    return all;
   }
 
   /** Step numbers held, oldest first. */
@@ -39,7 +56,14 @@ export class StepStore {
     if (held.length === 0) throw new HearthError("no step has run yet on this run; call run.step() or run.train(n) first");
     const want = step ?? held[held.length - 1]!;
     const r = this.byStep.get(want);
-    if (!r) throw new HearthError(`step ${String(want)} is not held: this run keeps the last ${this.limit} step results (steps ${held[0]}–${held[held.length - 1]})`);
+    if (!r) {
+      const window = `this run keeps the last ${this.limit} step results (--keep-steps ${this.limit}; held: steps ${held[0]}–${held[held.length - 1]})`;
+      const why =
+        typeof want === "number" && want < held[0]!
+          ? `it left the inspection window, and its samples and trajectory objects were deleted then; start the run with a larger --keep-steps (keepSteps) to look further back`
+          : "no such step has run";
+      throw new HearthError(`step ${String(want)} is not held: ${window}; ${why}`);
+    }
     return r;
   }
 

@@ -82,6 +82,12 @@ export interface SearchR1Options {
    * is dropped and counted.
    */
   maxLag: number;
+  /**
+   * Steps whose results (scored samples, trajectory objects) the run keeps
+   * for inspection and rescoring; an older step's objects are deleted when it
+   * leaves this window.
+   */
+  keepSteps: number;
   /** Write the standalone checkpoint at the end of a CLI run (model, trainer state, driver state). */
   checkpoint: boolean;
   /** Replace this app's services when they were declared with other settings (the CLI owns its app). */
@@ -150,6 +156,7 @@ export const BASE_OPTIONS: SearchR1Options = {
   rebaseEvery: 20,
   rebaseShare: 0.5,
   maxLag: 0,
+  keepSteps: 50,
   replace: false,
   checkpoint: true,
   name: "search-r1",
@@ -187,6 +194,7 @@ const WHOLE: Record<string, number> = {
   seed: 0,
   rebaseEvery: 1,
   maxLag: 0,
+  keepSteps: 1,
 };
 const CHOICES: Record<string, readonly string[]> = {
   rolloutDtype: ["auto", "bfloat16", "float32"],

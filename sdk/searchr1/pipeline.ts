@@ -18,6 +18,7 @@ import type { PreparedTask } from "./recipe.js";
 import { lagOf, lagStats, type RolloutsAhead } from "./overlap.js";
 import { emReward, type RewardFn } from "./reward.js";
 import type { RolloutItem, RolloutResult, SearchR1Rollout, Trajectory } from "./rollout-service.js";
+import { evalKeys, stepKeys } from "./run-objects.js";
 import { rng, type Question } from "./synthetic.js";
 import type { SearchR1Trainer, TrainResult } from "./trainer-service.js";
 
@@ -116,9 +117,10 @@ export function protocolOptions(o: SearchR1Options, temperature: number, seed: n
  * Rolls out questions (G samples each) across the pool, `promptsPerTask` per
  * call. Sample g of the question at position p of step `step` samples with
  * deriveSeed(run seed, step, p, g): the same tokens whichever executor takes
- * the call, in whatever batch, whenever.
+ * the call, in whatever batch, whenever. Each call's trajectories object
+ * goes under the key prefix `keys` (run-objects.ts), whose owner deletes it.
  */
-export async function rollouts(svc: StepServices, questions: Question[], groupSize: number, temperature: number, step: number): Promise<RolloutParts> {
+export async function rollouts(svc: StepServices, questions: Question[], groupSize: number, temperature: number, step: number, keys?: string): Promise<RolloutParts> {
   const per = svc.opts.promptsPerTask;
   const chunks: Question[][] = [];
   for (let i = 0; i < questions.length; i += per) chunks.push(questions.slice(i, i + per));
@@ -131,6 +133,7 @@ export async function rollouts(svc: StepServices, questions: Question[], groupSi
         items,
         groupSize,
         protocol: protocolOptions(svc.opts, temperature, step * 1000 + i),
+        keys,
       });
       return { q, r };
     }),
@@ -141,12 +144,15 @@ export async function rollouts(svc: StepServices, questions: Question[], groupSi
  * Fetches the trajectories of rollout calls and scores them with `reward`.
  * With `fresh`, a group with a trajectory it refuses is left out (a group's
  * samples come from one call, so they share a policy version) and counted.
+ * The client keeps no copy (the scored samples hold what was read); the
+ * objects stay for their owner to delete.
  */
 export async function collect(app: App, parts: RolloutParts, reward: RewardFn, fresh?: (t: Trajectory) => boolean): Promise<ReturnType<typeof scoreSamples> & { staleDropped: number }> {
   const groups: Array<{ question: string; golds: string[]; samples: Trajectory[] }> = [];
   let staleDropped = 0;
   for (const { q, r } of parts) {
     const trajs = await app.objects.get<Trajectory[]>(r.trajectories);
+    app.objects.forget(r.trajectories);
     q.forEach((question, g) => {
       const samples = trajs.filter((t) => t.group === g);
       if (fresh && !samples.every(fresh)) staleDropped += samples.length;
@@ -156,11 +162,14 @@ export async function collect(app: App, parts: RolloutParts, reward: RewardFn, f
   return { ...scoreSamples(groups, reward), staleDropped };
 }
 
-/** One update on the kept samples: slices balanced by tokens, one per rank, by reference. */
-export async function update(svc: StepServices, kept: ScoredSample[]): Promise<TrainResult[]> {
+/**
+ * One update on the kept samples: slices balanced by tokens, one per rank, by
+ * reference (under the key prefix `keys`, when given), deleted once trained on.
+ */
+export async function update(svc: StepServices, kept: ScoredSample[], keys?: string): Promise<TrainResult[]> {
   if (kept.length === 0) return [];
   const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage })), svc.opts.trainers);
-  const refs = await Promise.all(slices.map((s) => svc.app.objects.put(s)));
+  const refs = await Promise.all(slices.map((s, rank) => svc.app.objects.put(s, { key: keys === undefined ? undefined : `${keys}slice-${rank}`, scratch: true })));
   try {
     return await svc.trainer.broadcast("train", refs.map((ref) => [ref] as [ObjectRef]));
   } finally {
@@ -174,10 +183,10 @@ export function stepQuestions(o: SearchR1Options, task: PreparedTask, step: numb
   return Array.from({ length: o.promptsPerStep }, () => task.train[Math.floor(r() * task.train.length)]!);
 }
 
-/** Launches the rollouts of step `step` (its seeded questions, G samples each); what RolloutsAhead starts. */
+/** Launches the rollouts of step `step` (its seeded questions, G samples each, under the step's keys); what RolloutsAhead starts. */
 export function stepRollouts(svc: StepServices, step: number): Promise<RolloutParts> {
   const o = svc.opts;
-  return rollouts(svc, stepQuestions(o, svc.task, step), o.groupSize, o.temperature, step);
+  return rollouts(svc, stepQuestions(o, svc.task, step), o.groupSize, o.temperature, step, stepKeys(o.name, step));
 }
 
 /**
@@ -197,7 +206,7 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
   const scored = await collect(svc.app, parts, reward, k === 0 ? undefined : (t) => lagOf(t, version) <= k);
   const t1 = performance.now();
   const kept = scored.samples.filter((s) => s.kept);
-  const trained = await update(svc, kept);
+  const trained = await update(svc, kept, stepKeys(svc.opts.name, step));
   const t2 = performance.now();
   const published = trained[0]?.publish;
   if (published) ahead.policyVersion = published.version;
@@ -255,10 +264,15 @@ export function setUtilisation(m: StepMetrics, o: Pick<SearchR1Options, "rollout
   m.trainer_util = (m.trainer_busy_s ?? 0) / (wall * o.trainers);
 }
 
-/** Greedy answers on the held-out questions; exact match. */
-export async function evaluate(svc: StepServices): Promise<EvalResult> {
-  const parts = await rollouts(svc, svc.task.heldOut, 1, 0, 0);
-  const scored = await collect(svc.app, parts, emReward);
+/** Greedy answers on the held-out questions (evaluation number `n`); exact match. Its trajectories are deleted once read. */
+export async function evaluate(svc: StepServices, n = 0): Promise<EvalResult> {
+  const keys = evalKeys(svc.opts.name, n);
+  let scored: Awaited<ReturnType<typeof collect>>;
+  try {
+    scored = await collect(svc.app, await rollouts(svc, svc.task.heldOut, 1, 0, 0, keys), emReward);
+  } finally {
+    await svc.app.objects.delete(keys);
+  }
   return {
     em: mean(scored.samples.map((s) => emReward(s.response, s.golds))),
     searchesPerSample: mean(scored.samples.map((s) => s.searches.length)),

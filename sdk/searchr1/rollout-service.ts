@@ -9,6 +9,7 @@
  * middle of a sample; every trajectory names the policy version it was
  * sampled with.
  */
+import { randomUUID } from "node:crypto";
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
 import { TensorEngine, deriveSeed } from "../tensor/index.js";
@@ -50,6 +51,13 @@ export interface RolloutRequest {
   items: RolloutItem[];
   groupSize: number;
   protocol: ProtocolOptions;
+  /**
+   * The key prefix of the call's trajectories object (a fresh key under it
+   * per call): its owner (a step, an evaluation) deletes everything under
+   * the prefix, the objects of calls retried after an executor died
+   * included. Absent: a key of the cache's choosing.
+   */
+  keys?: string;
 }
 
 /** What a rollout call returns (the trajectories travel by reference). */
@@ -159,7 +167,8 @@ export class SearchR1Rollout {
       ...e,
       policyVersion,
     }));
-    const ref = await this.ctx.objects.put(trajectories);
+    // Scratch: if the driver that owns it vanishes, the head deletes it with the app.
+    const ref = await this.ctx.objects.put(trajectories, { key: req.keys === undefined ? undefined : `${req.keys}traj-${randomUUID()}`, scratch: true });
     return {
       trajectories: ref,
       weightsVersion: this.weights.version,

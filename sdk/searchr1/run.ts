@@ -28,6 +28,7 @@ import { evaluate, runStep, setUtilisation, stepRollouts, type EvalResult, type 
 import type { PreparedTask, TaskRecipe } from "./recipe.js";
 import { recipeFor } from "./recipes/index.js";
 import { readRunState, runFingerprint, writeRunState, type RunState } from "./run-state.js";
+import { corpusKey, dropSessionObjects, putOrUpdate, rolloutSetupKey, stepKeys, trainerSetupKey, weightsKey } from "./run-objects.js";
 import { emReward, type RewardFn } from "./reward.js";
 import type { RolloutSetup, SearchR1Rollout } from "./rollout-service.js";
 import { withStepDisplay } from "./step-summary.js";
@@ -55,11 +56,13 @@ export class SearchR1Run {
   private stepNo = 0;
   private busy = false;
   readonly history: StepMetrics[] = [];
-  /** The last 50 step results (trajectories included), for inspection and rescoring. */
-  readonly results = new StepStore();
+  /** The last `keepSteps` step results (trajectories included), for inspection and rescoring. */
+  readonly results: StepStore;
   private readonly svc: StepServices;
   private runId: string = randomUUID();
   private stateRef?: ObjectRef;
+  /** Evaluations run so far (each one's objects live under its number's keys until read). */
+  private evals = 0;
 
   private constructor(
     readonly app: App,
@@ -70,7 +73,8 @@ export class SearchR1Run {
     private readonly trainer: GangHandle<SearchR1Trainer>,
     rolloutSetup: ObjectRef,
   ) {
-    const svc: Omit<StepServices, "ahead"> = { app, opts, task, rollout, trainer, rolloutSetup, weightsKey: `searchr1/${opts.name}/weights` };
+    this.results = new StepStore(opts.keepSteps);
+    const svc: Omit<StepServices, "ahead"> = { app, opts, task, rollout, trainer, rolloutSetup, weightsKey: weightsKey(opts.name) };
     const ahead: RolloutsAhead<RolloutParts> = new RolloutsAhead((step) => stepRollouts(this.svc, step), opts.maxLag);
     this.svc = { ...svc, ahead };
   }
@@ -107,7 +111,8 @@ export class SearchR1Run {
       rolloutSetup = prior.rolloutSetup; // the rollouts hold it: nothing to rebuild
     } else {
       if (prior) log(`starting a new run '${opts.name}': its options differ from the run stored on this app (${differences(prior.values, fp.values)})`);
-      const corpus = await app.objects.put(task.corpus);
+      // Under the run's keys: a new run of the name replaces the old one's (no copy per run is left behind).
+      const corpus = await putOrUpdate(app, corpusKey(opts.name), task.corpus);
       const setup: RolloutSetup = {
         model: task.model,
         tokenizer: task.tokenizer.files,
@@ -116,7 +121,7 @@ export class SearchR1Run {
         threads: threadsFor(opts, opts.rolloutResreq),
         dtype: opts.rolloutDtype,
       };
-      rolloutSetup = await app.objects.put(setup);
+      rolloutSetup = await putOrUpdate(app, rolloutSetupKey(opts.name), setup);
     }
     const replace = opts.replace;
     const rollout = await app.service<SearchR1Rollout>(
@@ -129,6 +134,8 @@ export class SearchR1Run {
     );
     log(`services ready: ${opts.rollouts} rollout executor(s) (${opts.rolloutResreq}), a gang of ${opts.trainers} trainer(s) (${opts.trainerResreq}, ${backendFor(opts)})`);
     const run = new SearchR1Run(app, opts, task, recipe, rollout, trainer, rolloutSetup);
+    // Steps and evaluations of an earlier driver of this run: their results lived in its memory, so nothing can read them now.
+    await dropSessionObjects(app, opts.name);
     const held = prior && prior.fingerprint === fp.digest ? await run.trainersHold(prior.runId) : undefined;
     if (prior && held) {
       run.reattach(prior);
@@ -201,9 +208,12 @@ export class SearchR1Run {
       rebase: { maxPatches: o.rebaseEvery, maxPatchShare: o.rebaseShare },
       runId: this.runId,
     };
-    const ref = await this.app.objects.put(setup);
-    const res = await this.trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [ref, "rl"] as [ObjectRef, "rl"]));
-    for (const f of [checkpoint, state]) if (f) await dropFolder(this.app.objects, f);
+    const ref = await this.app.objects.put(setup, { key: trainerSetupKey(o.name), scratch: true });
+    // Read once by each rank: deleted, with the folders it names, once the ranks have loaded them (or failed to).
+    const res = await this.trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [ref, "rl"] as [ObjectRef, "rl"])).finally(async () => {
+      await this.app.objects.delete(ref.key);
+      for (const f of [checkpoint, state]) if (f) await dropFolder(this.app.objects, f);
+    });
     const r0 = res[0]!;
     this.svc.ahead.policyVersion = r0.publish?.version ?? 0;
     const from = checkpoint ? ` from ${checkpoint.dir} (${r0.inPlace ? "read in place" : "shipped file by file"})` : "";
@@ -275,7 +285,8 @@ export class SearchR1Run {
       appendFileSync(path.join(this.opts.out, "metrics.jsonl"), `${JSON.stringify(m)}\n`);
       writeCheckpointJson(this.opts.out, { step, app: this.app.name, weightsKey: this.svc.weightsKey, rolloutSetup: this.svc.rolloutSetup, lastTrajectories: result.trajectories });
       await this.saveState();
-      this.results.add(result);
+      // A step that leaves the inspection window takes its objects with it.
+      for (const old of this.results.add(result)) await this.app.objects.delete(stepKeys(this.opts.name, old.metrics.step));
       emit?.({ type: "step", step, metrics: m });
       return result;
     } finally {
@@ -304,14 +315,14 @@ export class SearchR1Run {
     this.opts.maxLag = k;
   }
 
-  /** A held step's result (default the latest; the last 50 are held). */
+  /** A held step's result (default the latest; the last `keepSteps` are held). */
   result(step?: number): StepResult {
     return this.results.get(step);
   }
 
   /** Greedy answers on the held-out questions; exact match. */
   async evaluate(): Promise<EvalResult> {
-    const ev = await evaluate(this.svc);
+    const ev = await evaluate(this.svc, ++this.evals);
     this.opts.onEvent?.({ type: "eval", step: this.stepNo, em: ev.em, searchesPerSample: ev.searchesPerSample });
     return ev;
   }
@@ -336,16 +347,28 @@ export class SearchR1Run {
     });
   }
 
-  /** Leaves the executors warm (for the app's keep-alive) and disconnects (after the rollouts started ahead of their steps settle). */
+  /**
+   * Leaves the executors warm (for the app's keep-alive) and disconnects,
+   * after the rollouts started ahead of their steps settle; the held steps'
+   * objects are deleted (what the run documents stays: weights, run state).
+   */
   async disconnect(): Promise<void> {
-    await this.svc.ahead.discard();
+    await this.leave();
     await this.app.disconnect();
   }
 
-  /** Stops the services and disconnects (after the rollouts started ahead of their steps settle). */
+  /** Stops the services and disconnects, after the rollouts started ahead of their steps settle and the held steps' objects are deleted. */
   async close(): Promise<void> {
-    await this.svc.ahead.discard();
+    await this.leave();
     await this.app.close();
+  }
+
+  /** Settles the rollouts started ahead and deletes this driver's steps and evaluations (the held results go with them). */
+  private async leave(): Promise<void> {
+    await this.svc.ahead.discard();
+    this.results.clear();
+    // Scratch objects: should the head be unreachable now, it deletes them when it releases the app.
+    await dropSessionObjects(this.app, this.opts.name).catch(() => undefined);
   }
 }
 

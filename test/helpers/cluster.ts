@@ -45,8 +45,8 @@ export interface TestCluster {
   headLog(): string;
   /** Starts one more agent. */
   addAgent(spec: AgentSpec): Promise<ChildProcess>;
-  /** Head status (all apps). */
-  status(): Promise<any>;
+  /** Head status (all apps); `fields` add to the request, e.g. `{ keys: 100 }` to list each app's object keys. */
+  status(fields?: Record<string, unknown>): Promise<any>;
   stop(): Promise<void>;
 }
 
@@ -78,7 +78,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   const agents = new Map<string, ChildProcess>();
   // The observer reads every app's status and shuts the head down: the admin credential.
   const client = (await HeadClient.open(endpoint, { app: "_test-observer" }, { admin: true })).client;
-  const status = (): Promise<any> => client.control("status", { all: true });
+  const status = (fields: Record<string, unknown> = {}): Promise<any> => client.control("status", { ...fields, all: true });
 
   const addAgent = async (spec: AgentSpec): Promise<ChildProcess> => {
     let workDir = path.join(dir, spec.id);

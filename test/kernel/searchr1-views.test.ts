@@ -135,10 +135,13 @@ test("a reward that throws or returns NaN is a RangeError naming the sample; the
 test("the step store keeps the last N results and names what it holds", () => {
   const store = new StepStore(3);
   assert.throws(() => store.get(), /no step has run yet/);
-  for (let n = 1; n <= 5; n++) store.add({ metrics: metrics(n), trajectories: [], samples: [] });
+  const dropped: number[] = [];
+  for (let n = 1; n <= 5; n++) dropped.push(...store.add({ metrics: metrics(n), trajectories: [], samples: [] }).map((r) => r.metrics.step));
   assert.deepEqual(store.steps(), [3, 4, 5]);
+  assert.deepEqual(dropped, [1, 2], "add hands back the results that left the window, oldest first");
   assert.equal(store.get().metrics.step, 5);
-  assert.throws(() => store.get(1), /step 1 is not held: this run keeps the last 3 step results \(steps 3–5\)/);
+  assert.throws(() => store.get(1), /step 1 is not held: this run keeps the last 3 step results \(--keep-steps 3; held: steps 3–5\); it left the inspection window/);
+  assert.throws(() => store.get(9), /step 9 is not held: .*; no such step has run/);
   assert.throws(() => new StepStore(0), HearthError);
 });
 
