@@ -1,6 +1,6 @@
 /**
- * The small Search-R1 run the end-to-end tests share: the tiny model, 4
- * prompts a step in groups of 4, a 4-step warm start, no periodic eval, and
+ * The small Search-R1 run the end-to-end tests share: the tiny model on the
+ * easy synthetic task, 4 prompts a step in groups of 4, a 4-step warm start, no periodic eval, and
  * sampling hot so that the barely warmed-up policy writes varied responses.
  */
 import type { SearchR1Options } from "../../sdk/searchr1/run.js";
@@ -17,6 +17,8 @@ export function smallRun(head: string, name: string, out: string, extra: Partial
     promptsPerStep: 4,
     promptsPerTask: 2,
     groupSize: 4,
+    // The easy task's 2-layer model: these tests check the loop's mechanics, not what it learns.
+    data: "synthetic-easy",
     evalSize: 8,
     evalEvery: 0,
     bootstrapSteps: 4,

@@ -1,6 +1,7 @@
 /**
  * Project archives are data from elsewhere: an agent unpacks one only when
- * its content matches its hash, and never with setuid, setgid or sticky bits.
+ * its content matches its hash, and never with setuid, setgid or sticky bits
+ * (nor any bit for the group or others: it lands under the private HEARTH_HOME).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
@@ -21,7 +22,8 @@ test("an archive is unpacked only when it matches its hash, and without setuid/s
     ];
     const hash = projectHash(files);
     const dir = await store.ensure(hash, async () => encode({ format: "hearth-project/1", files }));
-    assert.equal(statSync(path.join(dir, "bin/tool.sh")).mode & 0o7777, 0o755, "only the permission bits survive");
+    // No setuid, setgid or sticky bit, and nothing for the group or others: everything under HEARTH_HOME is private.
+    assert.equal(statSync(path.join(dir, "bin/tool.sh")).mode & 0o7777, 0o700, "only the owner's permission bits survive");
     const forged = files.map((f) => (f.path === "bin/tool.sh" ? { ...f, data: Buffer.from("#!/bin/sh\nrm -rf /\n") } : f));
     const other = `${hash.slice(0, -1)}${hash.endsWith("0") ? "1" : "0"}`;
     await assert.rejects(store.ensure(hash.replace(/./, (c) => (c === "a" ? "b" : "a")), async () => encode({ format: "hearth-project/1", files })), /does not match its hash/);
