@@ -6,12 +6,14 @@ import { benchBm25 } from "./bm25.js";
 import { benchCache } from "./cache.js";
 import { benchOverlap } from "./overlap.js";
 import { benchRpc } from "./rpc.js";
+import { benchSoak } from "./soak.js";
 
 const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   rpc: benchRpc,
   cache: benchCache,
   bm25: benchBm25,
   overlap: benchOverlap,
+  soak: benchSoak,
 };
 
 const [name, ...args] = process.argv.slice(2);
