@@ -8,18 +8,22 @@ export function formatStatus(status: any): string {
   const lines: string[] = [];
   const dropped = status.head.log?.dropped ? `; ${status.head.log.dropped} log line(s) dropped: ${status.head.log.lastError}` : "";
   lines.push(`head ${status.head.endpoint} (pid ${status.head.pid}, up ${Math.round(status.head.uptimeMs / 1000)} s${dropped})`);
+  const o = status.objects;
+  if (o) lines.push(`objects: ${o.objects} (${formatBytes(o.bytes ?? 0)}), ${formatBytes(o.memUsed)} in memory of ${formatBytes(o.memLimit)}`);
   lines.push(`agents: ${status.agents.length}`);
   for (const a of status.agents) {
     lines.push(
       `  ${a.id} @ ${a.host}: cpu ${a.free.cpu}/${a.total.cpu} free, mem ${formatBytes(a.free.mem)}/${formatBytes(a.total.mem)}, ` +
-        `gpus [${a.free.gpus.join(",")}] of [${a.total.gpus.join(",")}] free, ${a.executors} executor(s)`,
+        `gpus [${a.free.gpus.join(",")}] of [${a.total.gpus.join(",")}] free, ${a.executors} executor(s)` +
+        (a.cache ? `, node cache ${a.cache.objects} object(s) (${formatBytes(a.cache.bytes)})` : ""),
     );
   }
   const apps = status.apps.filter((app: any) => !String(app.name).startsWith("_hearth-"));
   lines.push(`apps: ${apps.length}`);
   for (const app of apps) {
     const release = app.releaseAt ? `, released in ${Math.max(0, Math.round((app.releaseAt - Date.now()) / 1000))} s unless a driver returns` : "";
-    lines.push(`  ${app.name}: ${app.drivers} driver(s), keep-alive ${Math.round(app.keepAliveMs / 1000)} s${release}`);
+    const objects = app.objects ? `, ${app.objects.objects} object(s) (${formatBytes(app.objects.bytes)})` : "";
+    lines.push(`  ${app.name}: ${app.drivers} driver(s), keep-alive ${Math.round(app.keepAliveMs / 1000)} s${objects}${release}`);
     for (const s of app.services) {
       lines.push(`    ${s.name} [${s.kind}, ${s.state}] ${s.resreq} warmup ${s.warmup}${s.max !== null ? ` max ${s.max}` : ""}; queued ${s.queued}, in flight ${s.inflight}${s.error ? `; error: ${s.error}` : ""}`);
       for (const e of s.executors) {

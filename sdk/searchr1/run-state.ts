@@ -4,7 +4,9 @@
  * id, step counter, metrics history, the rollout setup its executors hold,
  * and the fingerprint of the options it was made with. The trainers know the
  * run id they were set up for; together that is enough to reattach without
- * re-initialising anything.
+ * re-initialising anything. Its history grows by one entry a step (what the
+ * run documents); each step appends a patch rather than rewriting it all
+ * (RunStateWriter).
  */
 import { createHash } from "node:crypto";
 import type { ObjectRef } from "../cache/object-cache.js";
@@ -40,17 +42,74 @@ export function runStateKey(name: string): string {
   return `searchr1/${name}/run`;
 }
 
-/** The stored state of run `name`, or undefined when there is none. */
+/** A patch of the stored state: the history entries since the previous write, and the step counter. */
+interface RunStatePatch {
+  step: number;
+  history: StepMetrics[];
+}
+
+/** A fresh base after this many patches, so a reader folds at most this many. */
+export const RUN_STATE_REBASE = 100;
+
+/** The stored state of run `name` (its base with the patches after it folded in), or undefined when there is none. */
 export async function readRunState(app: App, name: string): Promise<(RunState & { values?: Record<string, unknown> }) | undefined> {
   try {
-    return await app.objects.get<RunState>(runStateKey(name));
+    // Read once (a run reattaches from it): the client keeps no copy.
+    return await app.objects.get<RunState & { values?: Record<string, unknown> }>(runStateKey(name), {
+      fold: (acc, patches) => {
+        const state = { ...acc, history: [...acc.history] };
+        for (const p of patches as RunStatePatch[]) {
+          state.history.push(...p.history);
+          state.step = p.step;
+        }
+        return state;
+      },
+    });
   } catch (err) {
     if (err instanceof ObjectNotFoundError) return undefined;
     throw err;
+  } finally {
+    app.objects.forget(runStateKey(name));
   }
 }
 
-/** Writes the state (replacing what was there); returns its ref. */
+/**
+ * Keeps run `name`'s stored state current, at a cost per step that does not
+ * grow with the run: the whole state is written (a new base) the first time,
+ * when the run's identity (id, fingerprint, rollout setup) changes, and
+ * after RUN_STATE_REBASE patches; otherwise each save appends a patch with
+ * the history entries since the last one.
+ */
+export class RunStateWriter {
+  private ref?: ObjectRef;
+  /** History entries the stored state holds, and patches on its base. */
+  private written = 0;
+  private patches = 0;
+  private identity = "";
+
+  constructor(
+    private readonly app: App,
+    private readonly name: string,
+  ) {}
+
+  /** Stores `state`; returns the stored object's ref. */
+  async save(state: RunState & { values: Record<string, unknown> }): Promise<ObjectRef> {
+    const identity = JSON.stringify([state.runId, state.fingerprint, state.rolloutSetup]);
+    if (!this.ref || identity !== this.identity || this.patches >= RUN_STATE_REBASE || state.history.length < this.written) {
+      this.ref = await writeRunState(this.app, this.name, state, this.ref);
+      this.identity = identity;
+      this.patches = 0;
+    } else {
+      const patch: RunStatePatch = { step: state.step, history: state.history.slice(this.written) };
+      this.ref = await this.app.objects.patch(this.ref, patch);
+      this.patches++;
+    }
+    this.written = state.history.length;
+    return this.ref;
+  }
+}
+
+/** Writes the state as a new base (replacing what was there); returns its ref. */
 export async function writeRunState(app: App, name: string, state: RunState & { values: Record<string, unknown> }, held?: ObjectRef): Promise<ObjectRef> {
   if (held) return app.objects.update(held, state);
   try {

@@ -27,7 +27,7 @@ import { RolloutsAhead } from "./overlap.js";
 import { evaluate, runStep, setUtilisation, stepRollouts, type EvalResult, type RolloutParts, type StepMetrics, type StepResult, type StepServices } from "./pipeline.js";
 import type { PreparedTask, TaskRecipe } from "./recipe.js";
 import { recipeFor } from "./recipes/index.js";
-import { readRunState, runFingerprint, writeRunState, type RunState } from "./run-state.js";
+import { readRunState, runFingerprint, RunStateWriter, type RunState } from "./run-state.js";
 import { corpusKey, dropSessionObjects, putOrUpdate, rolloutSetupKey, stepKeys, trainerSetupKey, weightsKey } from "./run-objects.js";
 import { emReward, type RewardFn } from "./reward.js";
 import type { RolloutSetup, SearchR1Rollout } from "./rollout-service.js";
@@ -60,7 +60,7 @@ export class SearchR1Run {
   readonly results: StepStore;
   private readonly svc: StepServices;
   private runId: string = randomUUID();
-  private stateRef?: ObjectRef;
+  private readonly state: RunStateWriter;
   /** Evaluations run so far (each one's objects live under its number's keys until read). */
   private evals = 0;
 
@@ -74,6 +74,7 @@ export class SearchR1Run {
     rolloutSetup: ObjectRef,
   ) {
     this.results = new StepStore(opts.keepSteps);
+    this.state = new RunStateWriter(app, opts.name);
     const svc: Omit<StepServices, "ahead"> = { app, opts, task, rollout, trainer, rolloutSetup, weightsKey: weightsKey(opts.name) };
     const ahead: RolloutsAhead<RolloutParts> = new RolloutsAhead((step) => stepRollouts(this.svc, step), opts.maxLag);
     this.svc = { ...svc, ahead };
@@ -165,12 +166,7 @@ export class SearchR1Run {
   /** Stores the run's state in the cache (after start and after every step). */
   private async saveState(): Promise<void> {
     const fp = runFingerprint(this.opts);
-    this.stateRef = await writeRunState(
-      this.app,
-      this.opts.name,
-      { runId: this.runId, fingerprint: fp.digest, values: fp.values, step: this.stepNo, history: this.history, rolloutSetup: this.svc.rolloutSetup },
-      this.stateRef,
-    );
+    await this.state.save({ runId: this.runId, fingerprint: fp.digest, values: fp.values, step: this.stepNo, history: this.history, rolloutSetup: this.svc.rolloutSetup });
   }
 
   /** Ships a folder to the trainers: in place when they all run on this host (or when asked), else file by file. */

@@ -8,8 +8,9 @@
  * (the slices and setups the head deleted are gone from it); a rescore of a
  * step outside the window is a clear error naming the window; a closed run,
  * also one with rollouts started ahead (maxLag 1), leaves only what it
- * documents, and the node cache drops its copies; an app released by its
- * keep-alive loses its scratch objects (a driver that vanished mid-step).
+ * documents, and the node cache drops its copies; a new run of the name
+ * replaces those; an app released by its keep-alive loses its scratch
+ * objects (a driver that vanished mid-step).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
@@ -19,6 +20,7 @@ import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import { HearthError } from "../../sdk/errors/index.js";
 import { SearchR1Run, type SearchR1Options } from "../../sdk/searchr1/index.js";
+import { readRunState, runStateKey, type RunState } from "../../sdk/searchr1/run-state.js";
 import { startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { lengthParity, smallRun } from "./small-run.js";
 
@@ -88,6 +90,19 @@ test("30 steps with keepSteps 5: the head holds the last 5 steps' trajectories a
     assert.equal(count, 4 + 5 * 2);
     assert.equal(total, count, "and the head holds nothing of anyone else's");
     assert.deepEqual(run.result(26).trajectories.map((r) => r.key).sort(), byStep.get(26)!.sort(), "the held result names those objects");
+    // The run state grows by a patch a step (not a rewrite); another driver of the app folds it back whole.
+    const reader = await connect({ name, head: cluster.endpoint });
+    try {
+      const state = await readRunState(reader, name);
+      assert.equal(state?.step, 30);
+      assert.deepEqual(state?.history.map((m) => m.step), Array.from({ length: 30 }, (_, i) => i + 1));
+      let patches = -1;
+      const base = await reader.objects.get<RunState>(runStateKey(name), { fold: (acc, p) => ((patches = p.length), acc) });
+      assert.equal(base.history.length, 0, "the base was written before the first step…");
+      assert.equal(patches, 30, "…and each step appended one patch");
+    } finally {
+      await reader.disconnect();
+    }
 
     // The rollouts read the setup, the corpus and the weights through the node cache; the trainers' setups and slices were deleted.
     assert.equal(await nodeCacheObjects(3), 3, "the node cache holds the rollout setup, the corpus and the weights");
@@ -106,9 +121,10 @@ test("30 steps with keepSteps 5: the head holds the last 5 steps' trajectories a
   assert.equal(await nodeCacheObjects(0), 0, "the node cache dropped the released app's copies");
 });
 
-test("maxLag 1: a run closed with a step's rollouts in flight leaves only what it documents; while it runs, the window plus the step ahead", async () => {
-  const name = "lifetimes-k1";
-  const run = await SearchR1Run.create(options(name, { keepSteps: 3, maxLag: 1 }));
+test("a new run of the name replaces the old one's objects; at maxLag 1 one closed with a step's rollouts in flight leaves only what it documents; while it runs, the window plus the step ahead", async () => {
+  const name = "lifetimes";
+  // Another seed is another run (its fingerprint differs): it takes over the name's weights, run state, rollout setup and corpus.
+  const run = await SearchR1Run.create(options(name, { keepSteps: 3, maxLag: 1, seed: 8 }));
   run.setReward(lengthParity);
   let during: string[];
   try {
@@ -119,8 +135,9 @@ test("maxLag 1: a run closed with a step's rollouts in flight leaves only what i
   }
   const steps = new Set(during.filter((k) => k.includes("/steps/")).map((k) => Number(/\/steps\/(\d+)\//.exec(k)![1])));
   assert.ok([6, 7, 8].every((s) => steps.has(s)) && [...steps].every((s) => s >= 6 && s <= 9), `steps 6–8, and perhaps 9 (ahead): ${[...steps].join(", ")}`);
+  assert.deepEqual(during.filter((k) => !k.includes("/steps/")), documented(name), "one set of documented objects: the new run's replaced the old one's");
   const status = await cluster.status({ keys: 1000 });
-  assert.equal(status.objects.objects, 8, "the two closed runs' documented objects only (4 each): step 9's rollouts started ahead were deleted too");
+  assert.equal(status.objects.objects, 4, "the closed run's documented objects only: step 9's rollouts started ahead were deleted too");
 });
 
 test("an app released by its keep-alive loses its scratch objects (its driver vanished mid-step); what it documents stays", async () => {
@@ -131,7 +148,7 @@ test("an app released by its keep-alive loses its scratch objects (its driver va
   assert.equal((await heldKeys("lifetimes-gone")).count, 3);
   await app.disconnect();
   await waitFor("the app's release", async () => ((await cluster.status()).apps.some((a: any) => a.name === "lifetimes-gone") ? undefined : true));
-  assert.equal((await cluster.status()).objects.objects, 8 + 1, "the scratch objects went with the app; its weights stayed");
+  assert.equal((await cluster.status()).objects.objects, 4 + 1, "the scratch objects went with the app; its weights stayed");
   const again = await connect({ name: "lifetimes-gone", head: cluster.endpoint });
   try {
     assert.deepEqual((await heldKeys("lifetimes-gone")).keys, ["searchr1/gone/weights"]);
