@@ -15,6 +15,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, rena
 import os from "node:os";
 import path from "node:path";
 import { HearthError, TimeoutError } from "../errors/index.js";
+import { tryLock, unlock } from "./dir-lock.js";
 import type { ObjectCache, ObjectRef } from "./object-cache.js";
 
 /** Bytes per cache object of a shipped file. */
@@ -146,44 +147,16 @@ export async function openFolder(objects: ObjectCache, ref: FolderRef, opts: Ope
   for (;;) {
     if (existsSync(done)) return { dir, inPlace: false, fetchedBytes: 0 };
     const lock = `${dir}.lock`;
-    if (takeLock(lock)) {
+    if (tryLock(lock)) {
       try {
         const fetchedBytes = await fetchInto(objects, ref, dir);
         return { dir, inPlace: false, fetchedBytes };
       } finally {
-        rmSync(lock, { recursive: true, force: true });
+        unlock(lock);
       }
     }
     if (Date.now() > deadline) throw new TimeoutError(`waited ${Math.round((opts.waitMs ?? 1_800_000) / 1000)} s for another executor to copy ${ref.dir} into ${dir}; remove ${lock} if no executor is copying`, { op: "open-folder" });
     await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-/** mkdir is atomic: the lock holder writes its pid; a lock whose holder died is taken over. */
-function takeLock(lock: string): boolean {
-  try {
-    mkdirSync(lock, { mode: 0o700 });
-  } catch {
-    let pid = NaN;
-    try {
-      pid = Number(readdirSync(lock).find((n) => n.startsWith("pid-"))?.slice(4));
-    } catch {
-      return false;
-    }
-    if (Number.isInteger(pid) && alive(pid)) return false;
-    rmSync(lock, { recursive: true, force: true });
-    return false;
-  }
-  mkdirSync(path.join(lock, `pid-${process.pid}`), { mode: 0o700 });
-  return true;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
   }
 }
 
