@@ -53,6 +53,7 @@ function coinFlips(seed: number): () => number {
 interface Sample {
   step: number;
   rss: Record<string, number>;
+  heap: Record<string, HeapFigures>;
   objects: number;
   objectBytes: number;
   diskFiles: number;
@@ -90,18 +91,29 @@ function diskUsage(dir: string): { files: number; bytes: number } {
   return { files, bytes };
 }
 
-/** Every process of the cluster under a stable label, from the head's status. */
-function processes(status: any): Array<{ label: string; pid: number }> {
-  const out = [
-    { label: "driver", pid: process.pid },
-    { label: "head", pid: status.head.pid as number },
+/** V8's figures of a Node process (MiB): heap total and used, external. */
+interface HeapFigures {
+  heapTotal: number;
+  heapUsed: number;
+  external: number;
+}
+
+function heapOf(m: { heapTotal: number; heapUsed: number; external: number } | null | undefined): HeapFigures | undefined {
+  return m ? { heapTotal: m.heapTotal / MiB, heapUsed: m.heapUsed / MiB, external: m.external / MiB } : undefined;
+}
+
+/** Every process of the cluster under a stable label, from the head's status (Node processes with the V8 figures of their last heartbeat). */
+function processes(status: any): Array<{ label: string; pid: number; heap?: HeapFigures }> {
+  const out: Array<{ label: string; pid: number; heap?: HeapFigures }> = [
+    { label: "driver", pid: process.pid, heap: heapOf(process.memoryUsage()) },
+    { label: "head", pid: status.head.pid as number, heap: heapOf(status.head.memory) },
   ];
-  for (const a of status.agents) out.push({ label: `agent ${a.id}`, pid: a.pid });
+  for (const a of status.agents) out.push({ label: `agent ${a.id}`, pid: a.pid, heap: heapOf(a.memory) });
   for (const app of status.apps) {
     for (const s of app.services) {
       for (const [i, e] of (s.executors as any[]).entries()) {
         const name = `${s.name} ${e.rank ?? i}`;
-        if (e.pid) out.push({ label: name, pid: e.pid });
+        if (e.pid) out.push({ label: name, pid: e.pid, heap: heapOf(e.memory) });
         for (const [j, g] of (e.engines as any[]).entries()) if (g.pid) out.push({ label: `${name} engine${j > 0 ? ` ${j}` : ""}`, pid: g.pid });
       }
     }
@@ -160,12 +172,14 @@ async function soakRun(home: string, work: string, lag: number, steps: number, e
   const sample = async (): Promise<void> => {
     const status = (await run.app.status()) as any;
     const rss: Record<string, number> = {};
+    const heap: Record<string, HeapFigures> = {};
     for (const p of processes(status)) {
       const r = rssOf(p.pid);
       if (r !== undefined) rss[p.label] = r;
+      if (p.heap) heap[p.label] = p.heap;
     }
     const disk = diskUsage(objectsDir);
-    samples.push({ step: run.stepsDone, rss, objects: status.objects.objects, objectBytes: status.objects.bytes, diskFiles: disk.files, diskBytes: disk.bytes });
+    samples.push({ step: run.stepsDone, rss, heap, objects: status.objects.objects, objectBytes: status.objects.bytes, diskFiles: disk.files, diskBytes: disk.bytes });
   };
   const t0 = performance.now();
   const load0 = os.loadavg();
@@ -207,6 +221,15 @@ async function soakRun(home: string, work: string, lag: number, steps: number, e
   row("data dir files", (s) => s.diskFiles, 1, 0);
   row("data dir MiB", (s) => s.diskBytes, MiB, 1);
   console.log(table(rows));
+  console.log(`\nRSS MiB every ${every * 5} steps (a line that levels off is the allocator settling; one that keeps rising is a leak):`);
+  const coarse = samples.filter((s) => s.step % (every * 5) === 0);
+  console.log(table(labels.map((label) => ({ process: label, ...Object.fromEntries(coarse.map((s) => [`@${s.step}`, s.rss[label] === undefined ? "-" : s.rss[label]!.toFixed(0)])) }))));
+  console.log(`\nV8 heap total / used / external MiB of the Node processes (the rest of their RSS is native: code, libzmq, the allocator):`);
+  const heapLabels = labels.filter((l) => samples.some((s) => s.heap[l]));
+  console.log(table(heapLabels.map((label) => ({ process: label, ...Object.fromEntries(coarse.map((s) => {
+    const h = s.heap[label];
+    return [`@${s.step}`, h ? `${h.heapTotal.toFixed(0)}/${h.heapUsed.toFixed(0)}/${h.external.toFixed(0)}` : "-"];
+  })) }))));
   console.log(`\nsamples (step: head objects / data dir files, MiB):`);
   console.log(samples.map((s) => `${s.step}: ${s.objects}/${s.diskFiles}, ${(s.diskBytes / MiB).toFixed(1)}`).join("  "));
   const kept = samples.filter((s) => s.step >= window + FROM_STEP).map((s) => s.objects);

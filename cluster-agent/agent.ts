@@ -25,7 +25,7 @@ import { ExecutorSupervisor } from "./executor-supervisor.js";
 import { NodeCache } from "./node-cache.js";
 import { LogSink } from "./log-sink.js";
 import { ProjectStore } from "./projects.js";
-import { detectResources, type NodeResources } from "./resources.js";
+import { detectResources, memoryReport, type NodeResources } from "./resources.js";
 
 /** Agent settings; anything left out is detected. */
 export interface AgentOptions {
@@ -144,7 +144,7 @@ export class Agent {
     let idleSince = Date.now();
     const headGraceMs = opts.headGraceMs ?? HEAD_GRACE_MS;
     agent.heartbeat = setInterval(() => {
-      agent.channel.send([encode({ t: "hb", cache: agent.cache.usage() })]);
+      agent.channel.send([encode({ t: "hb", cache: agent.cache.usage(), memory: memoryReport() })]);
       agent.cache.sweep();
       const silent = Date.now() - agent.lastHeard;
       if (silent > headGraceMs) {

@@ -21,6 +21,7 @@ import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ObjectCache } from "../sdk/cache/object-cache.js";
 import { executorCredential } from "./executor-credential.js";
 import { engineLiveness, onEngineChange } from "../sdk/tensor/liveness.js";
+import { memoryReport } from "./resources.js";
 
 /** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
 export interface ExecutorLaunch extends Omit<ExecutorContext, "objects"> {
@@ -154,7 +155,7 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
   watchParent(Number.isInteger(agentPid) && agentPid > 0 ? agentPid : process.ppid).on("message", orphaned);
   // Engine liveness: a gang rank whose engine died fails its gang from this, within moments.
   // The change is sent synchronously, before the calls waiting on that engine fail.
-  const beat = (): void => channel.send([encode({ t: "hb", engines: engineLiveness() })]);
+  const beat = (): void => channel.send([encode({ t: "hb", engines: engineLiveness(), memory: memoryReport() })]);
   setInterval(beat, EXECUTOR_HEARTBEAT_MS).unref();
   onEngineChange(beat);
 

@@ -44,3 +44,9 @@ export function parseGpuFlag(text: string): string[] {
   if (ids.some((s) => !/^[\w-]+$/.test(s))) throw new UsageError(`--gpus must be a count (e.g. 4) or a list of device ids (e.g. 0,1); got '${text}'`, { flag: "--gpus" });
   return ids;
 }
+
+/** This process's memory for a heartbeat (bytes; the head's status shows it): V8's heap apart from the rest. */
+export function memoryReport(): { rss: number; heapTotal: number; heapUsed: number; external: number } {
+  const m = process.memoryUsage();
+  return { rss: m.rss, heapTotal: m.heapTotal, heapUsed: m.heapUsed, external: m.external };
+}

@@ -11,7 +11,7 @@ import { encode, num, obj, str, type Header } from "../../sdk/wire/codec.js";
 import { AuthError, ProtocolError, fromWireError, type WireError } from "../../sdk/wire/errors.js";
 import { AgentRequestError } from "../../sdk/errors/index.js";
 import { answerObject, type HeadContext } from "./head-context.js";
-import type { AgentRecord } from "./records.js";
+import { parseMemoryReport, type AgentRecord } from "./records.js";
 
 /** The node cache figures of a heartbeat, or undefined when absent or malformed. */
 function cacheReport(v: unknown): { objects: number; bytes: number } | undefined {
@@ -61,6 +61,7 @@ export class AgentProtocol {
     agent.lastSeen = Date.now();
     if (h.t === "hb") {
       agent.cache = cacheReport(h.cache) ?? agent.cache;
+      agent.memory = parseMemoryReport(h.memory) ?? agent.memory;
       // Answered so the agent can tell its head is alive (and exit after a grace period when it is not).
       this.ctx.sendTo(id, [encode({ t: "hb", head: this.ctx.id })]);
       return;

@@ -13,7 +13,7 @@ import { AuthError, ProtocolError, toWireError, type WireError } from "../../sdk
 import type { Peer } from "../../sdk/wire/authenticator.js";
 import { SUSPECT_AGENT_TIMEOUT_MS } from "./agent-protocol.js";
 import { answerObject, type HeadContext } from "./head-context.js";
-import type { EngineReport, ExecutorRecord } from "./records.js";
+import { parseMemoryReport, type EngineReport, type ExecutorRecord } from "./records.js";
 
 const ENGINE_STATES = new Set(["running", "hung", "wedged", "exited"]);
 
@@ -82,7 +82,7 @@ export class ExecutorProtocol {
       case "hello":
         return; // an adopted executor announcing itself to a restarted head (handled just above)
       case "hb":
-        return this.onHeartbeat(e, h.engines);
+        return this.onHeartbeat(e, h.engines, h.memory);
       case "orphaned": {
         // Its agent (its parent) is gone, it says: confirmed by that agent's silence, not taken on its word.
         const agent = sched.agents.get(e.agentId);
@@ -122,9 +122,10 @@ export class ExecutorProtocol {
    * members restart together when it is declared again); a pool requeues the
    * executor's calls and starts a replacement, whose init starts a new engine.
    */
-  private onHeartbeat(e: ExecutorRecord, engines: unknown): void {
+  private onHeartbeat(e: ExecutorRecord, engines: unknown, memory: unknown): void {
     e.heardAt = Date.now();
     e.engines = parseEngineReports(engines);
+    e.memory = parseMemoryReport(memory) ?? e.memory;
     if (e.state === "stopping" || e.state === "dead") return;
     const lost = e.engines.find((r) => r.state !== "running");
     const s = this.ctx.scheduler.services.get(e.serviceId);

@@ -22,6 +22,8 @@ export interface AgentRecord {
   suspectSince?: number;
   /** Its node cache's objects and bytes, as its last heartbeat reported them. */
   cache?: { objects: number; bytes: number };
+  /** Its process's memory, as its last heartbeat reported it. */
+  memory?: MemoryReport;
 }
 
 /** What a driver declared for a service. */
@@ -119,8 +121,27 @@ export interface ExecutorRecord {
   exit?: { code: number | null; signal: string | null };
   /** The tensor engines its last heartbeat reported (executor-protocol.ts acts on one that stopped running). */
   engines?: EngineReport[];
+  /** Its process's memory (bytes: rss, heapTotal, heapUsed, external), as its last heartbeat reported it. */
+  memory?: MemoryReport;
   /** When its last heartbeat arrived. */
   heardAt?: number;
+}
+
+/** A Node process's memory as its heartbeat reports it (process.memoryUsage(), bytes): what a soak tells apart (V8 heap or native). */
+export interface MemoryReport {
+  rss: number;
+  heapTotal: number;
+  heapUsed: number;
+  external: number;
+}
+
+/** The memory figures of a heartbeat, or undefined when absent or malformed. */
+export function parseMemoryReport(raw: unknown): MemoryReport | undefined {
+  const m = raw as Record<string, unknown> | null | undefined;
+  if (typeof m !== "object" || m === null) return undefined;
+  const keys = ["rss", "heapTotal", "heapUsed", "external"] as const;
+  if (!keys.every((k) => typeof m[k] === "number" && Number.isFinite(m[k]))) return undefined;
+  return { rss: m.rss as number, heapTotal: m.heapTotal as number, heapUsed: m.heapUsed as number, external: m.external as number };
 }
 
 /** One tensor engine as an executor's heartbeat reports it (sdk/tensor/liveness.ts). */

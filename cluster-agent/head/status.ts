@@ -23,6 +23,10 @@ export interface StatusSource {
   releaseAt(app: AppRecord): number | undefined;
 }
 
+function memoryOf(m: NodeJS.MemoryUsage): { rss: number; heapTotal: number; heapUsed: number; external: number } {
+  return { rss: m.rss, heapTotal: m.heapTotal, heapUsed: m.heapUsed, external: m.external };
+}
+
 /** What a status request may ask for beyond the default document. */
 export interface StatusOptions {
   /** List up to this many object keys per app (sorted; `keysLeftOut` counts the rest). Default 0: counts and bytes only. */
@@ -35,7 +39,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
   const now = Date.now();
   const apps = [...sched.apps.values()].filter((a) => appName === undefined || a.name === appName);
   return {
-    head: { id: head.id, endpoint: head.endpoint, pid: process.pid, uptimeMs: now - head.startedAt, ...head.stats, calls: sched.router.stats, log: { ...head.logSink.stats } },
+    head: { id: head.id, endpoint: head.endpoint, pid: process.pid, uptimeMs: now - head.startedAt, ...head.stats, calls: sched.router.stats, log: { ...head.logSink.stats }, memory: memoryOf(process.memoryUsage()) },
     objects: { ...head.objects.store.usage(), traffic: head.objects.traffic },
     agents: [...sched.agents.values()].map((a) => ({
       id: a.id,
@@ -45,6 +49,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
       free: { cpu: a.free.cpu, mem: a.free.mem, gpus: a.free.gpus },
       executors: a.executors.size,
       cache: a.cache ?? null,
+      memory: a.memory ?? null,
       lastSeenMsAgo: now - a.lastSeen,
       labels: a.labels,
     })),
@@ -72,6 +77,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
           inflight: e.inflight.size,
           callsDone: e.callsDone,
           engines: e.engines ?? [],
+          memory: e.memory ?? null,
           idleMs: e.state === "idle" ? now - e.idleSince : 0,
         })),
         dead: s.dead.map((d) => ({ id: d.id, state: "dead", agent: d.agentId, rank: d.rank ?? null, code: d.code, signal: d.signal, agoMs: now - d.diedAt, detail: d.detail })),

@@ -106,6 +106,12 @@ test("30 steps with keepSteps 5: the head holds the last 5 steps' trajectories a
 
     // The rollouts read the setup, the corpus and the weights through the node cache; the trainers' setups and slices were deleted.
     assert.equal(await nodeCacheObjects(3), 3, "the node cache holds the rollout setup, the corpus and the weights");
+    // What a soak reads: every Node process's memory, V8's heap apart (the head's own, and the agent's and executors' from their heartbeats).
+    const st = await cluster.status();
+    const executors = st.apps.find((a: any) => a.name === name).services.flatMap((s: any) => s.executors);
+    for (const [what, m] of [["head", st.head.memory], ["agent", st.agents[0].memory], ...executors.map((e: any) => [e.id, e.memory])]) {
+      assert.ok(m && m.rss > m.heapTotal && m.heapTotal >= m.heapUsed && m.heapUsed > 0 && m.external >= 0, `${what} reports its memory: ${JSON.stringify(m)}`);
+    }
 
     assert.throws(
       () => run.rescore(25, lengthParity),
