@@ -4,20 +4,22 @@
 # calls `npm test` too). Needs root (or passwordless sudo) to install; without
 # either it names what is missing and the command that installs it, and stops.
 set -euo pipefail
+# The Python the engine and the kernel tests use (HEARTH_SETUP_PYTHON only for the set-up's own test).
+py="${HEARTH_SETUP_PYTHON:-/usr/bin/python3}"
 export DEBIAN_FRONTEND=noninteractive
 
 missing=()
 # The tensor engine: Debian's CPU torch (only /usr/bin/python3 sees it) with OpenBLAS
 # (without it Debian's torch multiplies on the reference BLAS, ~10x slower).
-/usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
+"$py" -c "import torch, numpy" >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
 dpkg -s libopenblas0-pthread >/dev/null 2>&1 || missing+=(libopenblas0-pthread)
 # The kernel and notebook tests drive the kernel with Jupyter's own client, nbclient and kernel test suite.
-/usr/bin/python3 -c "import jupyter_client" >/dev/null 2>&1 || missing+=(jupyter-client)
-/usr/bin/python3 -c "import nbclient" >/dev/null 2>&1 || missing+=(python3-nbclient)
-/usr/bin/python3 -c "import nbformat" >/dev/null 2>&1 || missing+=(python3-nbformat)
-/usr/bin/python3 -c "import nbconvert" >/dev/null 2>&1 || missing+=(jupyter-nbconvert)
-/usr/bin/python3 -c "import ipykernel" >/dev/null 2>&1 || missing+=(python3-ipykernel)
-/usr/bin/python3 -c "import jupyter_kernel_test" >/dev/null 2>&1 || missing+=(python3-jupyter-kernel-test)
+"$py" -c "import jupyter_client" >/dev/null 2>&1 || missing+=(jupyter-client)
+"$py" -c "import nbclient" >/dev/null 2>&1 || missing+=(python3-nbclient)
+"$py" -c "import nbformat" >/dev/null 2>&1 || missing+=(python3-nbformat)
+"$py" -c "import nbconvert" >/dev/null 2>&1 || missing+=(jupyter-nbconvert)
+"$py" -c "import ipykernel" >/dev/null 2>&1 || missing+=(python3-ipykernel)
+"$py" -c "import jupyter_kernel_test" >/dev/null 2>&1 || missing+=(python3-jupyter-kernel-test)
 # Exported notebooks are rendered and screenshotted in headless Chromium.
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # The Slurm tests put each node in a network namespace (ip netns + veth); Slurm itself their harness installs.
