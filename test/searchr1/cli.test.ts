@@ -1,9 +1,11 @@
 /**
  * `hearth train search-r1` as a user runs it, on real processes: bad flags
  * are refused before any service starts, `--eval-every` evaluates on its
- * steps, a re-run with other flags replaces the services a killed run left
- * warm, and Ctrl-C stops after the current step with metrics, checkpoint and
- * report written and the app released.
+ * steps, and one sequence as a user meets it: a run killed mid-way leaves its
+ * services warm, a re-run with other flags replaces them (members, resources
+ * and setup read back from the head and the cache), and Ctrl-C stops that
+ * re-run after its step with metrics, checkpoint and report written and the
+ * app released.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
@@ -12,6 +14,9 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
+import { connect } from "../../sdk/connect.js";
+import type { RolloutSetup } from "../../sdk/searchr1/rollout-service.js";
+import { rolloutSetupKey } from "../../sdk/searchr1/run-objects.js";
 import { CLI, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 
 const exec = promisify(execFile);
@@ -74,31 +79,70 @@ test("--eval-every evaluates on its steps; the report and checkpoint are written
   assert.ok(!(await apps()).includes("ev"), "the CLI released its app");
 });
 
-test("a run killed mid-way leaves its app warm; a re-run with other flags replaces those services", async () => {
-  const child = spawn(process.execPath, [CLI, ...flags("rr", ["--steps", "50"])], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  child.stdout.on("data", (d) => (out += d));
-  await waitFor("the first step", () => (/step +1 /.test(out) ? true : undefined), 120_000);
-  child.kill("SIGKILL");
-  await new Promise((r) => child.once("close", r));
-  assert.ok((await apps()).includes("rr"), "the killed run's app stayed warm");
-  const { stdout } = await exec(process.execPath, [CLI, ...flags("rr", ["--rollouts", "1", "--trainers", "1"])]);
-  assert.match(stdout, /services ready: 1 rollout executor\(s\) .* a gang of 1 trainer\(s\)/);
-});
+interface ServiceState {
+  name: string;
+  kind: string;
+  resreq: string;
+  executors: Array<{ id: string; state: string; rank: number | null }>;
+}
 
-test("Ctrl-C stops after the current step: metrics, checkpoint and report are written and the app is released", async () => {
-  const child = spawn(process.execPath, [CLI, ...flags("cc", ["--steps", "200"])], { stdio: ["ignore", "pipe", "pipe"] });
+/** The services of app `name` as the head's status shows them, with their live executors. */
+async function services(name: string): Promise<Map<string, ServiceState>> {
+  const app = ((await cluster.status()).apps as Array<{ name: string; services: ServiceState[] }>).find((a) => a.name === name);
+  assert.ok(app, `app ${name} exists`);
+  return new Map(app.services.map((s) => [s.kind, { ...s, executors: s.executors.filter((e) => e.state !== "dead") }]));
+}
+
+/** Starts the CLI with `args`; resolves `stepped` once it printed its first step. */
+function startCli(args: string[]): { child: ReturnType<typeof spawn>; out: () => string; code: Promise<number | null>; stepped: Promise<unknown> } {
+  const child = spawn(process.execPath, [CLI, ...args], { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
-  child.stdout.on("data", (d) => (out += d));
+  child.stdout!.on("data", (d) => (out += d));
+  child.stderr!.on("data", (d) => (out += d));
   const code = new Promise<number | null>((r) => child.once("close", r));
-  await waitFor("the first step", () => (/step +1 /.test(out) ? true : undefined), 120_000);
-  child.kill("SIGINT");
-  assert.equal(await code, 130);
-  assert.match(out, /interrupted: stopping after the current step/);
-  const steps = readFileSync(path.join(work, "cc", "metrics.jsonl"), "utf8").trim().split("\n").length;
-  assert.ok(steps >= 1 && steps < 200, `stopped early (${steps} steps)`);
-  const driver = JSON.parse(readFileSync(path.join(work, "cc", "checkpoint", "driver-state.json"), "utf8")) as { step: number };
-  assert.equal(driver.step, steps, "the checkpoint holds the last finished step");
-  assert.ok(existsSync(path.join(work, "cc", "report.html")));
-  assert.ok(!(await apps()).includes("cc"), "the app was released");
+  const stepped = waitFor("the first step", () => (/step +1 /.test(out) ? true : undefined), 120_000);
+  return { child, out: () => out, code, stepped };
+}
+
+test("killed mid-way, then re-run with other flags, then Ctrl-C: the warm app's services are replaced as flagged, and the re-run stops after its step with everything written", async () => {
+  // 1. A run killed mid-way leaves its app and services warm.
+  const first = startCli(flags("rr", ["--steps", "50"]));
+  await first.stepped;
+  const before = await services("rr");
+  assert.equal(before.get("pool")!.executors.length, 2, "the recipe's 2 rollout executors");
+  assert.deepEqual(before.get("gang")!.executors.map((e) => e.rank).sort(), [0, 1], "a gang of 2 trainers");
+  first.child.kill("SIGKILL");
+  await first.code;
+  assert.ok((await apps()).includes("rr"), "the killed run's app stayed warm");
+
+  // 2. The re-run with other flags replaces those services: members, resources and the rollouts' setup are the new flags'.
+  const second = startCli(flags("rr", ["--steps", "200", "--rollouts", "1", "--trainers", "1", "--rollout-resreq", "cpu=0.5", "--rollout-dtype", "bfloat16"]));
+  await second.stepped;
+  const after = await services("rr");
+  const pool = after.get("pool")!;
+  const gang = after.get("gang")!;
+  assert.equal(pool.executors.length, 1, "one rollout executor");
+  assert.match(pool.resreq, /^cpu=0\.5\b/, "the rollouts' new resources");
+  assert.deepEqual(gang.executors.map((e) => e.rank), [0], "a gang of one trainer");
+  const old = new Set([...before.values()].flatMap((s) => s.executors.map((e) => e.id)));
+  for (const e of [...pool.executors, ...gang.executors]) assert.ok(!old.has(e.id), `${e.id} is a new executor, not one of the killed run's`);
+  const driver = await connect({ name: "rr", head: cluster.endpoint });
+  try {
+    const setup = await driver.objects.get<RolloutSetup>(rolloutSetupKey("rr"));
+    assert.equal(setup.dtype, "bfloat16", "the rollouts' setup carries the re-run's --rollout-dtype");
+  } finally {
+    await driver.disconnect(); // close() would release the app under the CLI
+  }
+
+  // 3. Ctrl-C: the step in flight finishes; metrics, checkpoint and report are written; the app is released.
+  second.child.kill("SIGINT");
+  assert.equal(await second.code, 130, second.out());
+  assert.match(second.out(), /interrupted: stopping after the current step/);
+  const steps = readFileSync(path.join(work, "rr", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
+  const rerun = steps.slice(steps.findLastIndex((m) => m.step === 1));
+  assert.ok(rerun.length >= 1 && rerun.length < 200, `the re-run stopped early (${rerun.length} steps)`);
+  const driverState = JSON.parse(readFileSync(path.join(work, "rr", "checkpoint", "driver-state.json"), "utf8")) as { step: number };
+  assert.equal(driverState.step, rerun.at(-1)!.step, "the checkpoint holds the re-run's last finished step");
+  assert.ok(existsSync(path.join(work, "rr", "report.html")));
+  assert.ok(!(await apps()).includes("rr"), "the app was released");
 });
