@@ -53,3 +53,17 @@ export async function connect(opts: ConnectOptions): Promise<App> {
   // App.open checks the name before the provisioner starts anything.
   return App.open(opts, findProvisioner(opts?.engine));
 }
+
+/** What each agent of a cluster has (`capacity()`): totals and what is free now; gpus as counts. */
+export interface ClusterCapacity {
+  agents: Array<{ id: string; total: { cpu: number; mem: number; gpus: number }; free: { cpu: number; mem: number; gpus: number } }>;
+}
+
+/**
+ * What the agents of the head `connect(opts)` would use have, asked with the
+ * app's credential but without opening the app (nothing is created on the
+ * head): a driver checks its services can fit before it declares anything.
+ */
+export async function capacity(opts: ConnectOptions): Promise<ClusterCapacity> {
+  return App.capacity(opts, findProvisioner(opts?.engine));
+}

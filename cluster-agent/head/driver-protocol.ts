@@ -2,7 +2,8 @@
  * The head's side of the driver protocol: what a driver (or the admin) that
  * proved its credential may send — heartbeats, `hello` to open or reattach
  * to its app, calls and their cancellation, service declarations, readiness
- * waits, members, stops, object requests, status and shutdown — and driver
+ * waits, members, stops, object requests, status, the agents' capacity
+ * (before any app is opened) and shutdown — and driver
  * liveness: a driver heard from recently keeps its app warm; an app with no
  * live driver is released after its keep-alive.
  */
@@ -22,6 +23,8 @@ export interface DriverContext extends HeadContext {
   readonly endpoint: string;
   /** The status document of one app, or of every app when `appName` is undefined (status.ts). */
   status(appName: string | undefined, opts?: StatusOptions): Record<string, unknown>;
+  /** Counts an app this head created (`head.appsCreated` in the status: a refusal "before any app exists" is checked against it). */
+  appCreated(): void;
   /** Shuts the head down (after the reply to `shutdown` is sent). */
   shutdown(): void;
 }
@@ -124,6 +127,11 @@ export class DriverProtocol {
         const keys = optNum(h, "keys");
         return this.ctx.status(which, { keys: keys === undefined ? undefined : Math.max(0, Math.min(10_000, Math.floor(keys))) });
       }
+      case "capacity":
+        // What each agent has, asked before any app is opened (a driver checks its resources fit before it creates one).
+        return {
+          agents: [...sched.agents.values()].map((a) => ({ id: a.id, total: { cpu: a.total.cpu, mem: a.total.mem, gpus: a.total.gpus.length }, free: { cpu: a.free.cpu, mem: a.free.mem, gpus: a.free.gpus.length } })),
+        };
       case "shutdown":
         if (!admin) throw new AuthError("shutting the head down needs the admin credential (the cluster secret under HEARTH_HOME)");
         setImmediate(() => this.ctx.shutdown());
@@ -188,6 +196,7 @@ export class DriverProtocol {
       }
       app = { name, keepAliveMs, drivers: new Map(), services: new Map(), createdAt: Date.now() };
       sched.apps.set(name, app);
+      this.ctx.appCreated();
       this.ctx.log(`app '${name}' created`);
       this.ctx.saveState();
     } else if (asked !== undefined && app.keepAliveMs !== keepAliveMs) {

@@ -92,7 +92,7 @@ export class Head {
   /** The concrete endpoint after binding. */
   endpoint = "";
   /** Counters for status and tests; `refusedConnections`: closed in the ZeroMQ handshake by the gate. */
-  readonly stats = { messages: 0, malformed: 0, refusedConnections: 0 };
+  readonly stats = { messages: 0, malformed: 0, refusedConnections: 0, appsCreated: 0 };
   /** Where log lines go without `opts.log` (stderr): lines it could not write are dropped and counted in status. */
   readonly logSink = new LogSink("head");
   private readonly channel: RouterChannel;
@@ -174,6 +174,7 @@ export class Head {
         return endpoint();
       },
       status: (appName, opts) => buildStatus(this, appName, opts),
+      appCreated: () => void this.stats.appsCreated++,
       shutdown: () => void this.close(),
     };
   }

@@ -141,6 +141,14 @@ export class App {
     return new App(client, opts.name, hello.reattached as boolean, hello.services as ServiceInfo[], project, provision);
   }
 
+  /** The agents' resources of the head `open(opts, provisioner)` would use, without opening the app (the head's `capacity`). */
+  static async capacity<O extends object>(opts: AppOptions & O, provisioner: Provisioner<O>): Promise<{ agents: Array<{ id: string; total: { cpu: number; mem: number; gpus: number }; free: { cpu: number; mem: number; gpus: number } }> }> {
+    if (!opts || typeof opts.name !== "string" || opts.name === "") throw new ServiceConfigError('capacity() needs the app\'s name: capacity({ name: "my-app" })');
+    const head = await provisioner.head(opts, opts.head ?? process.env.HEARTH_HEAD);
+    const curve = head.curveKeys ? loadCurveKeys(head.curveKeys) : undefined;
+    return HeadClient.ask(head.endpoint, opts.name, "capacity", {}, { timeoutMs: opts.timeoutMs, curve, credential: opts.credential, home: process.env[SECRET_FILE_ENV] ? undefined : head.home });
+  }
+
   /** The head endpoint this app talks to. */
   get endpoint(): string {
     return this.client.endpoint;

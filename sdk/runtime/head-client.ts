@@ -97,7 +97,24 @@ export class HeadClient implements Requester {
 
   /** Connects and says hello for `app`; rejects with ConnectError if no head answers. */
   static async open(endpoint: string, hello: Record<string, unknown>, opts: HeadClientOptions = {}): Promise<{ client: HeadClient; hello: any }> {
-    const app = typeof hello.app === "string" ? hello.app : "";
+    const { client, reply } = await HeadClient.first(endpoint, typeof hello.app === "string" ? hello.app : "", "hello", hello, opts);
+    client.headId = typeof reply.headId === "string" ? reply.headId : undefined;
+    // A head that later refuses this credential (a restarted head with another secret) fails what is pending.
+    client.onAuthFailed = (err) => client.failAll(err);
+    client.heartbeat = setInterval(() => client.beat(), 1000);
+    client.heartbeat.unref();
+    return { client, hello: reply };
+  }
+
+  /** Asks the head one request that needs no app (e.g. `capacity`) with `app`'s credential, then disconnects; no app is opened. */
+  static async ask<T = any>(endpoint: string, app: string, op: string, fields: Record<string, unknown> = {}, opts: HeadClientOptions = {}): Promise<T> {
+    const { client, reply } = await HeadClient.first(endpoint, app, op, fields, opts);
+    client.close();
+    return reply as T;
+  }
+
+  /** Connects, proves the credential and sends the first request; rejects with ConnectError if no head answers. */
+  private static async first(endpoint: string, app: string, op: string, fields: Record<string, unknown>, opts: HeadClientOptions): Promise<{ client: HeadClient; reply: any }> {
     const credential = opts.credential ?? driverCredential(app, { home: opts.home, admin: opts.admin });
     const client = new HeadClient(endpoint, opts.headTimeoutMs ?? 15_000, opts.curve ?? curveClientFromEnv(), credential);
     client.channel.connect(endpoint);
@@ -106,13 +123,7 @@ export class HeadClient implements Requester {
     try {
       const refused = new Promise<never>((_, reject) => (client.onAuthFailed = reject));
       refused.catch(() => undefined);
-      const reply = await Promise.race([client.control("hello", hello, timeoutMs), refused]);
-      client.headId = typeof reply.headId === "string" ? reply.headId : undefined;
-      // A head that later refuses this credential (a restarted head with another secret) fails what is pending.
-      client.onAuthFailed = (err) => client.failAll(err);
-      client.heartbeat = setInterval(() => client.beat(), 1000);
-      client.heartbeat.unref();
-      return { client, hello: reply };
+      return { client, reply: await Promise.race([client.control(op, fields, timeoutMs), refused]) };
     } catch (err) {
       client.close();
       if (err instanceof TimeoutError) {

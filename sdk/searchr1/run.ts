@@ -14,7 +14,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { dropFolder, shipFolder, type FolderRef } from "../cache/folder.js";
 import type { ObjectRef } from "../cache/object-cache.js";
-import { connect } from "../connect.js";
+import { capacity, connect, type ClusterCapacity } from "../connect.js";
 import type { App } from "../runtime/app.js";
 import type { GangHandle, PoolHandle } from "../runtime/handles.js";
 import { HearthError } from "../errors/index.js";
@@ -98,13 +98,8 @@ export class SearchR1Run {
     for (const note of task.notes) log(`note: ${note}`);
     log(`task: ${task.describe}`);
     opts.onEvent?.({ type: "task", describe: task.describe, train: task.train.length, heldOut: task.heldOut.length, passages: task.corpus.length });
+    await checkCapacity(await capacity({ name: opts.name, head: opts.head }), opts);
     const app = await connect({ name: opts.name, head: opts.head });
-    try {
-      await checkCapacity(app, opts);
-    } catch (err) {
-      await app.close().catch(() => undefined);
-      throw err;
-    }
     const fp = runFingerprint(opts);
     const prior = opts.resume ? undefined : await readRunState(app, opts.name);
     let rolloutSetup: ObjectRef;
@@ -370,17 +365,17 @@ export class SearchR1Run {
 
 /**
  * On a fixed cluster (no Slurm jobs to add), a resreq that no agent can ever
- * satisfy would leave the services pending: say so before declaring them.
+ * satisfy would leave the services pending: say so before the app is even
+ * opened (the head's capacity is asked without creating it).
  */
-async function checkCapacity(app: App, o: SearchR1Options): Promise<void> {
-  const status = await app.status();
-  // Slurm adds agents as jobs; a head whose agents have not registered yet may still get them.
-  if (status.slurm || status.agents.length === 0) return;
+async function checkCapacity(cluster: ClusterCapacity, o: SearchR1Options): Promise<void> {
+  // A head whose agents have not registered yet may still get them.
+  if (cluster.agents.length === 0) return;
   for (const [flag, resreq] of [["--rollout-resreq", o.rolloutResreq], ["--trainer-resreq", o.trainerResreq]] as const) {
     const want = parseResreq(resreq);
-    const fits = status.agents.some((a) => a.total.cpu >= want.cpu && a.total.mem >= want.mem && a.total.gpus.length >= want.gpu);
+    const fits = cluster.agents.some((a) => a.total.cpu >= want.cpu && a.total.mem >= want.mem && a.total.gpus >= want.gpu);
     if (!fits) {
-      const have = status.agents.map((a) => `${a.id}: cpu=${a.total.cpu},mem=${formatBytes(a.total.mem)},gpu=${a.total.gpus.length}`).join("; ") || "no agents";
+      const have = cluster.agents.map((a) => `${a.id}: cpu=${a.total.cpu},mem=${formatBytes(a.total.mem)},gpu=${a.total.gpus}`).join("; ");
       throw new HearthError(
         `${flag} "${resreq}" fits no agent of this cluster (${have}): ask for less (on CPU, e.g. --rollout-resreq cpu=1 --trainer-resreq cpu=1), or add an agent that has it`,
       );
