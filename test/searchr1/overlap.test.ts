@@ -1,8 +1,9 @@
 /**
  * Overlapped rollouts and training (`maxLag`) on real processes with the
  * tiny model: K = 0 is the synchronous loop exactly (metrics.jsonl, trainer
- * state and rollout weights equal a run without the option and a loop
- * spelled out from the pipeline's parts); at K = 1 the rollouts run ahead
+ * state and rollout weights equal a run without the option and an
+ * independent synchronous loop written in the test from the services' own
+ * calls, sharing no step code with the run); at K = 1 the rollouts run ahead
  * and the lag stays within K, also when a rollout executor is killed
  * mid-call and its call is retried; trajectories older than K versions are
  * dropped and counted. Plus the scheduler's launch rule on a fake launcher
@@ -16,7 +17,11 @@ import { after, before, test } from "node:test";
 import { parseTrainFlags } from "../../sdk/searchr1/cli.js";
 import { BASE_OPTIONS, validateOptions } from "../../sdk/searchr1/options.js";
 import { RolloutsAhead } from "../../sdk/searchr1/overlap.js";
-import { collect, rollouts, stepQuestions, update, type RolloutParts, type StepServices } from "../../sdk/searchr1/pipeline.js";
+import { stepQuestions } from "../../sdk/searchr1/pipeline.js";
+import { buildSlices } from "../../sdk/searchr1/batch.js";
+import type { Trajectory } from "../../sdk/searchr1/rollout-service.js";
+import type { ObjectRef } from "../../sdk/cache/object-cache.js";
+import { deriveSeed } from "../../sdk/tensor/seeds.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
 import { executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { lengthParity, smallRun } from "./small-run.js";
@@ -51,7 +56,7 @@ async function finalState(run: SearchR1Run) {
   return { states: await run.trainerGang.broadcast("stateDigest", [[], []]), digests: await run.digests() };
 }
 
-test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout weights equal a run without the option and the loop spelled out", async () => {
+test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout weights equal a run without the option and an independent synchronous loop", async () => {
   const runWith = async (name: string, extra: Partial<SearchR1Options>) => {
     const o = options(name, extra);
     const run = await SearchR1Run.create(o);
@@ -76,31 +81,58 @@ test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout we
   assert.equal(zero.digests.rollouts.length, 2);
   for (const r of zero.digests.rollouts) assert.equal(r.digest, plain.digests.trainers[0]!.digest, `rollout ${r.executorId} holds the same policy`);
 
-  // The synchronous loop as it was written before the option: rollouts, score, update, in sequence.
-  const o = options("k0-spelled");
+  // An independent synchronous reference: the loop written here from the services' own calls (rollout calls, the
+  // trajectories read from the cache, rewards and group advantages from their definitions, the trainers' train calls),
+  // in sequence, sharing no step code with the run (neither runStep nor the pipeline's rollouts/collect/update nor
+  // RolloutsAhead). Shared are only the contracts both sides must keep: the step's seeded questions and sample seeds,
+  // and the trainers' batch layout (buildSlices).
+  const o = options("k0-reference");
   const run = await SearchR1Run.create(o);
   try {
-    const svc: StepServices = {
-      app: run.app,
-      opts: run.opts,
-      task: run.task,
-      rollout: run.rolloutPool,
-      trainer: run.trainerGang,
-      rolloutSetup: run.rolloutSetup,
-      weightsKey: `searchr1/${run.opts.name}/weights`,
-      ahead: new RolloutsAhead<RolloutParts>(() => Promise.reject(new Error("not used")), 0),
-    };
-    const spelled: Array<Record<string, unknown>> = [];
+    const ro = run.opts;
+    const reference: Array<Record<string, unknown>> = [];
     for (let step = 1; step <= 2; step++) {
-      const parts = await rollouts(svc, stepQuestions(run.opts, run.task, step), run.opts.groupSize, run.opts.temperature, step);
-      const scored = await collect(run.app, parts, lengthParity);
-      const kept = scored.samples.filter((s) => s.kept);
-      await update(svc, kept);
-      spelled.push({ step, reward_mean: scored.samples.reduce((a, s) => a + s.reward, 0) / scored.samples.length, samples_trained: kept.length, tokens: scored.samples.reduce((a, s) => a + s.tokens.length, 0) });
+      const questions = stepQuestions(ro, run.task, step);
+      const chunks = Array.from({ length: Math.ceil(questions.length / ro.promptsPerTask) }, (_, i) => questions.slice(i * ro.promptsPerTask, (i + 1) * ro.promptsPerTask));
+      const results = await Promise.all(
+        chunks.map((q, i) =>
+          run.rolloutPool.call("rollout", {
+            setup: run.rolloutSetup,
+            weights: `searchr1/${ro.name}/weights`,
+            items: q.map((x, j) => ({ id: x.id, question: x.question, seed: deriveSeed(ro.seed, step, i * ro.promptsPerTask + j) })),
+            groupSize: ro.groupSize,
+            protocol: { maxSearches: ro.maxSearches, topK: ro.topK, maxTurnTokens: ro.maxTurnTokens, maxResponseTokens: ro.maxResponseTokens, temperature: ro.temperature, seed: step * 1000 + i },
+          }),
+        ),
+      );
+      const rows: Array<{ tokens: Int32Array; mask: Uint8Array; logprobs: Float32Array; advantage: number }> = [];
+      let rewardSum = 0;
+      let samples = 0;
+      let tokens = 0;
+      for (const [i, r] of results.entries()) {
+        const trajectories = await run.app.objects.get<Trajectory[]>(r.trajectories);
+        await run.app.objects.delete(r.trajectories.key);
+        chunks[i]!.forEach((_question, g) => {
+          const group = trajectories.filter((t) => t.group === g);
+          const rewards = group.map((t) => lengthParity(t.response));
+          rewardSum += rewards.reduce((x, y) => x + y, 0);
+          samples += group.length;
+          tokens += group.reduce((n, t) => n + t.tokens.length, 0);
+          if (rewards.every((x) => x === rewards[0])) return; // no signal: not trained
+          const mean = rewards.reduce((x, y) => x + y, 0) / rewards.length;
+          const std = Math.sqrt(rewards.reduce((x, y) => x + (y - mean) ** 2, 0) / rewards.length);
+          group.forEach((t, k) => rows.push({ tokens: t.tokens, mask: t.mask, logprobs: t.logprobs, advantage: (rewards[k]! - mean) / (std + 1e-6) }));
+        });
+      }
+      const refs = await Promise.all(buildSlices(rows, ro.trainers).map((slice) => run.app.objects.put(slice, { scratch: true })));
+      await run.trainerGang.broadcast("train", refs.map((ref) => [ref] as [ObjectRef]));
+      for (const ref of refs) await run.app.objects.delete(ref.key);
+      reference.push({ step, reward_mean: rewardSum / samples, samples_trained: rows.length, tokens });
     }
-    assert.deepEqual(spelled, zero.metrics.map((m) => ({ step: m.step, reward_mean: m.reward_mean, samples_trained: m.samples_trained, tokens: m.tokens })), "the same samples, rewards and batches");
+    assert.deepEqual(reference, zero.metrics.map((m) => ({ step: m.step, reward_mean: m.reward_mean, samples_trained: m.samples_trained, tokens: m.tokens })), "the same samples, rewards and batches");
     const s = await finalState(run);
-    assert.deepEqual(s.states.map((x) => [x.weights, x.moments]), zero.states.map((x) => [x.weights, x.moments]), "and the same trainer state");
+    assert.deepEqual(s.states.map((x) => [x.weights, x.moments, x.steps]), zero.states.map((x) => [x.weights, x.moments, x.steps]), "and the same trainer state");
+    for (const r of s.digests.rollouts) assert.equal(r.digest, zero.digests.trainers[0]!.digest, `reference rollout ${r.executorId} holds K = 0's policy`);
   } finally {
     await run.close();
   }
