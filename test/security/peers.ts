@@ -45,6 +45,9 @@ async function next(socket: Dealer, out: Outcome, want: string, timeoutMs: numbe
   }
 }
 
+/** What a protected server sends a peer that forged its answer: a challenge, the refusal, and a new challenge for the probe sent after it. */
+export const REFUSED = ["challenge", "auth-failed", "challenge"];
+
 /** The token of an app unrelated to any victim: what passes the gate for an insider of another app. */
 export function outsider(): RawCredential {
   return rawCredential("driver", "outsider", "outsider");
@@ -88,9 +91,10 @@ export async function refusedAtGate(endpoint: string, messages: Buffer[][], opts
  * unrelated app's token; at an agent's cache, which admits only its own
  * executors, give one of them), sends `messages`, waits for the
  * challenge (the server has the messages and holds them), answers it with a
- * MAC made with a random key as `claim`, and waits for the refusal. Returns
- * everything the server sent: a protected server sends only the challenge
- * and the refusal.
+ * MAC made with a random key as `claim`, waits for the refusal, then keeps
+ * listening (a probe sent after it must bring a new challenge and nothing
+ * else). Returns everything the server sent: a protected server sends only
+ * the challenge, the refusal and the probe's challenge (`REFUSED`).
  */
 export async function attack(
   endpoint: string,
@@ -110,6 +114,11 @@ export async function attack(
     const mac = createHmac("sha256", key).update(`hearth-auth-v1\0${role}\0${id}\0${app}\0`).update(challenge.nonce).update(Buffer.from(routingId)).digest();
     await socket.send([MARK, pack({ t: "auth", role, id, app, mac })]);
     await next(socket, out, "auth-failed", timeoutMs);
+    // Keep listening past the refusal: one more request, which a protected server answers with a fresh challenge
+    // (the peer is nobody again). Replies on one connection arrive in order, so when that challenge is here,
+    // anything the server would have sent for the messages above (held, then dropped at the refusal) is here too.
+    await socket.send(req("status", { all: true }, 999));
+    await next(socket, out, "challenge", timeoutMs);
     return out;
   } finally {
     socket.close();
