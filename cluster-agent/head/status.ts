@@ -52,6 +52,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
       memory: a.memory ?? null,
       lastSeenMsAgo: now - a.lastSeen,
       labels: a.labels,
+      isolation: a.isolation ?? null,
     })),
     apps: apps.map((app) => ({
       name: app.name,
