@@ -47,7 +47,9 @@ commands:
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
   status  [--head ENDPOINT] [--json]           show agents, apps, services and executors (admin: needs the cluster secret)
-  token   APP                                  print APP's token: it opens that app only (HEARTH_APP_TOKEN), not the cluster
+  token   APP                                  print APP's token (HEARTH_APP_TOKEN): it opens that app only, not the cluster, where
+                                               executors run as their app's own user (agents run as root); where they run as the
+                                               agent's user (not root, Slurm) the app's code can read the cluster secret
   demo    the main job on the embedded default
   train   search-r1 [flags]                    Search-R1 training (see below)
   warmstart [--out DIR] [--steps N]           (re)make the demo's shipped starting policy (see below)
