@@ -24,7 +24,7 @@ import { credentialFrom, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { ExecutorSupervisor } from "./executor-supervisor.js";
 import { NodeCache } from "./node-cache.js";
 import { LogSink } from "./log-sink.js";
-import { ProjectStore } from "./projects.js";
+import { ExecutorUsers, type UidRange } from "./executor-users.js";
 import { detectResources, memoryReport, type NodeResources } from "./resources.js";
 
 /** Agent settings; anything left out is detected. */
@@ -49,6 +49,13 @@ export interface AgentOptions {
   headGraceMs?: number;
   /** The cluster secret (it proves the agent role, and checks executors at the cache socket). Default: HEARTH_SECRET_FILE, else HEARTH_HOME's. */
   secret?: Buffer;
+  /**
+   * Who executors run as (executor-users.ts): a range of uids (each app gets its own), or "none" (the
+   * agent's own user). Default: DEFAULT_EXECUTOR_UIDS when the agent runs as root, else its own user.
+   */
+  executorUids?: UidRange | "none";
+  /** Parent of each app's executor folders when they run as their own users. Default `<tmpdir>/hearth-executors`. */
+  executorDir?: string;
 }
 
 /** The routing id an executor connects with (to the head and to its agent's cache), set by its agent. */
@@ -69,7 +76,6 @@ export class Agent {
   /** The executors this agent spawned: their processes, logs and exit reports. */
   private readonly executors: ExecutorSupervisor;
   private readonly workDir: string;
-  private readonly projects: ProjectStore;
   private readonly log: (line: string) => void;
   private heartbeat?: NodeJS.Timeout;
   private lastHeard = Date.now();
@@ -85,6 +91,7 @@ export class Agent {
     private readonly opts: AgentOptions,
     secret: Buffer,
     detected: NodeResources,
+    private readonly users: ExecutorUsers,
   ) {
     this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
@@ -97,7 +104,7 @@ export class Agent {
     this.channel = new DealerChannel(`a.${this.id}.${randomBytes(12).toString("hex")}`, {
       maxMessageSize: 64 * 1024 * 1024,
       onError: (err) => this.log(`socket error: ${String(err)}`),
-      curveClient: curveClientFromEnv(), // executors inherit HEARTH_CURVE_KEYS from this process
+      curveClient: curveClientFromEnv(), // executors get the client keys by value (HEARTH_CURVE_CLIENT)
       auth: credentialFrom(secret, "agent", this.id),
       onAuthFailed: (err) => this.log(`the head refused this agent's credential: ${err.message}`),
     });
@@ -112,14 +119,13 @@ export class Agent {
       appOf: (executorId) => this.executors.appOf(executorId),
       log: this.log,
     });
-    this.projects = new ProjectStore(this.workDir, this.log);
     this.executors = new ExecutorSupervisor({
       agentId: this.id,
       host: this.host,
       head: opts.head,
       secret,
       workDir: this.workDir,
-      projects: this.projects,
+      users,
       fetchProject: (app, key) => this.cache.read(app, key),
       cacheEndpoint: () => this.cache.address,
       report: (message) => this.channel.send([encode(message)]),
@@ -134,7 +140,11 @@ export class Agent {
   /** Connects to the head, registers, serves the node-local cache, and starts heartbeating. */
   static async start(opts: AgentOptions): Promise<Agent> {
     // Detecting GPUs runs nvidia-smi: done here, not in the constructor (constructors do no I/O).
-    const agent = new Agent(opts, opts.secret ?? loadSecret(secretFile()), detectResources());
+    const secret = opts.secret ?? loadSecret(secretFile());
+    // Makes the root-owned folder of the apps' executor files when it runs as root: I/O, so not in the constructor.
+    const users = ExecutorUsers.create({ uids: opts.executorUids, dir: opts.executorDir, secret });
+    const agent = new Agent(opts, secret, detectResources(), users);
+    agent.log(users.describe());
     // Private like everything hearth writes (the embedded default's work dir is under HEARTH_HOME): 0700.
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true, mode: 0o700 });
     await agent.cache.start();
@@ -167,7 +177,7 @@ export class Agent {
     const executors = this.executors.live();
     this.registerSentAt = Date.now();
     this.registered = false;
-    this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {}, executors })]);
+    this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {}, isolation: this.users.report, executors })]);
   }
 
   private onMessage(h: Header, frames: Buffer[]): void {

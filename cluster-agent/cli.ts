@@ -12,6 +12,7 @@ import { HearthError } from "../sdk/errors/index.js";
 import { CURVE_KEYS_ENV, ensureCurveKeys } from "../sdk/wire/curve.js";
 import { SECRET_FILE_ENV, appToken, ensureSecret, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { Agent } from "./agent.js";
+import { parseExecutorUids } from "./executor-users.js";
 import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
@@ -34,7 +35,11 @@ commands:
           [--secret-file F]     the cluster secret peers prove (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret; made if missing)
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
-          [--curve-keys FILE]   connect with CURVE (also HEARTH_CURVE_KEYS; executors inherit it)
+          [--curve-keys FILE]   connect with CURVE (also HEARTH_CURVE_KEYS; executors get the client keys)
+          [--executor-uids FIRST-LAST|none]   as root, each app's executors run as a uid of that app alone from
+                                this range (default 2013265920-2080374783); none: as the agent's user (so any
+                                service can read HEARTH_HOME and the cluster secret). Not root: always the agent's user
+          [--executor-dir DIR]  root-owned parent of each app's executor files (default <tmpdir>/hearth-executors)
           [--exit-when-idle 5m] exit after hosting no executor for that long
           [--head-grace 60s]    exit (stopping executors) when the head is silent that long
           [--secret-file F]     the cluster secret (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret)
@@ -42,7 +47,9 @@ commands:
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
   status  [--head ENDPOINT] [--json]           show agents, apps, services and executors (admin: needs the cluster secret)
-  token   APP                                  print APP's token: it opens that app only (HEARTH_APP_TOKEN), not the cluster
+  token   APP                                  print APP's token (HEARTH_APP_TOKEN): it opens that app only, not the cluster, where
+                                               executors run as their app's own user (agents run as root); where they run as the
+                                               agent's user (not root, Slurm) the app's code can read the cluster secret
   demo    the main job on the embedded default
   train   search-r1 [flags]                    Search-R1 training (see below)
   warmstart [--out DIR] [--steps N]           (re)make the demo's shipped starting policy (see below)
@@ -129,6 +136,8 @@ async function main(argv: string[]): Promise<number> {
           "exit-when-idle": { type: "string" },
           "head-grace": { type: "string" },
           "secret-file": { type: "string" },
+          "executor-uids": { type: "string" },
+          "executor-dir": { type: "string" },
         },
       });
       // Read once here; the agent hands its executors their own credentials, never the secret.
@@ -148,6 +157,8 @@ async function main(argv: string[]): Promise<number> {
         exitWhenIdleMs: values["exit-when-idle"] ? parseDuration(values["exit-when-idle"]) : undefined,
         headGraceMs: values["head-grace"] ? parseDuration(values["head-grace"]) : undefined,
         secret,
+        executorUids: values["executor-uids"] !== undefined ? parseExecutorUids(values["executor-uids"]) : undefined,
+        executorDir: values["executor-dir"],
         resources: {
           cpu: cpus,
           mem: values.mem !== undefined ? parseMem(values.mem) : undefined,

@@ -14,7 +14,10 @@ import { num, str, type Header } from "../sdk/wire/codec.js";
 import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, deriveKey, rendezvousKey } from "../sdk/wire/auth.js";
 import { ProjectSetupError } from "../sdk/errors/index.js";
 import { toWireError } from "../sdk/wire/errors.js";
-import type { ProjectStore } from "./projects.js";
+import { HearthError } from "../sdk/errors/index.js";
+import { CURVE_CLIENT_ENV, CURVE_KEYS_ENV, curveClientFromEnv } from "../sdk/wire/curve.js";
+import { ProjectStore } from "./projects.js";
+import type { ExecutorIdentity, ExecutorUsers } from "./executor-users.js";
 
 /** The routing id an executor connects with (to the head and to its agent's cache), set by its agent. */
 export const EXECUTOR_ROUTING_ID_ENV = "HEARTH_EXECUTOR_ROUTING_ID";
@@ -30,9 +33,10 @@ export interface SupervisorOptions {
   head: string;
   /** The cluster secret: each executor gets a credential derived from it, never the secret. */
   secret: Buffer;
-  /** Holds the `logs` folder. */
+  /** Holds the `logs` folder, and the projects of executors that share the agent's user. */
   workDir: string;
-  projects: ProjectStore;
+  /** Who each app's executors run as (executor-users.ts). */
+  users: ExecutorUsers;
   /** The bytes of a project archive (through the node cache). */
   fetchProject: (app: string, key: string) => Promise<Buffer>;
   /** The node cache's endpoint, handed to executors. */
@@ -74,8 +78,20 @@ export class ExecutorSupervisor {
   /** Executors whose project is still being set up, and those stopped meanwhile. */
   private readonly settingUp = new Set<string>();
   private readonly cancelled = new Set<string>();
+  /** Project stores: one per app user (its files readable by that app's group only), and the agent's own. */
+  private readonly stores = new Map<number, ProjectStore>();
 
   constructor(private readonly opts: SupervisorOptions) {}
+
+  private projectsFor(identity: ExecutorIdentity | undefined): ProjectStore {
+    const key = identity?.uid ?? -1;
+    let store = this.stores.get(key);
+    if (!store) {
+      store = identity ? new ProjectStore(identity.root, this.opts.log, identity.gid) : new ProjectStore(this.opts.workDir, this.opts.log);
+      this.stores.set(key, store);
+    }
+    return store;
+  }
 
   /** The app executor `id` runs, if it runs here (the node cache admits only these). */
   appOf(id: string): string | undefined {
@@ -108,12 +124,21 @@ export class ExecutorSupervisor {
     const id = str(h, "executor");
     const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
     let module = str(h, "module");
+    let identity: ExecutorIdentity | undefined;
+    try {
+      identity = this.opts.users.identityFor(str(h, "app"));
+    } catch (err) {
+      this.opts.log(`executor ${id}: ${(err as Error).message}`);
+      const error = new HearthError(`agent ${this.opts.agentId} cannot start executor ${id}: ${(err as Error).message}`, { cause: err });
+      this.opts.report({ t: "start-failed", executor: id, error: toWireError(error) });
+      return;
+    }
     const project = h.project as { hash: string; key: string } | undefined;
     if (project) {
       const app = str(h, "app");
       this.settingUp.add(id);
       try {
-        const dir = await this.opts.projects.ensure(project.hash, () => this.opts.fetchProject(app, project.key));
+        const dir = await this.projectsFor(identity).ensure(project.hash, () => this.opts.fetchProject(app, project.key));
         module = path.join(dir, module);
       } catch (err) {
         this.opts.log(`executor ${id}: project ${project.hash} could not be set up: ${(err as Error).message}`);
@@ -146,11 +171,15 @@ export class ExecutorSupervisor {
           ? { host: String(h.masterAddr), port: h.masterPort, key: rendezvousKey(this.opts.secret, str(h, "app"), str(h, "serviceId"), h.masterPort).toString("hex") }
           : null,
     };
+    const curve = curveClientFromEnv();
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       // Its own credential and a random routing id, never the cluster secret (nor where the file is).
       [SECRET_FILE_ENV]: undefined,
       [APP_TOKEN_ENV]: undefined,
+      // CURVE's client half only, by value: the key file also holds the head's secret key.
+      [CURVE_KEYS_ENV]: undefined,
+      [CURVE_CLIENT_ENV]: curve ? JSON.stringify(curve) : undefined,
       [EXECUTOR_TOKEN_ENV]: deriveKey(this.opts.secret, "executor", id, str(h, "app")).toString("hex"),
       [EXECUTOR_ROUTING_ID_ENV]: `x.${id}.${randomBytes(12).toString("hex")}`,
       HEARTH_HEAD: this.opts.head,
@@ -168,7 +197,13 @@ export class ExecutorSupervisor {
         MASTER_PORT: String(context.rendezvous.port),
       });
     }
-    const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"] });
+    if (identity) {
+      // The app's own user: nothing of the agent's (HEARTH_HOME, its HOME) in reach, a private HOME and TMPDIR of its own.
+      Object.assign(env, { HEARTH_HOME: undefined, HOME: identity.home, TMPDIR: identity.home, USER: `hearth-u${identity.uid}`, LOGNAME: `hearth-u${identity.uid}` });
+    }
+    for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
+    const as = identity ? { uid: identity.uid, gid: identity.gid, cwd: identity.home } : {};
+    const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"], ...as });
     const child: Child = { app: context.app, serviceId: str(h, "serviceId"), rank: context.rank, gpus, ready: false, proc, stderrTail: "" };
     proc.on("message", (m: { t?: unknown } | null) => {
       if (m?.t === "ready") child.ready = true;
@@ -201,7 +236,7 @@ export class ExecutorSupervisor {
       this.opts.report({ t: "exit", executor: id, code, signal, detail });
       if (this.children.size === 0) this.opts.onEmpty();
     });
-    this.opts.log(`started executor ${id} of '${context.service}' (pid ${proc.pid}, gpus [${gpus.join(",")}])`);
+    this.opts.log(`started executor ${id} of '${context.service}' (pid ${proc.pid}, gpus [${gpus.join(",")}], ${identity ? `uid ${identity.uid}` : "the agent's user"})`);
   }
 
   /** Stops one executor: SIGTERM, then SIGKILL after `graceMs` (at once when `graceMs` <= 0); unknown ids are reported gone. */

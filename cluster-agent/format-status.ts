@@ -17,6 +17,8 @@ export function formatStatus(status: any): string {
         `gpus [${a.free.gpus.join(",")}] of [${a.total.gpus.join(",")}] free, ${a.executors} executor(s)` +
         (a.cache ? `, node cache ${a.cache.objects} object(s) (${formatBytes(a.cache.bytes)})` : ""),
     );
+    if (a.isolation?.mode === "per-app-uid") lines.push(`    executors: each app as its own user (uids ${a.isolation.uids})`);
+    else if (a.isolation?.mode === "shared-user") lines.push(`    executors: as the agent's own user (uid ${a.isolation.uid}: ${a.isolation.why}); any service can read HEARTH_HOME and the cluster secret`);
   }
   const apps = status.apps.filter((app: any) => !String(app.name).startsWith("_hearth-"));
   lines.push(`apps: ${apps.length}`);

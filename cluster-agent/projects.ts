@@ -4,7 +4,7 @@
  * installed from its lockfile; executors import service modules from there.
  */
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { decode } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
@@ -14,9 +14,15 @@ import { projectHash, type PackedFile } from "../sdk/runtime/project.js";
 export class ProjectStore {
   private readonly pending = new Map<string, Promise<string>>();
 
+  /**
+   * `group`: the gid of the app whose executors read these projects when they run as their app's own
+   * user (executor-users.ts): the files stay root-owned and get the group's read (and search) bits, so
+   * executors read them and cannot change them. Without it everything is private to the agent's user.
+   */
   constructor(
     private readonly workDir: string,
     private readonly log: (line: string) => void,
+    private readonly group?: number,
   ) {}
 
   /** The folder of project `hash`, unpacking `fetch()`'s archive and installing dependencies the first time. */
@@ -60,7 +66,7 @@ export class ProjectStore {
       await run("npm", args, tmp, { ...process.env, npm_config_cache: path.join(this.workDir, "npm-cache"), HOME: this.workDir });
     }
     writeFileSync(path.join(tmp, ".hearth-ready"), String(Date.now()), { mode: 0o600 });
-    makePrivate(tmp); // npm creates node_modules with its own umask
+    makePrivate(tmp, this.group); // npm creates node_modules with its own umask
     rmSync(dir, { recursive: true, force: true });
     renameSync(tmp, dir);
     this.log(`project ${hash}: ${archive.files.length} files unpacked and installed in ${Date.now() - t0} ms`);
@@ -68,15 +74,24 @@ export class ProjectStore {
   }
 }
 
-/** Takes group and other permissions off everything under `dir` (the owner's bits stay: executables stay executable). */
-function makePrivate(dir: string): void {
+/**
+ * Takes other users' permissions off everything under `dir` (the owner's bits stay: executables stay
+ * executable). With `group`, each entry goes to that group with the owner's read and search bits.
+ */
+function makePrivate(dir: string, group?: number): void {
+  const fix = (p: string): void => {
+    const owner = statSync(p).mode & 0o700;
+    if (group === undefined) return chmodSync(p, owner);
+    chownSync(p, 0, group);
+    chmodSync(p, owner | ((owner & 0o500) >> 3));
+  };
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = path.join(dir, e.name);
     if (e.isSymbolicLink()) continue;
-    chmodSync(p, statSync(p).mode & 0o700);
-    if (e.isDirectory()) makePrivate(p);
+    fix(p);
+    if (e.isDirectory()) makePrivate(p, group);
   }
-  chmodSync(dir, statSync(dir).mode & 0o700);
+  fix(dir);
 }
 
 function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<void> {

@@ -24,6 +24,7 @@
  */
 export { connect, findProvisioner, registerProvisioner, type ConnectOptions } from "./connect.js";
 export { App, type AppOptions, type AppStatus, type ServiceOptions, type ServiceRef } from "./runtime/app.js";
+export { PENDING_EVERY_MS, type PendingReport } from "./runtime/pending-watch.js";
 export type { AppProvision, ProvisionAgent, ProvisionedHead, ProvisionStatus, ProvisionTarget, Provisioner } from "./runtime/provisioner.js";
 export { GangHandle, PoolHandle, type GangMember, type MapOptions, type ServiceInfo } from "./runtime/handles.js";
 export { CALL_DEADLINE_SLACK_MS, type CallOptions } from "./runtime/head-client.js";

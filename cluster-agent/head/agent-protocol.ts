@@ -112,9 +112,10 @@ export class AgentProtocol {
       lastSeen: Date.now(),
       executors: new Set(),
       labels: (h.labels as Record<string, string> | undefined) ?? {},
+      isolation: isolationOf(h.isolation),
     };
     sched.agents.set(agentId, agent);
-    this.ctx.log(`agent ${agentId} registered: host ${agent.host}, cpu ${total.cpu}, mem ${total.mem}, gpus [${gpus.join(",")}]`);
+    this.ctx.log(`agent ${agentId} registered: host ${agent.host}, cpu ${total.cpu}, mem ${total.mem}, gpus [${gpus.join(",")}], executors run ${agent.isolation?.mode === "per-app-uid" ? "as a user per app" : "as the agent's own user (any service can read what the agent can)"}`);
     // Its live executors (after a head restart): adopted into restored services, or stopped.
     this.ctx.recovery.adopt(agent, h.executors);
     this.ctx.sendTo(id, [encode({ t: "registered", headId: this.ctx.id })]);
@@ -171,4 +172,13 @@ export class AgentProtocol {
   sayBye(): void {
     for (const agent of this.ctx.scheduler.agents.values()) this.ctx.sendTo(agent.routingId, [encode({ t: "bye" })]);
   }
+}
+
+/** The `isolation` of a register message, kept only in its known shape (it is shown in the status). */
+function isolationOf(v: unknown): AgentRecord["isolation"] {
+  if (typeof v !== "object" || v === null) return undefined;
+  const { mode, uids, dir, uid, why } = v as Record<string, unknown>;
+  if (mode === "per-app-uid" && typeof uids === "string" && typeof dir === "string") return { mode, uids: uids.slice(0, 64), dir: dir.slice(0, 1024) };
+  if (mode === "shared-user" && typeof uid === "number" && typeof why === "string") return { mode, uid, why: why.slice(0, 256) };
+  return undefined;
 }

@@ -14,6 +14,7 @@ import { everFitsOne } from "./placement.js";
 import type { AgentRecord, CallRecord, ExecutorRecord, ServiceRecord } from "./records.js";
 import type { ServiceLifecycle } from "./service-lifecycle.js";
 import type { ServicePolicy } from "./service-policy.js";
+import { explainPending } from "./pending.js";
 
 /** What deadline handling needs from the scheduler (it implements this). */
 export interface DeadlineHost {
@@ -121,6 +122,9 @@ export class Deadlines {
     const ready = live.filter(isServing).length;
     const starting = live.filter((e) => e.state === "starting").length;
     const want = this.host.policyFor(s).describeWarmup(s);
+    // Not placed in full: the same account the driver was shown while it waited (pending.ts).
+    const pending = explainPending(this.host, s);
+    if (pending) return `state ${s.state}, ${ready} ready and ${starting} starting of ${want}; ${pending.text}`;
     return `state ${s.state}, ${ready} ready and ${starting} starting of ${want}${s.blocked ? "; waiting for free resources (another service may hold them)" : ""}`;
   }
 }

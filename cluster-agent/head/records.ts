@@ -18,6 +18,12 @@ export interface AgentRecord {
   executors: Set<string>;
   /** Set while a `hearth agent` was started by the embedded engine or Slurm for a job. */
   labels: Record<string, string>;
+  /**
+   * Who its executors run as, as it registered (executor-users.ts): `per-app-uid` (each app its own
+   * user) or `shared-user` (the agent's own: any service can read what the agent can). Undefined from an
+   * agent that did not say.
+   */
+  isolation?: { mode: string; [k: string]: unknown };
   /** Since when one of its executors reported it gone (`orphaned`): it is lost unless heard from soon (agent-protocol.ts). */
   suspectSince?: number;
   /** Its node cache's objects and bytes, as its last heartbeat reported them. */

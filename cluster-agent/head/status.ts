@@ -6,6 +6,7 @@ import type { ObjectService } from "../object-service.js";
 import type { AppRecord } from "./records.js";
 import type { Scheduler } from "./scheduler.js";
 import { serviceSummary } from "./service-lifecycle.js";
+import { explainPending } from "./pending.js";
 
 /** What the status document is built from (the head provides it; this file does not import head.ts). */
 export interface StatusSource {
@@ -52,6 +53,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
       memory: a.memory ?? null,
       lastSeenMsAgo: now - a.lastSeen,
       labels: a.labels,
+      isolation: a.isolation ?? null,
     })),
     apps: apps.map((app) => ({
       name: app.name,
@@ -63,6 +65,8 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
         ...serviceSummary(s),
         queued: s.queue.length,
         blocked: s.blocked,
+        /** Why it waits for placement (pending.ts): which service, placed of wanted, each agent's free resources; null when placed. */
+        pending: explainPending(sched, s) ?? null,
         elastic: s.spec.elastic,
         concurrency: s.spec.concurrency,
         inflight: [...s.executors.values()].reduce((n, e) => n + e.inflight.size, 0),

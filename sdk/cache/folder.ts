@@ -11,7 +11,7 @@
  * memory at a time.
  */
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { HearthError, TimeoutError } from "../errors/index.js";
@@ -99,12 +99,15 @@ async function putParts(objects: ObjectCache, file: string, size: number, partBy
   }
 }
 
-/** Can this process read the folder where the driver described it (same host, same sizes and times)? */
+/**
+ * Can this process read the folder where the driver described it (same host, same sizes and times, and
+ * readable by this process's user: an executor running as its app's own user may not read the driver's files)?
+ */
 export function visibleInPlace(ref: FolderRef, host = os.hostname()): boolean {
   if (host !== ref.host) return false;
   return ref.files.every((f) => {
     const p = path.join(ref.dir, f.name);
-    if (!existsSync(p)) return false;
+    if (!existsSync(p) || !canAccess(p, constants.R_OK)) return false;
     const st = statSync(p);
     return st.size === f.size && st.mtimeMs === f.mtimeMs;
   });
@@ -191,6 +194,26 @@ export async function fetchFolder(objects: ObjectCache, ref: FolderRef, target: 
     if (statSync(file).size !== f.size) throw new HearthError(`${f.name} arrived with the wrong size (expected ${f.size} bytes)`);
   }
   return bytes;
+}
+
+/**
+ * Can this process make and write `dir` (its nearest existing ancestor is a writable folder)? An executor
+ * on the driver's host that runs as its app's own user usually cannot write where the driver asked.
+ */
+export function writableInPlace(dir: string): boolean {
+  for (let p = path.resolve(dir); ; p = path.dirname(p)) {
+    if (existsSync(p)) return statSync(p).isDirectory() && canAccess(p, constants.W_OK | constants.X_OK);
+    if (path.dirname(p) === p) return false;
+  }
+}
+
+function canAccess(p: string, mode: number): boolean {
+  try {
+    accessSync(p, mode);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Deletes the objects of a shipped folder (no-op for one read in place). */

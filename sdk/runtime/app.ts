@@ -19,6 +19,7 @@ import { findProjectRoot, packProject } from "./project.js";
 import { loadCurveKeys } from "../wire/curve.js";
 import type { AppProvision, ProvisionStatus, Provisioner } from "./provisioner.js";
 import { SECRET_FILE_ENV, type Credential } from "../wire/auth.js";
+import { PENDING_EVERY_MS, printPending, watchPending, type PendingReport } from "./pending-watch.js";
 
 /** Where a service class lives: a module (path, file URL or package specifier) and its export. */
 export interface ServiceRef {
@@ -67,6 +68,14 @@ export interface ServiceOptions {
   callTimeoutMs?: number;
   /** Calls that may wait for a free executor at most; more fail with QueueFullError. Default 10 000. */
   maxQueued?: number;
+  /**
+   * Told, while `service()` waits, that executors could not all be placed and
+   * why (service, placed of wanted, each agent's free resources): at once,
+   * then every `pendingEveryMs`. Default: one line on stderr.
+   */
+  onPending?: (p: PendingReport) => void;
+  /** How often a pending service is reported again. Default 20 s. */
+  pendingEveryMs?: number;
 }
 
 /** Default of ServiceOptions.readyTimeoutMs. */
@@ -168,6 +177,7 @@ export class App {
   async service<S = any>(ref: ServiceRef | string, opts: ServiceOptions = {}): Promise<PoolHandle<S> | GangHandle<S>> {
     const { module, exportName } = resolveRef(ref);
     parseResreq(opts.resreq); // clear errors before anything is sent
+    if (opts.pendingEveryMs !== undefined && !(opts.pendingEveryMs > 0)) throw new ServiceConfigError(`pendingEveryMs must be a positive number of milliseconds; got ${opts.pendingEveryMs}`);
     // A TypeScript service is type-checked here, so its errors name file and line before any executor starts.
     if (isTypeScriptModule(module) && !module.startsWith("data:")) checkServiceModule(module.startsWith("file:") ? fileURLToPath(module) : module);
     const shipped = await this.shipProject(module);
@@ -192,7 +202,10 @@ export class App {
       const readyTimeoutMs = opts.readyTimeoutMs ?? (this.provision !== undefined ? undefined : READY_TIMEOUT_MS);
       if (readyTimeoutMs !== undefined && !(readyTimeoutMs > 0)) throw new ServiceConfigError(`readyTimeoutMs must be a positive number of milliseconds; got ${readyTimeoutMs}`);
       // The head answers TimeoutError at the deadline (describing where the start stands); the local timer is a backstop.
-      info = await this.client.control("ready", { service: info.name, timeoutMs: readyTimeoutMs }, readyTimeoutMs === undefined ? null : readyTimeoutMs + 5_000);
+      const everyMs = opts.pendingEveryMs ?? PENDING_EVERY_MS;
+      const ready = this.client.control("ready", { service: info.name, timeoutMs: readyTimeoutMs }, readyTimeoutMs === undefined ? null : readyTimeoutMs + 5_000) as Promise<ServiceInfo>;
+      const id = info.id;
+      info = await watchPending(ready, () => this.pendingOf(id), opts.onPending ?? printPending, everyMs);
     }
     return info.kind === "gang" ? new GangHandle<S>(this.client, info) : new PoolHandle<S>(this.client, info);
   }
@@ -209,6 +222,12 @@ export class App {
       if (!(err instanceof VersionConflictError)) throw err; // already shipped: same content, same hash
     }
     return { module: path.relative(root, module).split(path.sep).join("/"), project: { hash: packed.hash, key } };
+  }
+
+  /** Why service `id` waits for placement (null when all its executors are placed). */
+  private async pendingOf(id: string): Promise<PendingReport | null> {
+    const status: AppStatus = await this.client.control("status", { app: this.name });
+    return status.apps.flatMap((a) => a.services).find((s) => s.id === id)?.pending ?? null;
   }
 
   /** Executors (starting, idle, busy), resources, queue depths: what the head knows about this app. */
@@ -274,6 +293,8 @@ export interface AppStatus extends ProvisionStatus {
       max: number | null;
       queued: number;
       blocked: boolean;
+      /** Why it waits for placement (service, placed of wanted, each agent's free resources); null when placed in full. */
+      pending: PendingReport | null;
       inflight: number;
       error: string | null;
       elastic?: boolean;

@@ -7,6 +7,7 @@
  * writes metrics.jsonl, checkpoint.json and standalone checkpoints
  * (checkpoint.ts). Notebook views attach in notebook/run-views.ts.
  */
+import type { PendingReport } from "../runtime/pending-watch.js";
 import { randomUUID } from "node:crypto";
 import { appendFileSync, readdirSync } from "node:fs";
 import os from "node:os";
@@ -120,13 +121,15 @@ export class SearchR1Run {
       rolloutSetup = await putOrUpdate(app, rolloutSetupKey(opts.name), setup);
     }
     const replace = opts.replace;
+    // Asking for more than the cluster has is said at once and again while it waits (the head explains it).
+    const onPending = (p: PendingReport): void => log(`waiting: ${p.text}`);
     const rollout = await app.service<SearchR1Rollout>(
       opts.serviceModules?.rollout ?? { module: path.join(HERE, "rollout-service.js"), export: "SearchR1Rollout" },
-      { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts, replace },
+      { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts, replace, onPending },
     );
     const trainer = await app.service<SearchR1Trainer>(
       opts.serviceModules?.trainer ?? { module: path.join(HERE, "trainer-service.js"), export: "SearchR1Trainer" },
-      { name: "trainer", resreq: opts.trainerResreq, warmup: opts.trainers, autoscale: false, replace },
+      { name: "trainer", resreq: opts.trainerResreq, warmup: opts.trainers, autoscale: false, replace, onPending },
     );
     log(`services ready: ${opts.rollouts} rollout executor(s) (${opts.rolloutResreq}), a gang of ${opts.trainers} trainer(s) (${opts.trainerResreq}, ${backendFor(opts)})`);
     const run = new SearchR1Run(app, opts, task, recipe, rollout, trainer, rolloutSetup);

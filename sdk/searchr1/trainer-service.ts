@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { openFolder, shipFolder, type FolderRef } from "../cache/folder.js";
+import { openFolder, shipFolder, writableInPlace, type FolderRef } from "../cache/folder.js";
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
 import { gangDistributed } from "../runtime/gang.js";
@@ -186,7 +186,8 @@ export class SearchR1Trainer {
   async save(target: SaveTarget): Promise<SaveResult> {
     if (this.ctx.rank !== 0) return { rank: this.ctx.rank! };
     const engine = this.need();
-    const inPlace = target.host === os.hostname() && path.isAbsolute(target.dir);
+    // In place only where this executor's user may write (one running as its app's own user often may not).
+    const inPlace = target.host === os.hostname() && path.isAbsolute(target.dir) && writableInPlace(target.dir);
     const root = inPlace ? target.dir : (this.scratch = mkdtempSync(path.join(os.tmpdir(), "hearth-save-")));
     const modelDir = path.join(root, "model");
     mkdirSync(modelDir, { recursive: true });

@@ -69,8 +69,22 @@ export function ensureCurveKeys(file: string): CurveKeys {
   return keys;
 }
 
-/** The client keys named by HEARTH_CURVE_KEYS, or undefined when CURVE is off. */
+/**
+ * The client keys by value (JSON of `CurveClientKeys`): what an agent hands its executors, which may not
+ * be able to read the key file (another user) and need not see the head's secret key in it.
+ */
+export const CURVE_CLIENT_ENV = "HEARTH_CURVE_CLIENT";
+
+/** The client keys of HEARTH_CURVE_CLIENT, else of the file HEARTH_CURVE_KEYS names, or undefined when CURVE is off. */
 export function curveClientFromEnv(env: NodeJS.ProcessEnv = process.env): CurveClientKeys | undefined {
+  const given = env[CURVE_CLIENT_ENV];
+  if (given) {
+    const k = JSON.parse(given) as Partial<CurveClientKeys>;
+    for (const f of ["serverPublicKey", "publicKey", "secretKey"] as const) {
+      if (typeof k[f] !== "string" || k[f]!.length !== 40) throw new HearthError(`${CURVE_CLIENT_ENV}: '${f}' must be a 40-character Z85 key`);
+    }
+    return { serverPublicKey: k.serverPublicKey!, publicKey: k.publicKey!, secretKey: k.secretKey! };
+  }
   const file = env[CURVE_KEYS_ENV];
   if (!file) return undefined;
   const { serverPublicKey, publicKey, secretKey } = loadCurveKeys(file);

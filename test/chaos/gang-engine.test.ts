@@ -8,7 +8,7 @@
  * measured from the signal to the driver's rejection and printed.
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { chownSync, existsSync, mkdtempSync, readFileSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -40,7 +40,11 @@ async function trainingGang(name: string) {
   const gang = await app.service<TrainerRank>(ref, { name, resreq: "cpu=1", warmup: 2, autoscale: false, readyTimeoutMs: 120_000 });
   const pids = await gang.withOptions({ timeoutMs: 10_000 }).broadcast("pids", [[], []]);
   assert.deepEqual(pids.map((p) => p.rank), [0, 1]);
-  const progress = path.join(mkdtempSync(path.join(os.tmpdir(), "hearth-steps-")), "step");
+  const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-steps-"));
+  // The ranks write their progress here: an agent run as root starts them as their app's own user, so the folder is theirs.
+  const { uid, gid } = statSync(`/proc/${pids[0]!.executorPid}`);
+  chownSync(dir, uid, gid);
+  const progress = path.join(dir, "step");
   // Far more steps than the test waits for: the ranks are mid-training when the signal lands.
   const training = gang.withOptions({ timeoutMs: 60_000 }).broadcast("train", [[100_000, progress], [100_000, progress]]);
   const ended = rejection(training);

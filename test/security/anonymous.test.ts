@@ -9,7 +9,7 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { connect } from "../../sdk/connect.js";
@@ -69,7 +69,10 @@ test("an anonymous peer cannot join an app and call its services", async () => {
 });
 
 test("an anonymous peer cannot declare a service whose module is a data: URL", async () => {
-  const marker = path.join(mkdtempSync(path.join(os.tmpdir(), "hearth-sec-")), "ran");
+  const markerDir = mkdtempSync(path.join(os.tmpdir(), "hearth-sec-"));
+  // Writable by any user: an executor run as its app's own user (root agents) could write the marker if it ran.
+  chmodSync(markerDir, 0o777);
+  const marker = path.join(markerDir, "ran");
   const module = `data:text/javascript,import{writeFileSync}from"node:fs";writeFileSync(${JSON.stringify(marker)},"ran");export class Evil{}`;
   const spec = { name: "evil", module, export: "Evil", resreq: "cpu=1" };
   assertNothingLeaked(await attack(cluster.endpoint, [req("hello", { app: "evil-app" }, 1), req("service", { spec }, 2)]));

@@ -58,12 +58,14 @@ test("the embedded default keeps everything under HEARTH_HOME private, and `down
   mkdirSync(path.join(project, "lib"), { mode: 0o755 });
   writeFileSync(path.join(project, "lib", "echo.js"), "export class Echo { ping() { return 'pong'; } }\n", { mode: 0o644 });
   const c = await ensureLocalCluster({ home, cpus: 1, mem: "512m" });
+  let executorUid = -1;
   try {
     const app = await connect({ name: "private", local: { home, cpus: 1, mem: "512m" }, project });
     try {
       const pool = await app.service<{ ping(): string }>({ module: path.join(project, "lib", "echo.js"), export: "Echo" }, { name: "echo", warmup: 1 });
       assert.equal(await pool.call("ping"), "pong");
       await app.objects.put(Buffer.alloc(1024), { key: "bytes" });
+      executorUid = statSync(`/proc/${(await pool.members())[0]!.pid}`).uid;
     } finally {
       await app.close();
     }
@@ -71,10 +73,24 @@ test("the embedded default keeps everything under HEARTH_HOME private, and `down
     assert.equal(mode(home), 0o700, "an existing home is made private");
     for (const f of ["secret", "local.json", "processes.json", "head.endpoint", "logs/head.log", "logs/agent.log"]) assert.equal(mode(path.join(home, f)), 0o600, f);
     const all = walk(home);
-    for (const part of ["agent/logs", "agent/projects", "data/objects", "data/runtime"]) assert.ok(all.some((p) => p.includes(`${path.sep}${part}`)), `${part} was written (the walk covers it)`);
+    // As root the agent unpacks a project where only its app's executors (their own user) can read it, not under HEARTH_HOME.
+    const isolated = process.geteuid?.() === 0;
+    for (const part of ["agent/logs", ...(isolated ? [] : ["agent/projects"]), "data/objects", "data/runtime"]) assert.ok(all.some((p) => p.includes(`${path.sep}${part}`)), `${part} was written (the walk covers it)`);
     // Every folder 0700 and every file 0600, however deep: executor logs, unpacked projects, objects, state.
     const wrong = all.filter((p) => mode(p) !== (statSync(p).isDirectory() ? 0o700 : 0o600)).map((p) => `${path.relative(home, p)} 0${mode(p).toString(8)}`);
     assert.deepEqual(wrong, [], "everything under HEARTH_HOME is private");
+    if (isolated) {
+      assert.notEqual(executorUid, 0, "the executor ran as its app's own user");
+      const projects = path.join(os.tmpdir(), "hearth-executors", `u${executorUid}`, "projects");
+      const unpacked = walk(projects);
+      assert.ok(unpacked.some((p) => p.endsWith(`${path.sep}echo.js`)), `the project was unpacked under ${projects}`);
+      // Root's files, readable (not writable) by the app's group only: nothing for other users, nothing its executors can change.
+      const loose = [projects, ...unpacked].filter((p) => {
+        const st = statSync(p);
+        return st.uid !== 0 || st.gid !== executorUid || (st.mode & 0o027) !== 0;
+      });
+      assert.deepEqual(loose.map((p) => `${p} ${statSync(p).uid}:${statSync(p).gid} 0${mode(p).toString(8)}`), [], "the unpacked project is root's, readable by its app's group only");
+    }
   } finally {
     assert.equal(await stopLocalCluster(home), true);
   }

@@ -3,6 +3,10 @@
  * was given (routing id, cache endpoint, credential), so the test can try to
  * use what an attacker on the same machine could guess or learn.
  */
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { openFolder, type FolderRef } from "../../sdk/cache/folder.js";
 import type { ExecutorContext } from "../../sdk/runtime/types.js";
 
 /** Reports its wire identity and answers pings. */
@@ -34,5 +38,55 @@ export class Vault {
   /** Reads an object of its own app through the agent's cache. */
   async read(key: string): Promise<unknown> {
     return await this.ctx.objects.get(key);
+  }
+}
+
+/** What happened when an executor tried to read a path. */
+export interface ProbeResult {
+  path: string;
+  /** "read" when it could, else the error code (EACCES, EPERM, ENOENT …). */
+  outcome: string;
+}
+
+/**
+ * A service that plays the hostile app: it tries to read what an app token
+ * must not open (the cluster secret, the agent's state, other executors'
+ * environments) and reports each outcome; and does what an executor must
+ * still do (its own objects, a shipped folder).
+ */
+export class Prober {
+  private ctx!: ExecutorContext;
+
+  init(ctx: ExecutorContext): void {
+    this.ctx = ctx;
+  }
+
+  /** Who this executor runs as, and where its HOME and TMPDIR are. */
+  whoami(): { pid: number; uid: number; gid: number; home: string | null; tmpdir: string; hearthHome: string | null } {
+    return { pid: process.pid, uid: process.getuid!(), gid: process.getgid!(), home: process.env.HOME ?? null, tmpdir: os.tmpdir(), hearthHome: process.env.HEARTH_HOME ?? null };
+  }
+
+  /** Tries to read each path (a folder is listed); never throws. */
+  probe(paths: string[]): ProbeResult[] {
+    return paths.map((p) => {
+      try {
+        if (statSync(p).isDirectory()) readdirSync(p);
+        else readFileSync(p);
+        return { path: p, outcome: "read" };
+      } catch (err) {
+        return { path: p, outcome: (err as NodeJS.ErrnoException).code ?? String(err) };
+      }
+    });
+  }
+
+  /** Reads an object of its own app through the agent's cache. */
+  async read(key: string): Promise<unknown> {
+    return await this.ctx.objects.get(key);
+  }
+
+  /** Opens a shipped folder and returns where it landed and the text of `name` in it. */
+  async openShipped(ref: FolderRef, name: string): Promise<{ dir: string; inPlace: boolean; text: string }> {
+    const opened = await openFolder(this.ctx.objects, ref);
+    return { dir: opened.dir, inPlace: opened.inPlace, text: readFileSync(path.join(opened.dir, name), "utf8") };
   }
 }
