@@ -119,6 +119,9 @@ export class SearchR1Run {
       extraArgs: opts.sbatchArgs.length > 0 ? opts.sbatchArgs : undefined,
       slurm: opts.bind !== undefined ? { ...opts.connectOptions?.slurm, bind: opts.bind } : opts.connectOptions?.slurm,
     });
+    if (opts.bind !== undefined && hostOf(app.endpoint) !== hostOf(opts.bind)) {
+      log(`note: --bind ${opts.bind} is not used: the Slurm head of this HEARTH_HOME already runs at ${app.endpoint} (stop it with stopSlurmHead, or use another HEARTH_HOME, to bind elsewhere)`);
+    }
     try {
       await checkCapacity(app, opts);
     } catch (err) {
@@ -420,6 +423,11 @@ async function checkCapacity(app: App, o: SearchR1Options): Promise<void> {
 function differences(a: Record<string, unknown> | undefined, b: Record<string, unknown>): string {
   const keys = Object.keys(b).filter((k) => JSON.stringify(a?.[k]) !== JSON.stringify(b[k]));
   return keys.map((k) => `${k}: ${JSON.stringify(a?.[k])} → ${JSON.stringify(b[k])}`).join(", ") || "unknown";
+}
+
+/** The host part of tcp://HOST:PORT. */
+function hostOf(endpoint: string): string {
+  return /^tcp:\/\/(.+):\d+$/.exec(endpoint)?.[1] ?? endpoint;
 }
 
 function readdir(dir: string): string[] {

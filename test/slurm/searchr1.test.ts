@@ -188,3 +188,15 @@ test("a short run on Slurm: rollouts on both hosts, a gang of 2 spanning them; a
   }
   assert.deepEqual((await world.slurm.jobs()).filter((j) => j.name === "hearth.sr1-slurm"), [], "close() cancelled the run's jobs");
 });
+
+test("`npm run demo -- --engine slurm` (hearth demo): the same run from one command, report and checkpoint written, its jobs ended", { skip }, async () => {
+  const dir = path.join(out, "demo");
+  const args = ["--engine", "slurm", "--bind", world.bind!, "--name", "sr1-demo", "--out", dir, "--steps", "2", "--prompts-per-step", "8", "--prompts-per-task", "4",
+    "--group-size", "4", "--eval-size", "16", "--eval-every", "0", "--rollout-resreq", "cpu=2", "--trainer-resreq", "cpu=1", "--sbatch-arg=--time=00:10:00"];
+  const r = await run(process.execPath, [CLI, "demo", ...args], { env: world.env, timeout: 150_000 });
+  assert.match(r.stdout, /services ready: 2 rollout executor\(s\) \(cpu=2\), a gang of 2 trainer\(s\)/);
+  assert.match(r.stdout, /step {3}2 {2}reward/);
+  assert.equal(readFileSync(path.join(dir, "metrics.jsonl"), "utf8").trim().split("\n").length, 2);
+  for (const f of ["report.html", "checkpoint/driver-state.json", "checkpoint/model/model.safetensors"]) assert.ok(existsSync(path.join(dir, f)), `${f} written`);
+  assert.deepEqual((await world.slurm.jobs()).filter((j) => j.name === "hearth.sr1-demo"), [], "the command released its app: no job of it is left");
+});
