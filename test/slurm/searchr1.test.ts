@@ -16,7 +16,7 @@
  * Skips, saying why, only where namespaces cannot be made.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -25,7 +25,7 @@ import { promisify } from "node:util";
 import { after, before, test } from "node:test";
 import { SearchR1Run, type SearchR1Options } from "../../sdk/searchr1/run.js";
 import { netnsSupport } from "./netns.js";
-import { startWorld, type SlurmWorld } from "./setup.js";
+import { eventually, startWorld, type SlurmWorld } from "./setup.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../cluster-agent/cli.js");
@@ -199,4 +199,46 @@ test("`npm run demo -- --engine slurm` (hearth demo): the same run from one comm
   assert.equal(readFileSync(path.join(dir, "metrics.jsonl"), "utf8").trim().split("\n").length, 2);
   for (const f of ["report.html", "checkpoint/driver-state.json", "checkpoint/model/model.safetensors"]) assert.ok(existsSync(path.join(dir, f)), `${f} written`);
   assert.deepEqual((await world.slurm.jobs()).filter((j) => j.name === "hearth.sr1-demo"), [], "the command released its app: no job of it is left");
+});
+
+test("the driver killed mid-run: its jobs stay for the keep-alive, and a new driver reattaches to the run on them", { skip }, async () => {
+  const dir = path.join(out, "reattach");
+  const small = { promptsPerStep: 8, promptsPerTask: 4, groupSize: 4, evalSize: 16, evalEvery: 0, seed: 3 };
+  const flags = ["--engine", "slurm", "--bind", world.bind!, "--name", "sr1-reattach", "--out", dir, "--steps", "500", "--prompts-per-step", "8", "--prompts-per-task", "4",
+    "--group-size", "4", "--eval-size", "16", "--eval-every", "0", "--seed", "3", "--rollout-resreq", "cpu=2", "--trainer-resreq", "cpu=1", "--threads", "1"];
+  const driver = spawn(process.execPath, [CLI, "train", "search-r1", ...flags], { env: world.env, stdio: "ignore" });
+  const exited = new Promise<void>((resolve) => driver.once("exit", () => resolve()));
+  try {
+    const metrics = path.join(dir, "metrics.jsonl");
+    await eventually("the CLI driver's second step", async () => (existsSync(metrics) && readFileSync(metrics, "utf8").trim().split("\n").length >= 2 ? true : undefined), 120_000);
+  } finally {
+    driver.kill("SIGKILL");
+    await exited;
+  }
+  const jobsOf = async (): Promise<string[]> => (await world.slurm.jobs()).filter((j) => j.name === "hearth.sr1-reattach" && j.state === "RUNNING").map((j) => j.id).sort();
+  const held = await jobsOf();
+  assert.equal(held.length, 3, "2 rollout jobs and the gang's job");
+  await new Promise((r) => setTimeout(r, 2000));
+  assert.deepEqual(await jobsOf(), held, "the jobs stay after the driver is gone (keep-alive)");
+
+  const log: string[] = [];
+  const sr = await SearchR1Run.create(options({ name: "sr1-reattach", out: dir, ...small, log: (l) => log.push(l) }));
+  try {
+    const at = sr.stepsDone;
+    assert.ok(at >= 2, `the run continues from the killed driver's steps (at ${at})`);
+    assert.ok(log.some((l) => l.startsWith(`reattached to run 'sr1-reattach' at step ${at}`)), log.join("\n"));
+    const st = await sr.app.status();
+    assert.deepEqual(st.slurm!.jobs.map((j) => j.id).sort(), held, "the new driver adopted the same jobs; none was submitted");
+    const m = (await sr.step()).metrics;
+    assert.equal(m.step, at + 1);
+    await sr.syncRollouts();
+    const d = await sr.digests();
+    assert.equal(d.rollouts.length, 2);
+    for (const x of [...d.trainers, ...d.rollouts]) assert.equal(x.digest, d.trainers[0]!.digest, "every rank and rollout holds the same weights after the reattached step");
+    assert.deepEqual(await jobsOf(), held);
+    console.log(`# slurm search-r1: driver killed after step ≥ 2; reattached at step ${at} on jobs ${held.join(", ")}; step ${m.step} ran there`);
+  } finally {
+    await sr.close();
+  }
+  assert.deepEqual(await jobsOf(), []);
 });
