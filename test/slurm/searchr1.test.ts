@@ -24,6 +24,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { after, before, test } from "node:test";
 import { SearchR1Run, type SearchR1Options } from "../../sdk/searchr1/run.js";
+import { GangFailedError } from "../../sdk/errors/index.js";
 import { netnsSupport } from "./netns.js";
 import { eventually, startWorld, type SlurmWorld } from "./setup.js";
 
@@ -241,4 +242,37 @@ test("the driver killed mid-run: its jobs stay for the keep-alive, and a new dri
     await sr.close();
   }
   assert.deepEqual(await jobsOf(), []);
+});
+
+test("the trainers' job cancelled mid-run: the next step fails with GangFailedError naming the rank, and records nothing", { skip }, async () => {
+  const sr = await SearchR1Run.create(options({ name: "sr1-cancel", out: path.join(out, "cancel"), promptsPerStep: 8, groupSize: 4, evalSize: 16 }));
+  try {
+    await sr.step();
+    const st = await sr.app.status();
+    const trainer = st.apps[0]!.services.find((s) => s.name === "trainer")!;
+    const gangJob = st.slurm!.jobs.find((j) => j.serviceId === trainer.id)!;
+    await world.slurm.cmd("scancel", [gangJob.id]);
+    const t0 = Date.now();
+    await assert.rejects(
+      (async () => {
+        // Steps that do not reach the trainers (no group kept) may still pass before the loss is noticed; the deadline bounds it.
+        for (;;) {
+          await sr.step();
+          if (Date.now() - t0 > 60_000) throw new Error("no step failed within 60 s of cancelling the trainers' job");
+        }
+      })(),
+      (e: unknown) => {
+        assert.ok(e instanceof GangFailedError, String(e));
+        assert.match(e.message, new RegExp(`gang 'trainer' lost rank ${e.rank} `));
+        return true;
+      },
+    );
+    console.log(`# slurm search-r1: trainers' job ${gangJob.id} cancelled; a step failed with GangFailedError ${Date.now() - t0} ms later`);
+    const failed = (await sr.app.status()).apps[0]!.services.find((s) => s.name === "trainer")!;
+    assert.equal(failed.state, "failed");
+    const steps = readFileSync(path.join(out, "cancel", "metrics.jsonl"), "utf8").trim().split("\n").length;
+    assert.equal(steps, sr.stepsDone, "the failed step recorded nothing");
+  } finally {
+    await sr.close();
+  }
 });
