@@ -7,9 +7,11 @@ import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { HeadClient } from "../sdk/runtime/head-client.js";
 import { parseMem } from "../sdk/runtime/resreq.js";
-import { ensureLocalCluster, findLocalCluster, stopLocalCluster } from "../sdk/engines/local.js";
+import { localAddressToward } from "../sdk/runtime/route.js";
+import { ensureLocalCluster, findLocalCluster, hearthHome, stopLocalCluster } from "../sdk/engines/local.js";
+import { findSlurmHead, listAppJobs } from "../sdk/engines/slurm/index.js";
 import { HearthError } from "../sdk/errors/index.js";
-import { CURVE_KEYS_ENV, ensureCurveKeys } from "../sdk/wire/curve.js";
+import { CURVE_KEYS_ENV, ensureCurveKeys, loadCurveKeys } from "../sdk/wire/curve.js";
 import { SECRET_FILE_ENV, appToken, ensureSecret, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { Agent } from "./agent.js";
 import { parseExecutorUids } from "./executor-users.js";
@@ -34,7 +36,7 @@ commands:
           [--max-unread 256m]   object data one connection may hold unread; past it its next data replies wait
           [--secret-file F]     the cluster secret peers prove (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret; made if missing)
           run a head (scheduler, registry); prints its endpoint
-  agent   --head ENDPOINT [--id ID] [--host ADDR] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
+  agent   --head ENDPOINT [--id ID] [--host ADDR|route] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
           [--curve-keys FILE]   connect with CURVE (also HEARTH_CURVE_KEYS; executors get the client keys)
           [--executor-uids FIRST-LAST|none]   as root, each app's executors run as a uid of that app alone from
                                 this range (default 2013265920-2080374783); none: as the agent's user (so any
@@ -46,7 +48,9 @@ commands:
           run an agent that starts executors on this node
   up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
   down    stop the local head and agent
-  status  [--head ENDPOINT] [--json]           show agents, apps, services and executors (admin: needs the cluster secret)
+  status  [--head ENDPOINT] [--slurm] [--json] show agents, apps, services and executors (admin: needs the cluster secret);
+          with the Slurm head of HEARTH_HOME (--slurm, or when no local head runs) also every app's Slurm jobs:
+          ids, states, nodes, how long each waited
   token   APP                                  print APP's token (HEARTH_APP_TOKEN): it opens that app only, not the cluster, where
                                                executors run as their app's own user (agents run as root); where they run as the
                                                agent's user (not root, Slurm) the app's code can read the cluster secret
@@ -84,6 +88,13 @@ function parseLabels(items: string[]): Record<string, string> {
     out[item.slice(0, eq)] = item.slice(eq + 1);
   }
   return out;
+}
+
+/** Host and port of a tcp:// endpoint. */
+function headHostPort(endpoint: string): [string, number] {
+  const m = /^tcp:\/\/\[?([^\]]+?)\]?:(\d+)$/.exec(endpoint);
+  if (!m) throw new HearthError(`--host route needs a tcp://HOST:PORT head; got '${endpoint}'`);
+  return [m[1]!, Number(m[2])];
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -151,7 +162,8 @@ async function main(argv: string[]): Promise<number> {
       const agent = await Agent.start({
         head,
         id: values.id,
-        host: values.host,
+        // "route": the address this node uses to reach the head (Slurm jobs on nodes whose hostname resolves to loopback).
+        host: values.host === "route" ? await localAddressToward(...headHostPort(head)) : values.host,
         workDir: values["work-dir"],
         labels: parseLabels(values.label ?? []),
         exitWhenIdleMs: values["exit-when-idle"] ? parseDuration(values["exit-when-idle"]) : undefined,
@@ -183,15 +195,29 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case "status": {
-      const { values } = parseArgs({ args: rest, options: { head: { type: "string" }, json: { type: "boolean" } } });
-      const endpoint = values.head ?? process.env.HEARTH_HEAD ?? findLocalCluster()?.endpoint;
+      const { values } = parseArgs({ args: rest, options: { head: { type: "string" }, json: { type: "boolean" }, slurm: { type: "boolean" } } });
+      // The Slurm head of HEARTH_HOME (started by a driver with --engine slurm), when asked for or when no local head runs.
+      const slurmHead = findSlurmHead(hearthHome());
+      const local = values.slurm ? undefined : findLocalCluster()?.endpoint;
+      const endpoint = values.head ?? process.env.HEARTH_HEAD ?? local ?? slurmHead?.endpoint;
       if (!endpoint) {
-        console.log("no local head is running (start one with `hearth up`), and no --head was given");
+        console.log(values.slurm ? `no Slurm head is recorded in ${hearthHome()} (a driver with --engine slurm starts one)` : "no local head is running (start one with `hearth up`), and no --head was given");
         return 1;
       }
-      const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000, admin: true });
+      const onSlurm = slurmHead !== undefined && slurmHead.endpoint === endpoint;
+      const curve = onSlurm && slurmHead.curveKeys ? loadCurveKeys(slurmHead.curveKeys) : undefined;
+      const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000, admin: true, curve });
       try {
         const status = await client.control("status", { all: true });
+        if (onSlurm) {
+          // Slurm's own view of every app's jobs (squeue), whether or not a driver is attached.
+          const jobs = [];
+          for (const app of status.apps as Array<{ name: string; services: Array<{ id: string; name: string }> }>) {
+            if (app.name.startsWith("_hearth-")) continue;
+            for (const j of await listAppJobs(app.name, app.services)) jobs.push({ app: app.name, ...j });
+          }
+          status.slurm = { jobs, lastError: null };
+        }
         console.log(values.json ? JSON.stringify(status, null, 2) : formatStatus(status));
         await client.control("close-app", {});
       } finally {

@@ -39,5 +39,18 @@ export function formatStatus(status: any): string {
       }
     }
   }
+  const jobs = status.slurm?.jobs ?? [];
+  if (status.slurm) lines.push(`slurm jobs: ${jobs.length}${status.slurm.lastError ? ` (last error: ${status.slurm.lastError})` : ""}`);
+  for (const j of jobs) lines.push(`  ${formatSlurmJob(j)}`);
   return lines.join("\n");
+}
+
+/** One Slurm job: id, state, app/service, nodes (or why it waits), how long it waited in the queue. */
+export function formatSlurmJob(j: any): string {
+  const what = [j.app, j.service].filter((x: unknown) => typeof x === "string" && x !== "").join("/") || j.serviceId || "?";
+  const tasks = j.tasks > 0 ? `, ${j.tasks} task(s)` : "";
+  const where = j.state === "PENDING" ? `waiting (${j.where || "?"})` : `on ${j.where || "?"}`;
+  const waited = j.waitedMs !== null && j.waitedMs !== undefined ? `, waited ${(j.waitedMs / 1000).toFixed(1)} s${j.state === "PENDING" ? " so far" : ""}` : "";
+  const up = j.startLatencyMs !== null && j.startLatencyMs !== undefined ? `, agent up ${(j.startLatencyMs / 1000).toFixed(1)} s after sbatch` : "";
+  return `job ${j.id} ${String(j.state).padEnd(9)} ${what}${tasks} ${where}${waited}${up}`;
 }

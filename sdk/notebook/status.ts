@@ -1,7 +1,8 @@
 /**
  * The runtime's status document (`app.status()`) as a notebook output: one
  * HTML table of executors per service (state, agent, rank, GPUs, calls), a
- * summary of agents and queues, and the same as text.
+ * summary of agents and queues, the app's Slurm jobs when its engine is
+ * Slurm (id, state, nodes, queue wait), and the same as text.
  */
 import type { AppStatus } from "../runtime/app.js";
 import { JUPYTER_DISPLAY, type MimeBundle } from "./display.js";
@@ -10,6 +11,20 @@ import { escapeHtml, htmlTable, textTable } from "./text.js";
 type ServiceStatus = AppStatus["apps"][number]["services"][number];
 
 const EXECUTOR_COLUMNS = ["service", "kind", "executor", "state", "agent", "rank", "gpus", "in flight", "calls done", "idle s"];
+const JOB_COLUMNS = ["slurm job", "service", "tasks", "state", "nodes (or why pending)", "waited s", "agent up s"];
+
+/** A Slurm job as the Slurm engine adds it to the status (read structurally: the notebook knows no engine). */
+interface JobRow {
+  id: string;
+  service: string;
+  tasks: number;
+  state: string;
+  where: string;
+  waitedMs: number | null;
+  startLatencyMs: number | null;
+}
+
+const seconds = (ms: number | null | undefined): string => (ms === null || ms === undefined ? "" : (ms / 1000).toFixed(1));
 
 /** A rendering of one status document. */
 export class StatusView {
@@ -34,6 +49,12 @@ export class StatusView {
     return rows;
   }
 
+  /** The Slurm jobs of the app (ids, states, nodes, queue wait), when its engine is Slurm. */
+  jobRows(): unknown[][] {
+    const jobs = (this.status as { slurm?: { jobs?: JobRow[] } }).slurm?.jobs ?? [];
+    return jobs.map((j) => [j.id, j.service, j.tasks || "", j.state, j.where, seconds(j.waitedMs), seconds(j.startLatencyMs)]);
+  }
+
   private serviceLine(s: ServiceStatus): string {
     const max = s.max !== null ? `, max ${s.max}` : "";
     return `${s.name} [${s.kind}, ${s.state}] ${s.resreq}: ${s.executors.length} executor(s) (warmup ${s.warmup}${max}), queued ${s.queued}, in flight ${s.inflight}${s.error ? `, error: ${s.error}` : ""}`;
@@ -55,12 +76,14 @@ export class StatusView {
 
   /** The status as text. */
   text(): string {
-    return [...this.headerLines(), "", textTable(EXECUTOR_COLUMNS, this.executorRows())].join("\n");
+    const jobs = this.jobRows();
+    return [...this.headerLines(), "", textTable(EXECUTOR_COLUMNS, this.executorRows()), ...(jobs.length > 0 ? ["", textTable(JOB_COLUMNS, jobs)] : [])].join("\n");
   }
 
   [JUPYTER_DISPLAY](): MimeBundle {
+    const jobs = this.jobRows();
     const summary = this.headerLines().map((l) => `<div>${escapeHtml(l).replace(/^ +/, (sp) => "&nbsp;".repeat(sp.length))}</div>`).join("");
-    const html = `<div class="hearth-status" style="font-family: monospace">${summary}${htmlTable(EXECUTOR_COLUMNS, this.executorRows())}</div>`;
+    const html = `<div class="hearth-status" style="font-family: monospace">${summary}${htmlTable(EXECUTOR_COLUMNS, this.executorRows())}${jobs.length > 0 ? htmlTable(JOB_COLUMNS, jobs) : ""}</div>`;
     return { "text/plain": this.text(), "text/html": html };
   }
 }

@@ -55,10 +55,15 @@ const TEXT = {
   policy: "policy",
   head: "head",
   name: "name",
+  engine: "engine",
+  partition: "partition",
+  account: "account",
+  bind: "bind",
 } as const satisfies Record<string, keyof SearchR1Options>;
 
 const FLAGS = {
   ...Object.fromEntries([...Object.keys(NUMERIC), ...Object.keys(TEXT)].map((k) => [k, { type: "string" as const }])),
+  "sbatch-arg": { type: "string" as const, multiple: true as const },
   "no-checkpoint": { type: "boolean" as const },
   help: { type: "boolean" as const },
 };
@@ -71,6 +76,8 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--bootstrap-steps N] [--bootstrap-mixed-share X] [--bootstrap-batch N] [--bootstrap-lr X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
   [--max-lag K] [--keep-steps N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP]
+  [--engine local|slurm] [--partition P] [--account A] [--sbatch-arg=ARG]... [--bind tcp://ADDRESS:PORT]
+With --engine slurm each rollout executor is a Slurm job and the trainers one job of --trainers tasks; --bind is an address the compute nodes reach (docs/slurm.md).
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
 
 function num(flag: string, v: string): number {
@@ -81,14 +88,15 @@ function num(flag: string, v: string): number {
 
 /** Parses flags into the options they set (the rest come from the recipe); unknown flags and bad numbers are clear errors. */
 export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
-  let values: Record<string, string | undefined>;
+  let values: Record<string, string | undefined> & { "sbatch-arg"?: string[] };
   try {
-    values = parseArgs({ args, options: FLAGS, strict: true }).values as Record<string, string | undefined>;
+    values = parseArgs({ args, options: FLAGS, strict: true }).values as typeof values;
   } catch (err) {
     throw new HearthError(`${(err as Error).message}\n${TRAIN_USAGE}`);
   }
   const out: Record<string, unknown> = {};
   if (values["no-checkpoint"]) out.checkpoint = false;
+  if (values["sbatch-arg"] !== undefined) out.sbatchArgs = values["sbatch-arg"];
   for (const [flag, key] of Object.entries(NUMERIC)) {
     const v = values[flag];
     if (v !== undefined) out[key] = num(flag, v);
@@ -148,7 +156,7 @@ export async function runTrainCommand(args: string[]): Promise<number> {
       rlSeconds: run.history.slice(before).reduce((n, m) => n + m.step_s, 0),
       warmStart: clock.warmStart(),
       startedFrom: run.task.modelDir,
-      options: { ...opts, log: undefined },
+      options: { ...opts, log: undefined, connectOptions: undefined },
       trajectory: latest && sample ? { step: latest.metrics.step, sample, decoder: run.task.tokenizer } : undefined,
     });
     console.log(`\n${report.summary}\n`);

@@ -9,6 +9,7 @@ import path from "node:path";
 import { parseResreq } from "../runtime/resreq.js";
 import { HearthError } from "../errors/index.js";
 import type { RunEventHandler } from "./events.js";
+import type { ConnectOptions } from "../connect.js";
 
 /** Options of a run (the CLI flags, with the reference system's meanings). */
 export interface SearchR1Options {
@@ -94,8 +95,28 @@ export interface SearchR1Options {
   replace: boolean;
   /** A checkpoint folder written by a previous run. */
   resume?: string;
-  /** Head endpoint; default the embedded local one. */
+  /** Head endpoint; default the embedded local one (or, with `engine: "slurm"`, the Slurm head of HEARTH_HOME). */
   head?: string;
+  /**
+   * Where executors run: "local" (the embedded default, or the agents that
+   * joined `head`) or "slurm": each rollout executor is a single-task Slurm
+   * job, the trainers one job of `trainers` tasks (docs/slurm.md).
+   */
+  engine: "local" | "slurm";
+  /** Slurm: sbatch --partition of every job. */
+  partition?: string;
+  /** Slurm: sbatch --account of every job. */
+  account?: string;
+  /** Slurm: more sbatch options, one argument each, as sbatch takes them (e.g. "--time=08:00:00"). */
+  sbatchArgs: string[];
+  /** Slurm: what the head binds, an address the compute nodes reach (tcp://ADDRESS:PORT; port 0 picks a free one). Default loopback. */
+  bind?: string;
+  /**
+   * SDK only: the rest of `connect()`'s options, e.g. the Slurm engine's
+   * environment, polling and agent timeout (`slurm: {...}`) or HEARTH_HOME
+   * (`local: { home }`).
+   */
+  connectOptions?: Omit<ConnectOptions, "name" | "head" | "engine" | "partition" | "account" | "extraArgs">;
   /** App name (reattach to warm executors). */
   name: string;
   /** Progress lines. */
@@ -117,7 +138,7 @@ export interface ServiceSource {
 }
 
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules">>;
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules" | "engine" | "partition" | "account" | "sbatchArgs" | "bind" | "connectOptions">>;
 
 /** The generic defaults, sized for the tiny preset on 2 CPU cores (a recipe's own override them). */
 export const BASE_OPTIONS: SearchR1Options = {
@@ -159,6 +180,8 @@ export const BASE_OPTIONS: SearchR1Options = {
   keepSteps: 50,
   replace: false,
   checkpoint: true,
+  engine: "local",
+  sbatchArgs: [],
   name: "search-r1",
   log: (line) => console.log(line),
 };
@@ -231,7 +254,59 @@ export function validateOptions(o: SearchR1Options): void {
   if (o.resume && !existsSync(path.join(o.resume, "driver-state.json"))) {
     throw new HearthError(`--resume ${o.resume}: no driver-state.json there (expected a folder written by a previous run's checkpoint)`);
   }
+  checkEngine(o);
   checkOut(o.out);
+}
+
+/** sbatch options hearth writes itself for every job (docs/slurm.md, "What becomes a job"), and what to use instead. */
+const SBATCH_OWN: Record<string, string> = {
+  "--partition": "use --partition",
+  "-p": "use --partition",
+  "--account": "use --account",
+  "-A": "use --account",
+  "--job-name": "jobs are named hearth.<app>: use --name",
+  "-J": "jobs are named hearth.<app>: use --name",
+  "--comment": "hearth finds its jobs by their comment",
+  "--ntasks": "set by --rollouts (one job each) and --trainers (one job of that many tasks)",
+  "-n": "set by --rollouts and --trainers",
+  "--cpus-per-task": "use cpu= in --rollout-resreq / --trainer-resreq",
+  "-c": "use cpu= in --rollout-resreq / --trainer-resreq",
+  "--mem": "use mem= in --rollout-resreq / --trainer-resreq",
+  "--mem-per-cpu": "use mem= in --rollout-resreq / --trainer-resreq",
+  "--gpus-per-task": "use gpu= in --rollout-resreq / --trainer-resreq",
+  "--output": "job output goes to $HEARTH_HOME/slurm/<job id>.out",
+  "-o": "job output goes to $HEARTH_HOME/slurm/<job id>.out",
+  "--parsable": "hearth reads sbatch's answer itself",
+};
+
+/** The engine's flags: known engine, Slurm flags only with `--engine slurm`, each well-formed (Slurm itself is asked before any job is submitted). */
+function checkEngine(o: SearchR1Options): void {
+  if (o.engine !== "local" && o.engine !== "slurm") throw new HearthError(`--engine must be one of local, slurm; got ${String(o.engine)}`);
+  if (!Array.isArray(o.sbatchArgs) || o.sbatchArgs.some((a) => typeof a !== "string")) throw new HearthError(`--sbatch-arg values must be strings; got ${JSON.stringify(o.sbatchArgs)}`);
+  const slurmOnly = { partition: o.partition, account: o.account, bind: o.bind, sbatchArgs: o.sbatchArgs.length > 0 ? o.sbatchArgs : undefined };
+  if (o.engine !== "slurm") {
+    for (const [k, v] of Object.entries(slurmOnly)) {
+      if (v !== undefined) throw new HearthError(`${k === "sbatchArgs" ? "--sbatch-arg" : flagName(k)} needs --engine slurm (the ${o.engine} engine submits no Slurm jobs)`);
+    }
+    return;
+  }
+  if (o.partition !== undefined && !/^[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*$/.test(o.partition)) {
+    throw new HearthError(`--partition must name Slurm partitions (letters, digits, '_', '.', '-', comma-separated); got ${JSON.stringify(o.partition)}`);
+  }
+  if (o.account !== undefined && !/^[A-Za-z0-9_.+-]+$/.test(o.account)) throw new HearthError(`--account must name one Slurm account (letters, digits, '_', '.', '-'); got ${JSON.stringify(o.account)}`);
+  for (const a of o.sbatchArgs) {
+    if (!/^-{1,2}[A-Za-z]/.test(a) || /\s/.test(a.split("=")[0]!)) {
+      throw new HearthError(`--sbatch-arg ${JSON.stringify(a)}: each --sbatch-arg is one sbatch option, with its value after '=' (e.g. --sbatch-arg=--time=08:00:00)`);
+    }
+    const name = a.startsWith("--") ? a.split("=")[0]! : a.slice(0, 2);
+    const why = SBATCH_OWN[name];
+    if (why) throw new HearthError(`--sbatch-arg ${a}: hearth sets ${name} itself (${why})`);
+  }
+  if (o.bind !== undefined) {
+    const m = /^tcp:\/\/([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})$/.exec(o.bind);
+    if (!m || Number(m[2]) > 65535) throw new HearthError(`--bind must be tcp://ADDRESS:PORT, an address the compute nodes reach (port 0: any free one); got ${JSON.stringify(o.bind)}`);
+    if (o.head !== undefined) throw new HearthError(`--bind starts this machine's Slurm head on that address and --head names a running one: give one of them`);
+  }
 }
 
 /** `--out` must be a folder we can write (made if missing) before any service starts. */

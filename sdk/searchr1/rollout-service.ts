@@ -182,6 +182,24 @@ export class SearchR1Rollout {
   }
 
   /**
+   * Brings this executor's policy to the latest publication of `weights`
+   * (what every rollout call does first) without generating, in turn with
+   * its calls: so that a check can then compare every executor's digest
+   * with the trainers'. Returns the version held and the bytes fetched.
+   */
+  async sync(setup: ObjectRef, weights: string): Promise<{ executorId: string; version: number; bytes: number }> {
+    const run = this.turn.then(async () => {
+      await this.setup(setup);
+      const before = this.ctx.objects.stats.bytesReceived;
+      this.weightsKeyHeld = weights;
+      this.weights = await applyPublications(this.ctx.objects, weights, this.engine!);
+      return { executorId: this.ctx.executorId, version: this.weights.version, bytes: this.ctx.objects.stats.bytesReceived - before };
+    });
+    this.turn = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
    * Fault injection for the live agreement checks: the next `n` rollout calls
    * on this executor skip the weight sync and sample with the weights it holds.
    */

@@ -16,6 +16,7 @@ import { fileURLToPath } from "node:url";
 import { dropFolder, shipFolder, type FolderRef } from "../cache/folder.js";
 import type { ObjectRef } from "../cache/object-cache.js";
 import { capacity, connect, type ClusterCapacity } from "../connect.js";
+import { checkSlurmJobs } from "../engines/slurm/index.js";
 import type { App } from "../runtime/app.js";
 import type { GangHandle, PoolHandle } from "../runtime/handles.js";
 import { HearthError } from "../errors/index.js";
@@ -99,8 +100,32 @@ export class SearchR1Run {
     for (const note of task.notes) log(`note: ${note}`);
     log(`task: ${task.describe}`);
     opts.onEvent?.({ type: "task", describe: task.describe, train: task.train.length, heldOut: task.heldOut.length, passages: task.corpus.length });
-    await checkCapacity(await capacity({ name: opts.name, head: opts.head }), opts);
-    const app = await connect({ name: opts.name, head: opts.head });
+    if (opts.engine === "slurm") {
+      // Slurm is asked, with the very options the jobs will carry, before anything is submitted.
+      await checkSlurmJobs(
+        [
+          { what: "a rollout executor's job", tasks: 1, resreq: opts.rolloutResreq },
+          { what: `the trainer gang's job`, tasks: opts.trainers, resreq: opts.trainerResreq },
+        ],
+        { partition: opts.partition, account: opts.account, extraArgs: opts.sbatchArgs, env: opts.connectOptions?.slurm?.env, defaultMem: opts.connectOptions?.slurm?.defaultMem },
+      );
+    } else {
+      // A fixed cluster: the resources must fit an agent, asked of the head before the app is opened.
+      await checkCapacity(await capacity({ ...opts.connectOptions, name: opts.name, head: opts.head }), opts);
+    }
+    const app = await connect({
+      ...opts.connectOptions,
+      name: opts.name,
+      head: opts.head,
+      engine: opts.engine,
+      partition: opts.partition,
+      account: opts.account,
+      extraArgs: opts.sbatchArgs.length > 0 ? opts.sbatchArgs : undefined,
+      slurm: opts.bind !== undefined ? { ...opts.connectOptions?.slurm, bind: opts.bind } : opts.connectOptions?.slurm,
+    });
+    if (opts.bind !== undefined && hostOf(app.endpoint) !== hostOf(opts.bind)) {
+      log(`note: --bind ${opts.bind} is not used: the Slurm head of this HEARTH_HOME already runs at ${app.endpoint} (stop it with stopSlurmHead, or use another HEARTH_HOME, to bind elsewhere)`);
+    }
     const fp = runFingerprint(opts);
     const prior = opts.resume ? undefined : await readRunState(app, opts.name);
     let rolloutSetup: ObjectRef;
@@ -332,12 +357,21 @@ export class SearchR1Run {
     return { trainers, rollouts };
   }
 
+  /**
+   * Brings every rollout executor (each addressed by id) to the trainers'
+   * latest publication without generating; then `digests()` compares all of
+   * them. Returns each one's version and the bytes it fetched.
+   */
+  async syncRollouts(): Promise<Array<{ executorId: string; version: number; bytes: number }>> {
+    return (await this.rollout.broadcastMembers("sync", this.svc.rolloutSetup, this.svc.weightsKey)).map((m) => m.result);
+  }
+
   /** Writes a standalone checkpoint (complete HF folder, exact trainer state, driver state) under `<out>/checkpoint`. */
   async saveCheckpoint(dir = path.join(this.opts.out, "checkpoint")): Promise<string> {
     return writeStandaloneCheckpoint(this.app, this.trainer, dir, this.task.tokenizer, {
       step: this.stepNo,
       history: this.history,
-      options: { ...this.opts, log: undefined },
+      options: { ...this.opts, log: undefined, connectOptions: undefined },
     });
   }
 
@@ -389,6 +423,11 @@ async function checkCapacity(cluster: ClusterCapacity, o: SearchR1Options): Prom
 function differences(a: Record<string, unknown> | undefined, b: Record<string, unknown>): string {
   const keys = Object.keys(b).filter((k) => JSON.stringify(a?.[k]) !== JSON.stringify(b[k]));
   return keys.map((k) => `${k}: ${JSON.stringify(a?.[k])} → ${JSON.stringify(b[k])}`).join(", ") || "unknown";
+}
+
+/** The host part of tcp://HOST:PORT. */
+function hostOf(endpoint: string): string {
+  return /^tcp:\/\/(.+):\d+$/.exec(endpoint)?.[1] ?? endpoint;
 }
 
 function readdir(dir: string): string[] {

@@ -14,6 +14,7 @@ import { openFolder, shipFolder, writableInPlace, type FolderRef } from "../cach
 import type { ObjectRef } from "../cache/object-cache.js";
 import type { ExecutorContext } from "../runtime/types.js";
 import { gangDistributed } from "../runtime/gang.js";
+import { interfaceToward } from "../runtime/route.js";
 import { TensorEngine } from "../tensor/index.js";
 import type { TrainMetrics, TrainerOptions } from "../tensor/types.js";
 import { HearthError } from "../errors/index.js";
@@ -106,7 +107,9 @@ export class SearchR1Trainer {
     if (key === this.setupRef && mode === this.mode) return { rank: this.ctx.rank!, params: 0 };
     const s = await this.ctx.objects.get<TrainerSetup>(ref);
     // One engine per executor: its process group is made once and kept across setups.
-    this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads), GLOO_SOCKET_IFNAME: process.env.GLOO_SOCKET_IFNAME ?? "lo" });
+    // gloo's interface: the caller's, else the one on the route to the rendezvous ("lo" on one machine, e.g. eth0 across hosts).
+    const ifname = process.env.GLOO_SOCKET_IFNAME ?? (await interfaceToward(this.ctx.rendezvous!.host, this.ctx.rendezvous!.port));
+    this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads), GLOO_SOCKET_IFNAME: ifname });
     const engine = this.engine;
     const checkpoint = s.checkpoint ? await openFolder(this.ctx.objects, s.checkpoint) : undefined;
     const init = await engine.initModel({

@@ -25,6 +25,10 @@ export interface SlurmWorld {
   home: string;
   /** The nodes' namespaces (netns worlds only). */
   net?: HostNetwork;
+  /** Environment of Slurm commands and jobs: SLURM_CONF and this world's HEARTH_HOME. */
+  env: NodeJS.ProcessEnv;
+  /** What the head binds: the bridge address in a netns world, else undefined (loopback). */
+  bind?: string;
   /** Connects an app with the Slurm engine (`extra` adds connect and engine options). */
   connect(name: string, extra?: { keepAliveMs?: number; slurm?: SlurmConnectOptions }): Promise<App>;
   /** Closes the apps, stops the head, then Slurm: no process left behind. */
@@ -52,6 +56,8 @@ export async function startWorld(opts: { netns?: boolean; nodes?: SlurmNodeSpec[
     slurm,
     home,
     net,
+    env,
+    bind,
     async connect(name, extra = {}) {
       const app = await connect({
         name,

@@ -114,6 +114,35 @@ export function sbatch(args: string[], script: string, env: NodeJS.ProcessEnv): 
   });
 }
 
+/**
+ * Asks Slurm whether it would take a job (`sbatch --test-only`: checked and
+ * scheduled on paper, never submitted): an unknown partition, an account it
+ * refuses, a request no node of the partition can hold, or a bad extra
+ * option fails here. Resolves with sbatch's answer ("Job N to start at …").
+ */
+export function sbatchTestOnly(args: string[], script: string, env: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const p = spawn("sbatch", ["--test-only", ...args.filter((a) => a !== "--parsable")], { env, stdio: ["pipe", "pipe", "pipe"] });
+    let out = "";
+    p.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    p.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
+    p.on("error", (e) => {
+      clearTimeout(timer);
+      reject(new SlurmError(`could not run sbatch: ${e.message} (is Slurm's client installed and on PATH?)`, "sbatch", { cause: e }));
+    });
+    p.on("close", (code) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(out.trim());
+      else {
+        const lines = out.split("\n").map((l) => l.replace(/^sbatch: (error: )?/, "").trim()).filter((l) => l !== "");
+        reject(new SlurmError(lines.join("; ") || `sbatch --test-only exited ${code}`, "sbatch"));
+      }
+    });
+    p.stdin.end(script);
+  });
+}
+
 /** One job as squeue shows it. */
 export interface QueuedJob {
   id: string;
@@ -123,13 +152,31 @@ export interface QueuedJob {
   comment: string;
   /** Node list when running; the reason (e.g. "Resources") when pending. */
   where: string;
+  /** When sbatch handed it to Slurm (ms since the epoch), if Slurm says. */
+  submittedAt: number | null;
+  /** When it started running (ms since the epoch); null while pending. */
+  startedAt: number | null;
+}
+
+/** Slurm prints times as local ISO dates without an offset ("2026-12-01T02:30:11"), or N/A / Unknown / None. */
+function slurmTime(text: string | undefined): number | null {
+  if (!text || !/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$/.test(text)) return null;
+  const t = new Date(text).getTime(); // no offset: local time, as Slurm printed it
+  return Number.isFinite(t) ? t : null;
+}
+
+/** How long a job waited in Slurm's queue: submit to start, or submit to now while it is still pending. */
+export function queueWaitMs(job: Pick<QueuedJob, "state" | "submittedAt" | "startedAt">, now = Date.now()): number | null {
+  if (job.submittedAt === null) return null;
+  if (job.state === "PENDING") return Math.max(0, now - job.submittedAt);
+  return job.startedAt === null ? null : Math.max(0, job.startedAt - job.submittedAt);
 }
 
 /** Jobs with this name that Slurm still knows (pending, running, completing). */
 export async function squeue(name: string, env: NodeJS.ProcessEnv): Promise<QueuedJob[]> {
   let stdout: string;
   try {
-    ({ stdout } = await run("squeue", ["-h", `--name=${name}`, "-o", "%i|%T|%j|%k|%R"], { env, timeout: 30_000 }));
+    ({ stdout } = await run("squeue", ["-h", `--name=${name}`, "-o", "%i|%T|%j|%k|%R|%V|%S"], { env, timeout: 30_000 }));
   } catch (err) {
     throw new SlurmError(`squeue failed: ${(err as Error).message}`, "squeue", { cause: err });
   }
@@ -137,8 +184,9 @@ export async function squeue(name: string, env: NodeJS.ProcessEnv): Promise<Queu
     .split("\n")
     .filter((l) => l.trim() !== "")
     .map((l) => {
-      const [id, state, jobName, comment, where] = l.split("|");
-      return { id: id!, state: state!, name: jobName!, comment: comment ?? "", where: where ?? "" };
+      const [id, state, jobName, comment, where, submitted, started] = l.split("|");
+      // A pending job's %S is Slurm's guess at its start (or N/A): not a start.
+      return { id: id!, state: state!, name: jobName!, comment: comment ?? "", where: where ?? "", submittedAt: slurmTime(submitted), startedAt: state === "PENDING" ? null : slurmTime(started) };
     });
 }
 

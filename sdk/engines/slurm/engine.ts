@@ -18,7 +18,7 @@ import path from "node:path";
 import { mkdirSync } from "node:fs";
 import type { HeadClient } from "../../runtime/head-client.js";
 import { parseResreq } from "../../runtime/resreq.js";
-import { buildAgentJob, sbatch, scancel, squeue, type QueuedJob } from "./commands.js";
+import { buildAgentJob, queueWaitMs, sbatch, scancel, squeue, type QueuedJob } from "./commands.js";
 import { HEARTH_CLI } from "./head.js";
 import { CURVE_KEYS_ENV } from "../../wire/curve.js";
 import { SECRET_FILE_ENV } from "../../wire/auth.js";
@@ -65,6 +65,8 @@ export interface SlurmJobInfo {
   submittedAt: number;
   /** Milliseconds from sbatch to the first of its agents registering with the head. */
   startLatencyMs: number | null;
+  /** Milliseconds the job waited in Slurm's queue (submit to start, as Slurm records them; still growing while pending). */
+  waitedMs: number | null;
   /** Agent ids the job started that the head knows. */
   agents: string[];
 }
@@ -93,6 +95,34 @@ export interface StatusAgent {
   id: string;
   executors: number;
   labels?: Record<string, string>;
+}
+
+/**
+ * The Slurm jobs of app `app` as Slurm sees them now, from any process (no
+ * engine needed: `hearth status`, or after the driver is gone): ids, states,
+ * nodes, how long each waited. `services` names the app's services by id.
+ */
+export async function listAppJobs(app: string, services: Array<{ id: string; name: string }>, env: NodeJS.ProcessEnv = process.env): Promise<SlurmJobInfo[]> {
+  const jobs = await squeue(SlurmEngine.jobName(app), env);
+  return jobs.map((q) => {
+    const serviceId = /^hearth:[^:]+:(.+)$/.exec(q.comment)?.[1] ?? "";
+    return {
+      id: q.id,
+      serviceId,
+      service: services.find((s) => s.id === serviceId)?.name ?? "",
+      tasks: 0,
+      state: q.state,
+      where: q.where,
+      submittedAt: q.submittedAt ?? 0,
+      startLatencyMs: null,
+      waitedMs: queueWaitMs(q),
+      agents: [],
+    };
+  });
+}
+
+function isLoopback(endpoint: string): boolean {
+  return /^tcp:\/\/(127\.|localhost[:]|\[::1\])/.test(endpoint);
 }
 
 /** Drives Slurm jobs for one app. Create with `new SlurmEngine()`, then `start(client, app)`. */
@@ -130,7 +160,7 @@ export class SlurmEngine {
     for (const q of await squeue(SlurmEngine.jobName(app), this.env)) {
       const m = /^hearth:([^:]+):(.+)$/.exec(q.comment);
       if (!m || m[1] !== headId) continue;
-      this.jobs.set(q.id, { id: q.id, serviceId: m[2]!, service: "", tasks: 0, state: q.state, where: q.where, submittedAt: Date.now(), startLatencyMs: null, agents: [], cancelled: false });
+      this.jobs.set(q.id, { id: q.id, serviceId: m[2]!, service: "", tasks: 0, state: q.state, where: q.where, submittedAt: q.submittedAt ?? Date.now(), startLatencyMs: null, waitedMs: queueWaitMs(q), agents: [], cancelled: false });
     }
     this.schedule();
   }
@@ -168,10 +198,13 @@ export class SlurmEngine {
       if (q) {
         job.state = q.state;
         job.where = q.where;
+        job.waitedMs = queueWaitMs(q);
       }
       this.noteAgents(job, agents);
     }
     const services = ((status.apps?.[0]?.services ?? []) as StatusService[]).filter((s) => s.elastic === true);
+    // Jobs adopted from an earlier driver learn their service's name here.
+    for (const job of this.jobs.values()) job.service ||= services.find((s) => s.id === job.serviceId)?.name ?? "";
     const live = new Set(services.filter((s) => s.state !== "failed" && s.state !== "stopped").map((s) => s.id));
     const gone = [...this.jobs.values()].filter((j) => !j.cancelled && !live.has(j.serviceId));
     if (gone.length > 0) await this.cancel(gone);
@@ -245,6 +278,9 @@ export class SlurmEngine {
         "--label", `hearth.service=${s.id}`,
         "--label", `hearth.app=${this.app}`,
         "--exit-when-idle", `${this.opts.agentIdleExitMs ?? 300_000}ms`,
+        // Peers (a gang's rendezvous, gloo) reach the agent at its address on the route to the head: a node's
+        // hostname may resolve to loopback there. A loopback head means every node is this machine.
+        ...(isLoopback(this.client.endpoint) ? [] : ["--host", "route"]),
       ],
       output: path.join(this.home, "slurm", "%j.out"),
       partition: this.opts.partition,
@@ -255,7 +291,7 @@ export class SlurmEngine {
     });
     const submittedAt = Date.now();
     const id = await sbatch(args, script, this.env);
-    this.jobs.set(id, { id, serviceId: s.id, service: s.name, tasks, state: "PENDING", where: "", submittedAt, startLatencyMs: null, agents: [], cancelled: false });
+    this.jobs.set(id, { id, serviceId: s.id, service: s.name, tasks, state: "PENDING", where: "", submittedAt, startLatencyMs: null, waitedMs: null, agents: [], cancelled: false });
   }
 
   private async cancel(jobs: Job[]): Promise<void> {

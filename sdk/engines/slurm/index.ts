@@ -13,11 +13,13 @@
  * await app.close();                               // cancels every job it started
  * ```
  */
-export { SlurmEngine } from "./engine.js";
+export { SlurmEngine, listAppJobs } from "./engine.js";
 export type { SlurmEngineOptions, SlurmJobInfo } from "./engine.js";
 export { defaultCurveKeys, ensureSlurmHead, findSlurmHead, stopSlurmHead, HEARTH_CLI } from "./head.js";
 export type { SlurmHead, SlurmHeadOptions } from "./head.js";
-export { SlurmError, buildAgentJob, sbatch, scancel, squeue } from "./commands.js";
+export { SlurmError, buildAgentJob, queueWaitMs, sbatch, sbatchTestOnly, scancel, squeue } from "./commands.js";
+export { checkSlurmJobs } from "./preflight.js";
+export type { PlannedJob, PreflightOptions } from "./preflight.js";
 export type { AgentJobSpec, QueuedJob } from "./commands.js";
 export { slurmProvisioner } from "./provisioner.js";
 export type { SlurmConnectOptions, SlurmEngineConnectOptions, SlurmStatus } from "./provisioner.js";
