@@ -15,8 +15,8 @@ node dist/cluster-agent/cli.js warmstart --out "$tmp/policy"
 node --input-type=module -e '
 import { readFileSync } from "node:fs";
 const [shipped, made] = process.argv.slice(1).map((d) => JSON.parse(readFileSync(`${d}/warmstart.json`, "utf8")));
-console.log(`shipped: recipe ${shipped.hash}, model.safetensors ${shipped.files["model.safetensors"]}`);
-console.log(`made:    recipe ${made.hash}, model.safetensors ${made.files["model.safetensors"]}`);
+console.log(`shipped: recipe ${shipped.hash}, model.safetensors ${shipped.files["model.safetensors"]}, BLAS ${shipped.blas ?? "(not recorded)"}`);
+console.log(`made:    recipe ${made.hash}, model.safetensors ${made.files["model.safetensors"]}, BLAS ${made.blas ?? "(not recorded)"}`);
 if (shipped.hash !== made.hash) { console.log("the recipe changed since the shipped policy was made: run npm run warmstart"); process.exit(1); }
 const same = Object.keys(made.files).filter((f) => made.files[f] === shipped.files[f]);
 console.log(`files equal: ${same.join(", ") || "none"}`);

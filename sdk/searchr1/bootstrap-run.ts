@@ -59,6 +59,12 @@ export interface WarmStartManifest {
   /** Mean token NLL of the last 25 steps. */
   nll: number;
   seconds: number;
+  /**
+   * The BLAS library the trainer's torch multiplied with (informational, not in the hash): the same
+   * plan on another BLAS (Debian's reference one against OpenBLAS) gives other bits, so two policies
+   * that differ are first compared on this.
+   */
+  blas?: string;
   command: string;
   created: string;
   /** sha256 of every file of the folder but the manifest. */
@@ -150,8 +156,9 @@ export async function makeWarmStart(
   };
   // Scratch, like the batches below: deleted at once, or by the head with the app if this driver vanishes first.
   const setupRef = await app.objects.put(setup, { scratch: true });
-  await trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [setupRef, "sft"] as [ObjectRef, "sft"]));
+  const ready = await trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [setupRef, "sft"] as [ObjectRef, "sft"]));
   await app.objects.delete(setupRef.key);
+  const blas = ready.find((r) => r.rank === 0)?.blas;
   const recent: number[] = [];
   let step = 0;
   let left = total;
@@ -189,6 +196,7 @@ export async function makeWarmStart(
     steps: step,
     nll: recent.reduce((a, b) => a + b, 0) / Math.max(1, recent.length),
     seconds: Math.round((performance.now() - t0) / 100) / 10,
+    blas,
     command,
     created: new Date().toISOString(),
     files: folderDigests(model),
