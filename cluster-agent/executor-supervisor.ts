@@ -176,11 +176,12 @@ export class ExecutorSupervisor {
       ...process.env,
       // Its own credential and a random routing id, never the cluster secret (nor where the file is).
       [SECRET_FILE_ENV]: undefined,
-      [APP_TOKEN_ENV]: undefined,
       // CURVE's client half only, by value: the key file also holds the head's secret key.
       [CURVE_KEYS_ENV]: undefined,
       [CURVE_CLIENT_ENV]: curve ? JSON.stringify(curve) : undefined,
       [EXECUTOR_TOKEN_ENV]: deriveKey(this.opts.secret, "executor", id, str(h, "app")).toString("hex"),
+      // A service declared with drivesApp (a run's loop) opens its own app as a driver: that app's token, nothing wider.
+      [APP_TOKEN_ENV]: h.drivesApp === true ? deriveKey(this.opts.secret, "driver", str(h, "app"), str(h, "app")).toString("hex") : undefined,
       [EXECUTOR_ROUTING_ID_ENV]: `x.${id}.${randomBytes(12).toString("hex")}`,
       HEARTH_HEAD: this.opts.head,
       HEARTH_EXECUTOR_ID: id,

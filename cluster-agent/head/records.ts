@@ -58,6 +58,8 @@ export interface ServiceSpec {
    * `hearth.service=<its id>`.
    */
   elastic: boolean;
+  /** Its executors get the app's driver token from their agent (they drive their siblings: a run's loop). */
+  drivesApp?: boolean;
 }
 
 export type ServiceState = "pending" | "starting" | "ready" | "failed" | "stopped";

@@ -162,6 +162,7 @@ export class Scheduler {
         cpu: s.spec.resources.cpu,
         mem: s.spec.resources.mem,
         concurrency: s.spec.concurrency,
+        drivesApp: s.spec.drivesApp === true,
         rank: e.rank,
         worldSize: this.policyFor(s).worldSize(s),
         masterAddr: s.rendezvous?.host,

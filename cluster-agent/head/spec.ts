@@ -72,6 +72,8 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
   const maxQueued = intOption(fail, "maxQueued", raw.maxQueued, SERVICE_DEFAULTS.maxQueued, 1, SERVICE_LIMITS.maxQueued);
   const elastic = raw.elastic ?? false;
   if (typeof elastic !== "boolean") fail("elastic", "true or false", elastic);
+  const drivesApp = raw.drivesApp ?? false;
+  if (typeof drivesApp !== "boolean") fail("drivesApp", "true or false", drivesApp);
   return {
     name,
     module: module as string,
@@ -88,6 +90,7 @@ export function parseServiceSpec(raw: Record<string, unknown>): ServiceSpec {
     initTimeoutMs,
     maxQueued,
     elastic: elastic as boolean,
+    drivesApp: drivesApp as boolean,
   };
 }
 

@@ -76,6 +76,13 @@ export interface ServiceOptions {
   onPending?: (p: PendingReport) => void;
   /** How often a pending service is reported again. Default 20 s. */
   pendingEveryMs?: number;
+  /**
+   * Its executors may open this app as a driver: their agent hands each one
+   * the app's token (HEARTH_APP_TOKEN, this app only, never the cluster
+   * secret). For a service that drives its siblings, such as a training
+   * loop that outlives its client (searchr1/loop-service.ts). Default false.
+   */
+  drivesApp?: boolean;
 }
 
 /** Default of ServiceOptions.readyTimeoutMs. */
@@ -196,6 +203,7 @@ export class App {
       initTimeoutMs: opts.initTimeoutMs,
       maxQueued: opts.maxQueued,
       elastic: this.provision !== undefined ? true : undefined,
+      drivesApp: opts.drivesApp === true ? true : undefined,
     };
     let info: ServiceInfo = await this.client.control("service", { spec, replace: opts.replace === true });
     if (opts.wait !== false) {
