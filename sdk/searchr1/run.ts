@@ -324,6 +324,11 @@ export class SearchR1Run {
     }
   }
 
+  /** Starts no rollouts ahead for steps past `last` (what `train(n)` does for its n steps; a loop stepping one by one sets it). */
+  trainUpTo(last: number): void {
+    this.svc.ahead.horizon = last;
+  }
+
   /** The policy lag allowed (K); settable between steps. */
   get maxLag(): number {
     return this.svc.ahead.maxLag;
@@ -389,6 +394,23 @@ export class SearchR1Run {
   async close(): Promise<void> {
     await this.leave();
     await this.app.close();
+  }
+
+  /**
+   * Stops the run's rollout and trainer services (their executors are
+   * released) and disconnects, leaving the app itself, its other services
+   * and the run's documented objects (weights, run state) for its keep-alive.
+   * A run's loop on the cluster ends this way, so that its outputs stay
+   * fetchable after its services are gone.
+   */
+  async release(): Promise<void> {
+    await this.leave();
+    try {
+      await this.app.stopService("rollout");
+      await this.app.stopService("trainer");
+    } finally {
+      await this.app.disconnect();
+    }
   }
 
   /** Settles the rollouts started ahead and deletes this driver's steps and evaluations (the held results go with them). */
