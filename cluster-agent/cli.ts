@@ -21,6 +21,7 @@ import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
 import { runTrainCommand, TRAIN_USAGE } from "../sdk/searchr1/cli.js";
 import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/searchr1/warmstart-cli.js";
+import { RUNS_USAGE, runRunsCommand } from "../sdk/searchr1/runs-cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
 import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
 
@@ -55,7 +56,8 @@ commands:
                                                executors run as their app's own user (agents run as root); where they run as the
                                                agent's user (not root, Slurm) the app's code can read the cluster secret
   demo    the main job on the embedded default
-  train   search-r1 [flags]                    Search-R1 training (see below)
+  train   search-r1 [flags]                    Search-R1 training (see below); --detach: the loop runs on the cluster
+  ${RUNS_USAGE}
   warmstart [--out DIR] [--steps N]           (re)make the demo's shipped starting policy (see below)
   ${MODEL_USAGE}
 
@@ -235,6 +237,13 @@ async function main(argv: string[]): Promise<number> {
       return runDemo(rest);
     case "train":
       return runTrainCommand(rest);
+    case "runs":
+    case "attach":
+    case "pause":
+    case "resume":
+    case "stop":
+    case "fetch":
+      return runRunsCommand(command, rest);
     case "warmstart":
       return runWarmstartCommand(rest);
     case "kernel": return runKernelCommand(rest);

@@ -6,7 +6,8 @@
 import { parseArgs } from "node:util";
 import { HearthError } from "../errors/index.js";
 import { terminalProgress, warmStartClock } from "./events.js";
-import { pickSample, writeReport } from "./report.js";
+import { detachRun } from "./detached.js";
+import { finishSession } from "./finish.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "./run.js";
 
 /** Numeric flags and the option each sets. */
@@ -65,6 +66,7 @@ const FLAGS = {
   ...Object.fromEntries([...Object.keys(NUMERIC), ...Object.keys(TEXT)].map((k) => [k, { type: "string" as const }])),
   "sbatch-arg": { type: "string" as const, multiple: true as const },
   "no-checkpoint": { type: "boolean" as const },
+  detach: { type: "boolean" as const },
   help: { type: "boolean" as const },
 };
 
@@ -75,8 +77,9 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
   [--bootstrap-steps N] [--bootstrap-mixed-share X] [--bootstrap-batch N] [--bootstrap-lr X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
-  [--max-lag K] [--keep-steps N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP]
+  [--max-lag K] [--keep-steps N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP] [--detach]
   [--engine local|slurm] [--partition P] [--account A] [--sbatch-arg=ARG]... [--bind tcp://ADDRESS:PORT]
+With --detach the loop runs on the cluster as a service of the run's app and the command returns at once (hearth runs|attach|pause|resume|stop|fetch; docs/searchr1.md).
 With --engine slurm each rollout executor is a Slurm job and the trainers one job of --trainers tasks; --bind is an address the compute nodes reach (docs/slurm.md).
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
 
@@ -96,6 +99,7 @@ export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
   }
   const out: Record<string, unknown> = {};
   if (values["no-checkpoint"]) out.checkpoint = false;
+  if (values.detach) out.detach = true;
   if (values["sbatch-arg"] !== undefined) out.sbatchArgs = values["sbatch-arg"];
   for (const [flag, key] of Object.entries(NUMERIC)) {
     const v = values[flag];
@@ -105,7 +109,8 @@ export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
   return out as Partial<SearchR1Options>;
 }
 
-function row(m: StepMetrics): string {
+/** One line of a step's metrics, as the CLI prints it. */
+export function stepRow(m: StepMetrics): string {
   const ev = m.eval_em !== undefined ? `  eval EM ${(m.eval_em * 100).toFixed(1)}%` : "";
   return `step ${String(m.step).padStart(3)}  reward ${m.reward_mean.toFixed(3)}  EM ${(m.em * 100).toFixed(1)}%  searches ${m.searches_per_sample.toFixed(2)}  kept ${m.groups_kept}  ${m.step_s.toFixed(1)} s${ev}`;
 }
@@ -118,7 +123,16 @@ export async function runTrainCommand(args: string[]): Promise<number> {
     console.log(TRAIN_USAGE);
     return 0;
   }
-  const given = parseTrainFlags(rest);
+  const { detach, ...given } = parseTrainFlags(rest) as Partial<SearchR1Options> & { detach?: boolean };
+  if (detach) {
+    const status = await detachRun(given);
+    console.log(`run '${status.name}' started on the cluster: its loop runs on ${status.where.host} (executor ${status.where.executorId})`);
+    console.log(`  follow it:   hearth attach ${status.name}      (Ctrl-C detaches; the run goes on)`);
+    console.log(`  list runs:   hearth runs`);
+    console.log(`  control it:  hearth pause|resume|stop ${status.name}`);
+    console.log(`  its outputs: hearth fetch ${status.name} --out DIR   (once it is done)`);
+    return 0;
+  }
   const t0 = performance.now();
   // The CLI owns its app: other flags than last time replace its services instead of failing.
   const clock = warmStartClock(terminalProgress());
@@ -138,29 +152,10 @@ export async function runTrainCommand(args: string[]): Promise<number> {
     const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample };
     const setupSeconds = (performance.now() - t0) / 1000;
     const before = run.history.length;
-    await run.train(opts.steps, { progress: false, signal: stop.signal, onStep: (r) => opts.log(row(r.metrics)) });
-    const last = run.history.at(-1);
-    let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, searches: last.eval_searches ?? 0 } : undefined;
-    if (!final) {
-      const ev = await run.evaluate();
-      final = { em: ev.em, searches: ev.searchesPerSample };
-    }
-    const dir = opts.checkpoint ? await run.saveCheckpoint() : "(not written: --no-checkpoint)";
-    const latest = run.results.steps().length > 0 ? run.result() : undefined;
-    const sample = latest && pickSample(latest.samples);
-    const report = writeReport(opts.out, run.history, {
-      start: startEval,
-      final: { step: run.stepsDone, ...final },
-      seconds: (performance.now() - t0) / 1000,
-      setupSeconds,
-      rlSeconds: run.history.slice(before).reduce((n, m) => n + m.step_s, 0),
-      warmStart: clock.warmStart(),
-      startedFrom: run.task.modelDir,
-      options: { ...opts, log: undefined, connectOptions: undefined },
-      trajectory: latest && sample ? { step: latest.metrics.step, sample, decoder: run.task.tokenizer } : undefined,
-    });
-    console.log(`\n${report.summary}\n`);
-    console.log(`metrics: ${opts.out}/metrics.jsonl   report: ${report.file}   checkpoint: ${dir}`);
+    await run.train(opts.steps, { progress: false, signal: stop.signal, onStep: (r) => opts.log(stepRow(r.metrics)) });
+    const done = await finishSession(run, { t0, startEval, setupSeconds, before, warmStart: clock.warmStart() });
+    console.log(`\n${done.summary}\n`);
+    console.log(`metrics: ${opts.out}/metrics.jsonl   report: ${done.report}   checkpoint: ${done.checkpoint}`);
     return stop.signal.aborted ? 130 : 0;
   } finally {
     process.off("SIGINT", onSigint);

@@ -1,0 +1,150 @@
+/**
+ * The client side of runs that live on the cluster: start one (`detachRun`:
+ * the loop becomes a service of the run's app, loop-service.ts), list them,
+ * attach (history so far, then live events), pause, resume, stop, and fetch
+ * a finished run's outputs. A client holds nothing of the run: it opens the
+ * run's app as a driver (so only that app's drivers and admin get in),
+ * reads the status and log the loop writes (run-log.ts), and disconnects.
+ */
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { fetchFolder } from "../cache/folder.js";
+import { connect } from "../connect.js";
+import { HearthError } from "../errors/index.js";
+import type { App } from "../runtime/app.js";
+import type { PoolHandle } from "../runtime/handles.js";
+import { HeadClient } from "../runtime/head-client.js";
+import type { SearchR1Loop, ShippedTree } from "./loop-service.js";
+import { layerOptions, validateOptions, type SearchR1Options } from "./options.js";
+import { recipeFor } from "./recipes/index.js";
+import { LoopLogReader, loopOutputsKey, readLoopStatus, type LoopEvent, type LoopStatus } from "./run-log.js";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+
+/** The loop's service name in its run's app. */
+export const LOOP_SERVICE = "loop";
+/** What the loop reserves: it mostly waits on its siblings (tokenising and scoring are light). */
+export const LOOP_RESREQ = "cpu=0.1";
+
+/** How often an attacher looks for new events (a get that returns "not modified" when there are none). */
+export const ATTACH_POLL_MS = 250;
+
+/** Where to find the head: `head`, else HEARTH_HEAD, else the embedded local one. */
+export interface RunClientOptions {
+  head?: string;
+}
+
+/** Opens the run's loop service (the same declaration every client makes, so it names the running one). */
+async function loopOf(app: App): Promise<PoolHandle<SearchR1Loop>> {
+  return (await app.service<SearchR1Loop>(
+    { module: path.join(HERE, "loop-service.js"), export: "SearchR1Loop" },
+    { name: LOOP_SERVICE, resreq: LOOP_RESREQ, warmup: 1, max: 1, concurrency: 8, drivesApp: true, idleTimeout: 0 },
+  )) as PoolHandle<SearchR1Loop>;
+}
+
+/**
+ * Starts run `given.name` with its loop on the cluster and returns its
+ * status at once (state "warming"). The options are checked here first, so
+ * a bad flag fails before anything starts.
+ */
+export async function detachRun(given: Partial<SearchR1Options>, opts: RunClientOptions = {}): Promise<LoopStatus> {
+  if (given.out !== undefined) throw new HearthError("--out does not apply to a detached run: its loop writes where it runs; get its outputs with `hearth fetch NAME --out DIR`");
+  if (given.resume !== undefined) throw new HearthError("--resume is not supported with --detach yet: the checkpoint folder would have to be readable where the loop runs; resume attached");
+  if (given.engine === "slurm") throw new HearthError("--detach runs its loop as a service of a fixed cluster; with --engine slurm run attached");
+  const layered = layerOptions(recipeFor(given.model ?? "tiny", given.data ?? "synthetic").defaults, given);
+  validateOptions(layered);
+  const app = await connect({ name: layered.name, head: opts.head ?? given.head });
+  try {
+    const loop = await loopOf(app);
+    const { head: _head, ...rest } = given;
+    return await loop.call("start", rest);
+  } finally {
+    await app.disconnect();
+  }
+}
+
+/**
+ * Opens the app of run `name` as its driver, runs `body`, disconnects. A
+ * name with no run (no status object) is a clear error, and an app opened
+ * only to find that out is released again.
+ */
+export async function withRun<T>(name: string, opts: RunClientOptions, body: (app: App, status: LoopStatus) => Promise<T>): Promise<T> {
+  const app = await connect({ name, head: opts.head });
+  let status: LoopStatus | undefined;
+  try {
+    status = await readLoopStatus(app.objects, name);
+    if (!status) throw new HearthError(`no detached run named '${name}' on this cluster (hearth runs lists them)`);
+    return await body(app, status);
+  } finally {
+    if (!app.reattached && !status) await app.close();
+    else await app.disconnect();
+  }
+}
+
+/** Asks run `name`'s loop to pause, resume or stop (it acts between steps); returns its status. */
+export async function controlRun(name: string, what: "pause" | "resume" | "stop", opts: RunClientOptions = {}): Promise<LoopStatus> {
+  return withRun(name, opts, async (app, status) => {
+    if (status.state === "done" || status.state === "failed") throw new HearthError(`run '${name}' is ${status.state}${status.why ? ` (${status.why})` : ""}: nothing to ${what}`);
+    const loop = await loopOf(app);
+    return (await loop.call(what)) ?? status;
+  });
+}
+
+/**
+ * Follows run `name`: `onEvent` gets every event of its log so far, then
+ * each new one, until the run is done or failed (resolves with its final
+ * status) or `signal` aborts (resolves with the status then; the run goes on).
+ */
+export async function attachRun(name: string, onEvent: (e: LoopEvent) => void, opts: RunClientOptions & { signal?: AbortSignal } = {}): Promise<LoopStatus> {
+  return withRun(name, opts, async (app) => {
+    const reader = new LoopLogReader(app.objects, name);
+    for (;;) {
+      for (const e of await reader.next()) onEvent(e);
+      const status = (await readLoopStatus(app.objects, name))!;
+      if (status.state === "done" || status.state === "failed") {
+        for (const e of await reader.next()) onEvent(e);
+        return status;
+      }
+      if (opts.signal?.aborted) return status;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(done, ATTACH_POLL_MS);
+        function done(): void {
+          clearTimeout(t);
+          opts.signal?.removeEventListener("abort", done);
+          resolve();
+        }
+        opts.signal?.addEventListener("abort", done, { once: true });
+      });
+    }
+  });
+}
+
+/** Writes finished run `name`'s outputs (metrics.jsonl, report, checkpoint) into `dir`; returns the bytes fetched. */
+export async function fetchRun(name: string, dir: string, opts: RunClientOptions = {}): Promise<number> {
+  return withRun(name, opts, async (app, status) => {
+    if (status.state !== "done") throw new HearthError(`run '${name}' is ${status.state}: its outputs are put in the cache when it ends (hearth stop ${name} ends it after its step)`);
+    const tree = await app.objects.get<ShippedTree>(loopOutputsKey(name));
+    let bytes = 0;
+    for (const f of tree.folders) bytes += await fetchFolder(app.objects, f.folder, path.join(dir, f.rel));
+    return bytes;
+  });
+}
+
+/** Every detached run of the cluster (needs the admin credential: the cluster secret). */
+export async function listRuns(endpoint: string): Promise<LoopStatus[]> {
+  const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000, admin: true });
+  let names: string[];
+  try {
+    const status = await client.control("status", { all: true });
+    names = (status.apps as Array<{ name: string; services: Array<{ name: string }> }>).filter((a) => a.services.some((s) => s.name === LOOP_SERVICE)).map((a) => a.name);
+    await client.control("close-app", {});
+  } finally {
+    client.close();
+  }
+  const runs: LoopStatus[] = [];
+  for (const name of names) {
+    const s = await withRun(name, { head: endpoint }, async (_app, st) => st).catch(() => undefined);
+    if (s) runs.push(s);
+  }
+  return runs;
+}

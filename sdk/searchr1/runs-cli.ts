@@ -1,0 +1,102 @@
+/**
+ * `hearth runs | attach | pause | resume | stop | fetch`: the command line of
+ * runs that live on the cluster (started with `hearth train search-r1 …
+ * --detach`). Each command opens the run's app as its driver, acts, and
+ * leaves; the run never depends on it.
+ */
+import { parseArgs } from "node:util";
+import { findLocalCluster } from "../engines/local.js";
+import { HearthError } from "../errors/index.js";
+import { stepRow } from "./cli.js";
+import { attachRun, controlRun, fetchRun, listRuns } from "./detached.js";
+import type { LoopEvent, LoopStatus } from "./run-log.js";
+
+/** Usage of the run commands. */
+export const RUNS_USAGE = `runs    [--head ENDPOINT] [--json]            every detached run: name, state, step of total, last held-out EM, started, where its loop runs (admin)
+  attach  NAME [--head ENDPOINT]                the run's history so far, then its live progress; Ctrl-C detaches (the run goes on)
+  pause|resume|stop NAME [--head ENDPOINT]      hold the run after its step / let it go on / end it after its step (metrics, checkpoint, report; services released)
+  fetch   NAME --out DIR [--head ENDPOINT]      write a finished run's outputs (metrics.jsonl, report, checkpoint) into DIR`;
+
+function headOf(given: string | undefined): string {
+  const endpoint = given ?? process.env.HEARTH_HEAD ?? findLocalCluster()?.endpoint;
+  if (!endpoint) throw new HearthError("no local head is running (start one with `hearth up`), and no --head was given");
+  return endpoint;
+}
+
+function nameOf(command: string, positionals: string[]): string {
+  const name = positionals[0];
+  if (!name || positionals.length > 1) throw new HearthError(`usage: hearth ${command} NAME [--head ENDPOINT]${command === "fetch" ? " --out DIR" : ""}`);
+  return name;
+}
+
+/** One line of a run's log, as `hearth attach` prints it. */
+export function eventLine(e: LoopEvent): string | undefined {
+  switch (e.type) {
+    case "log": return e.text;
+    case "state": return `[${e.state}${e.why ? `: ${e.why}` : ""}]`;
+    case "step": return stepRow(e.metrics);
+    case "eval": return `held-out EM at step ${e.step}: ${(e.em * 100).toFixed(1)}% (searches/sample ${e.searchesPerSample.toFixed(2)})`;
+    case "warmstart": return e.cached ? "warm start loaded from the cache" : e.step === e.total ? `warm start ${e.step}/${e.total} done` : undefined;
+    default: return undefined;
+  }
+}
+
+/** One line of `hearth runs`. */
+export function runLine(s: LoopStatus): string {
+  const em = s.evalEm !== undefined ? `${(s.evalEm * 100).toFixed(1)}% @${s.evalStep}` : "-";
+  const state = s.state === "failed" ? `failed: ${s.why ?? "?"}` : s.state;
+  return `${s.name.padEnd(20)} ${state.padEnd(10)} ${`${s.step}/${s.total}`.padStart(9)}  EM ${em.padEnd(12)} ${new Date(s.startedAt).toISOString()}  ${s.where.host} (${s.where.executorId})`;
+}
+
+/** Runs one of the run commands; returns the exit code. */
+export async function runRunsCommand(command: "runs" | "attach" | "pause" | "resume" | "stop" | "fetch", args: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options: { head: { type: "string" }, json: { type: "boolean" }, out: { type: "string" } }, allowPositionals: true, strict: true });
+  } catch (err) {
+    throw new HearthError(`${(err as Error).message}\nusage: hearth ${RUNS_USAGE}`);
+  }
+  const { values, positionals } = parsed;
+  const head = headOf(values.head);
+  switch (command) {
+    case "runs": {
+      const runs = await listRuns(head);
+      if (values.json) console.log(JSON.stringify(runs, null, 2));
+      else if (runs.length === 0) console.log("no detached runs on this cluster");
+      else for (const r of runs) console.log(runLine(r));
+      return 0;
+    }
+    case "attach": {
+      const name = nameOf(command, positionals);
+      const stop = new AbortController();
+      const onSigint = (): void => stop.abort();
+      process.on("SIGINT", onSigint);
+      try {
+        const final = await attachRun(name, (e) => {
+          const line = eventLine(e);
+          if (line !== undefined) console.log(line);
+        }, { head, signal: stop.signal });
+        if (stop.signal.aborted) console.log(`detached from '${name}' (${final.state}, step ${final.step}/${final.total}); it goes on: hearth attach ${name}`);
+        return final.state === "failed" ? 1 : 0;
+      } finally {
+        process.off("SIGINT", onSigint);
+      }
+    }
+    case "pause":
+    case "resume":
+    case "stop": {
+      const name = nameOf(command, positionals);
+      const s = await controlRun(name, command, { head });
+      const what = { pause: "pauses after its step in flight", resume: "goes on", stop: "stops after its step in flight, then writes its outputs and releases its services" }[command];
+      console.log(`run '${name}' ${what} (was ${s.state} at step ${s.step}/${s.total})`);
+      return 0;
+    }
+    case "fetch": {
+      const name = nameOf(command, positionals);
+      if (!values.out) throw new HearthError(`usage: hearth fetch NAME --out DIR`);
+      const bytes = await fetchRun(name, values.out, { head });
+      console.log(`fetched run '${name}': ${bytes} bytes into ${values.out}`);
+      return 0;
+    }
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * Runs that outlive their client, on real processes: `hearth train
+ * search-r1 --detach` returns at once and the loop, a service of the run's
+ * app, keeps stepping with no client connected (the app's only driver is
+ * the loop itself); `hearth attach` from a new process prints the whole
+ * history then live steps, and Ctrl-C leaves the run going; `hearth pause`
+ * holds it (the log shows no step between paused and running) and `resume`
+ * lets it go on; `hearth stop` ends it after its step with its outputs in
+ * the cache, `hearth fetch` writes them and the checkpoint is one
+ * `--resume` accepts; a driver of another app neither opens the run's app
+ * nor sees the run from its own.
+ */
+import assert from "node:assert/strict";
+import { execFile, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { promisify } from "node:util";
+import { connect } from "../../sdk/connect.js";
+import { readLoopStatus, type LoopStatus } from "../../sdk/searchr1/run-log.js";
+import { appToken, loadSecret, secretFile } from "../../sdk/wire/auth.js";
+import { CLI, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
+
+const exec = promisify(execFile);
+const work = mkdtempSync(path.join(os.tmpdir(), "hearth-detach-"));
+let cluster: TestCluster;
+const NAME = "detached1";
+
+before(async () => {
+  process.env.HEARTH_HOME = path.join(work, "home");
+  cluster = await startCluster({ agents: [{ id: "n1", cpus: 3, mem: "8g" }] });
+});
+after(async () => {
+  await cluster?.stop();
+});
+
+const small = ["--prompts-per-step", "2", "--prompts-per-task", "1", "--group-size", "2", "--eval-size", "4", "--eval-every", "0", "--bootstrap-steps", "2"];
+
+async function hearth(...args: string[]): Promise<string> {
+  return (await exec(process.execPath, [CLI, ...args, "--head", cluster.endpoint], { timeout: 60_000 })).stdout;
+}
+
+/** The run's status as `hearth runs --json` (a client that connects, reads and leaves) reports it. */
+async function runStatus(): Promise<LoopStatus> {
+  const runs = JSON.parse(await hearth("runs", "--json")) as LoopStatus[];
+  const r = runs.find((s) => s.name === NAME);
+  assert.ok(r, `hearth runs lists ${NAME}`);
+  return r;
+}
+
+async function driversOf(app: string): Promise<number> {
+  return ((await cluster.status()).apps as Array<{ name: string; drivers: number }>).find((a) => a.name === app)?.drivers ?? 0;
+}
+
+test("a detached run steps with no client, attaches from anywhere, pauses, resumes, stops into a checkpoint --resume accepts", async () => {
+  // --out is where the loop writes, not the client: refused with what to do instead.
+  await assert.rejects(exec(process.execPath, [CLI, "train", "search-r1", "--head", cluster.endpoint, "--name", "x", "--out", work, "--detach"]), /--out does not apply to a detached run/);
+
+  const started = await exec(process.execPath, [CLI, "train", "search-r1", "--head", cluster.endpoint, "--name", NAME, "--steps", "500", ...small, "--detach"], { timeout: 120_000 });
+  assert.match(started.stdout, new RegExp(`hearth attach ${NAME}`));
+
+  // Every client is gone: the loop is the app's only driver, and the step counter still advances.
+  const s1 = await waitFor("the detached run's first step", async () => ((await runStatus()).step >= 1 ? runStatus() : undefined), 240_000);
+  assert.equal(s1.state, "running");
+  assert.equal(await driversOf(NAME), 1, "the loop itself is the run app's one driver");
+  const s2 = await waitFor("a later step with no client attached", async () => {
+    const s = await runStatus();
+    return s.step > s1.step ? s : undefined;
+  }, 120_000);
+  assert.ok(s2.step > s1.step);
+
+  // Attach from a new process: the whole history from step 1, then a step that happened after it attached.
+  const attach = spawn(process.execPath, [CLI, "attach", NAME, "--head", cluster.endpoint], { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  attach.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  attach.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((resolve) => attach.on("exit", (code) => resolve(code)));
+  const steps = (): number[] => [...out.matchAll(/^step +(\d+) /gm)].map((m) => Number(m[1]));
+  await waitFor("the history so far", () => (steps().length >= s2.step ? true : undefined), 30_000);
+  const atAttach = (await runStatus()).step;
+  await waitFor("a live step after attaching", () => (steps().some((n) => n > atAttach) ? true : undefined), 120_000);
+  const seen = steps();
+  assert.deepEqual(seen, seen.map((_, i) => i + 1), "every step from the first, in order, none twice");
+  assert.match(out, /^\[warming\]$/m);
+  attach.kill("SIGINT");
+  assert.equal(await exited, 0, out);
+  assert.match(out, /detached from 'detached1'/);
+  // Detaching leaves the run going.
+  const afterDetach = (await runStatus()).step;
+  await waitFor("a step after the attacher left", async () => ((await runStatus()).step > afterDetach ? true : undefined), 120_000);
+
+  // Pause: held after the step in flight; resume: steps again.
+  await hearth("pause", NAME);
+  const paused = await waitFor("the run to pause", async () => {
+    const s = await runStatus();
+    return s.state === "paused" ? s : undefined;
+  }, 120_000);
+  await hearth("resume", NAME);
+  await waitFor("a step after resuming", async () => ((await runStatus()).step > paused.step ? true : undefined), 120_000);
+  const app = await connect({ name: NAME, head: cluster.endpoint });
+  try {
+    const events = await app.objects.get<Array<{ type: string; state?: string; step?: number }>>(`searchr1/${NAME}/events`);
+    const from = events.findIndex((e) => e.type === "state" && e.state === "paused");
+    const to = events.findIndex((e, i) => i > from && e.type === "state" && e.state === "running");
+    assert.ok(from >= 0 && to > from, "the log records the pause and the resume");
+    assert.deepEqual(events.slice(from, to).filter((e) => e.type === "step"), [], "no step ran while paused");
+    assert.equal(events.slice(to).find((e) => e.type === "step")?.step, paused.step + 1, "the first step after resuming is the next one");
+  } finally {
+    await app.disconnect();
+  }
+
+  // A driver of another app: its token does not open this run's app, and its own app holds no such run.
+  const secret = loadSecret(secretFile());
+  const other = { role: "driver" as const, id: NAME, app: NAME, key: Buffer.from(appToken(secret, "someone-else"), "hex") };
+  await assert.rejects(connect({ name: NAME, head: cluster.endpoint, credential: other }), /credential|auth/i);
+  const theirs = await connect({ name: "someone-else", head: cluster.endpoint, credential: { ...other, id: "someone-else", app: "someone-else" } });
+  try {
+    assert.equal(await readLoopStatus(theirs.objects, NAME), undefined);
+  } finally {
+    await theirs.close();
+  }
+
+  // Stop: after its step, outputs written and put in the cache; the rollouts and trainers released.
+  await hearth("stop", NAME);
+  const done = await waitFor("the run to stop", async () => {
+    const s = await runStatus();
+    return s.state === "done" || s.state === "failed" ? s : undefined;
+  }, 240_000);
+  assert.equal(done.state, "done", done.why);
+  const services = ((await cluster.status()).apps as Array<{ name: string; services: Array<{ name: string; state: string }> }>).find((a) => a.name === NAME)!.services;
+  assert.deepEqual(services.filter((s) => s.name !== "loop" && s.state !== "stopped"), [], "rollouts and trainers released");
+  const fetched = path.join(work, "fetched");
+  await hearth("fetch", NAME, "--out", fetched);
+  const metrics = readFileSync(path.join(fetched, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
+  assert.deepEqual(metrics.map((m) => m.step), Array.from({ length: done.step }, (_, i) => i + 1));
+  assert.ok(existsSync(path.join(fetched, "report.html")), "the report");
+  const ckpt = JSON.parse(readFileSync(path.join(fetched, "checkpoint", "driver-state.json"), "utf8")) as { step: number };
+  assert.equal(ckpt.step, done.step);
+
+  // The fetched checkpoint is one --resume accepts: a run resumed from it goes on at the next step.
+  const resumed = await exec(process.execPath, [CLI, "train", "search-r1", "--head", cluster.endpoint, "--name", "resumed1", "--out", path.join(work, "resumed"), "--steps", "1", ...small, "--resume", path.join(fetched, "checkpoint")], { timeout: 240_000 });
+  assert.match(resumed.stdout + resumed.stderr, new RegExp(`resuming from .* at step ${done.step}`));
+  const again = readFileSync(path.join(work, "resumed", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
+  assert.equal(again.at(-1)!.step, done.step + 1);
+});
