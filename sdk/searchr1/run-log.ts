@@ -88,14 +88,12 @@ export class LoopLogWriter {
     const event = { ...e, seq: ++this.seq, at: Date.now() } as LoopEvent;
     this.recent.push(event);
     if (this.recent.length > LOG_KEEP) this.recent.splice(0, this.recent.length - LOG_KEEP);
+    // Decided (and the new base's events taken) now, in append order: a base taken later would also hold events still queued as patches.
+    const base = this.patches >= LOG_REBASE ? [...this.recent] : undefined;
+    this.patches = base ? 0 : this.patches + 1;
     this.chain = this.chain.then(async () => {
-      if (this.patches >= LOG_REBASE) {
-        await this.objects.update(loopEventsKey(this.name), [...this.recent]);
-        this.patches = 0;
-      } else {
-        await this.objects.patch(loopEventsKey(this.name), [event]);
-        this.patches++;
-      }
+      if (base) await this.objects.update(loopEventsKey(this.name), base);
+      else await this.objects.patch(loopEventsKey(this.name), [event]);
     }).catch((err: unknown) => {
       this.failure ??= err;
     });
@@ -124,8 +122,12 @@ export class LoopLogReader {
   /** The events since the previous call (all there are, the first time). */
   async next(): Promise<LoopEvent[]> {
     const all = await this.objects.get<LoopEvent[]>(loopEventsKey(this.name));
-    const fresh = all.filter((e) => e.seq > this.lastSeq);
-    if (fresh.length > 0) this.lastSeq = fresh[fresh.length - 1]!.seq;
+    const fresh: LoopEvent[] = [];
+    for (const e of all) {
+      if (e.seq <= this.lastSeq) continue;
+      fresh.push(e);
+      this.lastSeq = e.seq;
+    }
     return fresh;
   }
 }
