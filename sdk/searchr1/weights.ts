@@ -53,9 +53,10 @@ export class WeightPublisher {
     private readonly policy: RebasePolicy = DEFAULT_REBASE,
   ) {}
 
-  /** Publishes the engine's current weights. */
-  async publish(): Promise<PublishStats> {
-    const rebase = this.baseBytes > 0 && (this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes);
+  /** Publishes the engine's current weights; `full` makes this publication a fresh base. */
+  async publish(options: { full?: boolean } = {}): Promise<PublishStats> {
+    const rebase =
+      this.baseBytes > 0 && (options.full === true || this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes);
     const pub = await this.engine.publish(undefined, { full: rebase });
     const record: StoredPublication = { version: pub.version, kind: pub.kind, blobs: pub.blobs };
     let version: number;
