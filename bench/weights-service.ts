@@ -9,6 +9,13 @@ import { applyPublications } from "../sdk/searchr1/weights.js";
 import { TensorEngine } from "../sdk/tensor/index.js";
 import type { ExecutorContext } from "../sdk/runtime/types.js";
 
+/**
+ * The engines' heartbeat deadline. The default (3 s) killed a healthy engine
+ * here: while a 1 GB base was decoded and piped on a 2-core machine at load 7,
+ * the executor read no heartbeat for 5 s (bench run of 2026-12, 0.5b shape).
+ */
+export const HANG_TIMEOUT_MS = 120_000;
+
 /** Where one rollout executor runs. */
 export interface WeightsMemberInfo {
   executorId: string;
@@ -44,7 +51,7 @@ export class WeightsRollout {
 
   /** Starts the engine with a random model of `preset` in bf16 (a seed other than the publisher's). */
   async setup(preset: string, threads: number): Promise<WeightsMemberInfo> {
-    this.engine ??= await TensorEngine.start({ env: { HEARTH_THREADS: String(threads) } });
+    this.engine ??= await TensorEngine.start({ env: { HEARTH_THREADS: String(threads) }, hangTimeoutMs: HANG_TIMEOUT_MS });
     await this.engine.initModel({ config: preset, seed: 7, dtype: "bfloat16", device: "cpu", threads }, { timeoutMs: 600_000 });
     return { executorId: this.ctx.executorId, agentId: this.ctx.agentId, pid: process.pid, enginePid: this.engine.pid ?? -1 };
   }
@@ -56,6 +63,7 @@ export class WeightsRollout {
     const applied: string[] = [];
     let applyMs = 0;
     let firstApply: number | undefined;
+    let lastVersion = -1;
     // The real path, with the engine's apply timed: everything before the first apply is the fetch.
     const timed = {
       apply: async (blobs: readonly Uint8Array[]) => {
@@ -63,7 +71,11 @@ export class WeightsRollout {
         firstApply ??= t;
         try {
           const r = await engine.apply(blobs, { timeoutMs: 600_000 });
-          applied.push(...r.applied.map((a) => a.kind));
+          // A base arrives as several shards (one request each): list each publication once.
+          for (const a of r.applied) {
+            if (a.version !== lastVersion) applied.push(a.kind);
+            lastVersion = a.version;
+          }
           return r;
         } finally {
           applyMs += performance.now() - t;

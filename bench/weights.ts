@@ -22,7 +22,7 @@ import { TensorEngine } from "../sdk/tensor/index.js";
 import { startCluster, type TestCluster } from "../test/helpers/cluster.js";
 import { rawRoundTrip } from "./cache.js";
 import { table } from "./stats.js";
-import type { WeightsRollout, WeightsSync } from "./weights-service.js";
+import { HANG_TIMEOUT_MS, type WeightsRollout, type WeightsSync } from "./weights-service.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const MiB = 1024 * 1024;
@@ -140,7 +140,7 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
   try {
     cluster = await startCluster({ agents: [{ id: "a", cpus: 2 }, { id: "b", cpus: 2 }] });
     app = await connect({ name: "bench-weights", head: cluster.endpoint });
-    publisherEngine = await TensorEngine.start({ env: { HEARTH_THREADS: String(opts.threads) } });
+    publisherEngine = await TensorEngine.start({ env: { HEARTH_THREADS: String(opts.threads) }, hangTimeoutMs: HANG_TIMEOUT_MS });
     const init = await publisherEngine.initModel({ config: preset, seed: 0, dtype: "bfloat16", device: "cpu", threads: opts.threads }, { timeoutMs: 600_000 });
     log(`publisher: ${preset}, ${(init.params / 1e6).toFixed(1)} M params, bf16 (${init.seconds.toFixed(1)} s to build)`);
     const module = { module: path.join(HERE, "weights-service.js"), export: "WeightsRollout" };

@@ -32,6 +32,9 @@ export interface RebasePolicy {
 /** Re-base after 20 patches, or once they outweigh half the base. */
 export const DEFAULT_REBASE: RebasePolicy = { maxPatches: 20, maxPatchShare: 0.5 };
 
+/** Shard size of full publications (256 MiB): a 1 GB base is applied in four engine requests. */
+export const DEFAULT_SHARD_BYTES = 256 * 1024 * 1024;
+
 /** What one publication wrote. */
 export type PublishStats = Omit<Publication, "blobs"> & { cacheVersion: number; rebased: boolean };
 
@@ -45,21 +48,30 @@ export class WeightPublisher {
   private patches = 0;
   private patchBytes = 0;
   private baseBytes = 0;
+  /** A write failed after the engine moved its last-published copy on: the next publication is a fresh base. */
+  private mustRebase = false;
 
   constructor(
     private readonly objects: ObjectCache,
     private readonly key: string,
     private readonly engine: TensorEngine,
     private readonly policy: RebasePolicy = DEFAULT_REBASE,
+    /** Shard size of a full publication: every rollout engine then holds one shard at a time while applying. */
+    private readonly maxShardBytes = DEFAULT_SHARD_BYTES,
   ) {}
 
   /** Publishes the engine's current weights; `full` makes this publication a fresh base. */
   async publish(options: { full?: boolean } = {}): Promise<PublishStats> {
     const rebase =
-      this.baseBytes > 0 && (options.full === true || this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes);
-    const pub = await this.engine.publish(undefined, { full: rebase });
+      this.mustRebase ||
+      (this.baseBytes > 0 && (options.full === true || this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes));
+    const pub = await this.engine.publish(this.maxShardBytes, { full: rebase });
     const record: StoredPublication = { version: pub.version, kind: pub.kind, blobs: pub.blobs };
     let version: number;
+    // The engine diffs against what it published last, so a patch the cache refused (CacheFullError
+    // past its limit, a storage error) would leave the cache a version behind the engine: the cache
+    // keeps what it had (readers still get the last good version) and the next publication re-bases.
+    this.mustRebase = true;
     if (pub.kind === "full") {
       version = (this.baseBytes === 0 ? await putOrReplace(this.objects, this.key, record) : await this.objects.update(this.key, record)).version;
       this.baseBytes = pub.bytes;
@@ -70,6 +82,7 @@ export class WeightPublisher {
       this.patches++;
       this.patchBytes += pub.bytes;
     }
+    this.mustRebase = false;
     const { blobs: _blobs, ...stats } = pub;
     return { ...stats, cacheVersion: version, rebased: rebase };
   }
@@ -94,8 +107,8 @@ export function applyPublications(objects: ObjectCache, key: string, engine: Ten
       let version = "blobs" in (acc as object) ? 0 : (acc as PublicationRecord).version;
       for (const p of pending) {
         if (p.version <= version && p.kind === "patch") continue;
-        const r = await engine.apply(p.blobs);
-        version = r.version;
+        // One engine request per blob: the engine reads one shard of a base at a time, not the whole model.
+        for (const blob of p.blobs) version = (await engine.apply([blob])).version;
       }
       return { version };
     },

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -48,6 +49,44 @@ def model_tensors(model: Transformer) -> Dict[str, Tensor]:
     return {n: state[n] for n in expected_shapes(model)}
 
 
+def _np_varint_encode(v: np.ndarray) -> np.ndarray:
+    """varint_encode on a CPU int64 array: numpy does each pass several times faster
+    than torch 1.13's CPU kernels here, and most values need one pass."""
+    if v.size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    top = int(v.max())
+    if top < 0x80:
+        return v.astype(np.uint8)
+    nb = np.ones(v.size, dtype=np.int64)
+    for k in range(1, (top.bit_length() + 6) // 7):
+        nb += v >= (1 << (7 * k))
+    starts = np.cumsum(nb) - nb
+    out = np.empty(int(starts[-1] + nb[-1]), dtype=np.uint8)
+    out[starts] = (v & 0x7F) | ((nb > 1).astype(np.int64) << 7)
+    for k in range(1, int(nb.max())):
+        sel = np.flatnonzero(nb > k)
+        out[starts[sel] + k] = ((v[sel] >> (7 * k)) & 0x7F) | ((nb[sel] > k + 1).astype(np.int64) << 7)
+    return out
+
+
+def _np_varint_decode(b: np.ndarray) -> np.ndarray:
+    """varint_decode on a CPU uint8 array (checked like the torch one)."""
+    cont = b >= 0x80
+    if not cont.any():
+        return b.astype(np.int64)
+    ends = np.flatnonzero(~cont)
+    starts = np.empty_like(ends)
+    starts[0], starts[1:] = 0, ends[:-1] + 1
+    lens = ends - starts + 1
+    if int(lens.max()) > 10:
+        raise EngineError("bad_patch", "varint longer than 10 bytes")
+    vals = (b[starts] & 0x7F).astype(np.int64)
+    for k in range(1, int(lens.max())):
+        sel = np.flatnonzero(lens > k)
+        vals[sel] |= (b[starts[sel] + k] & 0x7F).astype(np.int64) << (7 * k)
+    return vals
+
+
 def varint_encode(values: Tensor) -> Tensor:
     """LEB128 bytes (uint8) of non-negative int64 values (n,), vectorised.
 
@@ -56,6 +95,8 @@ def varint_encode(values: Tensor) -> Tensor:
     rates of a training step almost every gap fits one byte, so the later passes
     touch a few percent of the values)."""
     v = values.to(torch.int64)
+    if v.device.type == "cpu":
+        return torch.from_numpy(_np_varint_encode(v.numpy()))
     if v.numel() == 0:
         return torch.zeros(0, dtype=torch.uint8, device=v.device)
     nbytes = torch.ones_like(v)
@@ -80,6 +121,8 @@ def varint_decode(buf: Tensor) -> Tensor:
         return torch.zeros(0, dtype=torch.int64, device=buf.device)
     if int(buf[-1]) & 0x80:
         raise EngineError("bad_patch", "index stream ends inside a varint")
+    if buf.device.type == "cpu":
+        return torch.from_numpy(_np_varint_decode(buf.numpy()))
     cont = buf >= 0x80  # (m,) bool
     if not bool(cont.any()):  # every value is one byte: the common case of small gaps
         return buf.to(torch.int64)
@@ -100,6 +143,10 @@ def encode_deltas(old_bits: Tensor, new_bits: Tensor) -> Tensor:
 
     A bf16 value that an optimizer step moves usually moves by one unit in the last
     place, so its bit pattern changes by +-1: one byte instead of two raw."""
+    if new_bits.device.type == "cpu":
+        dn = new_bits.numpy().astype(np.int64) - old_bits.numpy()
+        dn = ((dn + 32768) & 0xFFFF) - 32768  # wrap to [-32768, 32767]
+        return torch.from_numpy(_np_varint_encode((dn << 1) ^ (dn >> 63)))
     d = new_bits.to(torch.int32) - old_bits.to(torch.int32)
     d = ((d + 32768) & 0xFFFF) - 32768  # wrap to [-32768, 32767]
     return varint_encode(((d << 1) ^ (d >> 31)).to(torch.int64))
@@ -110,6 +157,10 @@ def apply_deltas(old_bits: Tensor, buf: Tensor) -> Tensor:
     z = varint_decode(buf)
     if z.numel() != old_bits.numel():
         raise EngineError("bad_patch", f"{old_bits.numel()} indices but {z.numel()} value deltas")
+    if z.device.type == "cpu":
+        zn = z.numpy()
+        dn = (zn >> 1) ^ -(zn & 1)
+        return torch.from_numpy((((old_bits.numpy() + dn + 32768) & 0xFFFF) - 32768).astype(np.int16))
     d = (z >> 1) ^ -(z & 1)
     new = ((old_bits.to(torch.int64) + d + 32768) & 0xFFFF) - 32768
     return new.to(torch.int16)
@@ -117,12 +168,15 @@ def apply_deltas(old_bits: Tensor, buf: Tensor) -> Tensor:
 
 def encode_indices(idx: Tensor) -> Tensor:
     """Sorted flat indices -> varint bytes of their gaps (first one absolute)."""
+    if idx.device.type == "cpu":
+        return torch.from_numpy(_np_varint_encode(np.diff(idx.numpy(), prepend=0)))
     return varint_encode(torch.diff(idx, prepend=idx.new_zeros(1)))
 
 
 def decode_indices(buf: Tensor) -> Tensor:
     """Varint gap bytes -> sorted flat indices (int64)."""
-    return varint_decode(buf).cumsum(0)
+    gaps = varint_decode(buf)
+    return torch.from_numpy(np.cumsum(gaps.numpy())) if gaps.device.type == "cpu" else gaps.cumsum(0)
 
 
 @dataclass
@@ -140,6 +194,26 @@ class PatchStats:
     seconds: Dict[str, float] = field(default_factory=dict)
 
 
+def changed_indices(a: Tensor, b: Tensor, chunk: int = 1 << 20) -> Tensor:
+    """Sorted flat indices (int64) where int16 bit patterns a (n,) and b (n,) differ.
+
+    On CPU, in chunks through one reused mask: a whole-tensor mask (136 M bools for a
+    0.5B model's embedding) is fresh memory every call, and faulting it in costs more
+    than the comparison."""
+    if a.device.type != "cpu":
+        return (a != b).nonzero()[:, 0]
+    an, bn = a.numpy(), b.numpy()
+    mask = np.empty(min(chunk, an.size), dtype=np.bool_)
+    parts = []
+    for s in range(0, an.size, chunk):
+        m = mask[: min(an.size, s + chunk) - s]
+        np.not_equal(an[s: s + m.size], bn[s: s + m.size], out=m)
+        nz = np.flatnonzero(m)
+        if nz.size:
+            parts.append(nz + s)
+    return torch.from_numpy(np.concatenate(parts)) if parts else torch.zeros(0, dtype=torch.int64)
+
+
 def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchStats,
                  advance: bool = False) -> Dict[str, Tensor]:
     """Patch entries turning bf16 `old` into bf16 `new` exactly (only changed tensors).
@@ -153,7 +227,7 @@ def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchSta
     for name, b in new.items():
         a = old[name]
         stats.elements += b.numel()
-        idx = (a.view(torch.int16) != b.view(torch.int16)).view(-1).nonzero()[:, 0]  # (k,)
+        idx = changed_indices(a.view(torch.int16).view(-1), b.view(torch.int16).view(-1))  # (k,)
         if idx.numel():
             found.append((name, idx))
     t1 = time.perf_counter()
@@ -287,10 +361,15 @@ def apply_blob(targets: Dict[str, Tensor], blob, version: Optional[int] = None) 
                 if idx.numel() and (int(idx[-1]) >= target.numel() or int(idx[0]) < 0):
                     raise EngineError("bad_patch", f"{name}: index out of range for {target.numel()} elements")
                 flat = target.view(-1)
-                if dlt is not None:  # deltas of bit patterns against the values held (base_version)
-                    old_bits = flat[idx].to(torch.bfloat16).view(torch.int16)
-                    val = apply_deltas(old_bits, dlt.to(target.device)).view(torch.bfloat16)
-                flat[idx] = val.to(device=target.device, dtype=target.dtype)
+                if dlt is not None and target.dtype == torch.bfloat16 and target.device.type == "cpu":
+                    # In place on the bit patterns: one gather, one scatter, no casts.
+                    bits16, at = flat.view(torch.int16).numpy(), idx.numpy()
+                    bits16[at] = apply_deltas(torch.from_numpy(bits16[at]), dlt).numpy()
+                else:
+                    if dlt is not None:  # deltas of bit patterns against the values held (base_version)
+                        old_bits = flat[idx].to(torch.bfloat16).view(torch.int16)
+                        val = apply_deltas(old_bits, dlt.to(target.device)).view(torch.bfloat16)
+                    flat[idx] = val.to(device=target.device, dtype=target.dtype)
                 stats.sparse += 1
                 stats.changed += idx.numel()
             else:
