@@ -27,7 +27,7 @@ test("bench weights at the tiny shape: bit-identical executors, late joiner, byt
     for (const e of s.executors) assert.equal(e.version, s.version, `${s.name}: ${e.executorId} reached the published version`);
   }
   const byName = (name: string) => r.steps.find((s) => s.name === name)!;
-  const full = byName("full-weights path, 2.7 %");
+  const full = byName("full-weights path (first publication)");
   const patch = byName("patch 2.7 %");
   assert.equal(full.kind, "full");
   for (const e of full.executors) assert.deepEqual(e.applied, ["full"], "the full-weights peer applies a whole base");
