@@ -66,7 +66,8 @@ export class WeightPublisher {
       this.mustRebase ||
       (this.baseBytes > 0 && (options.full === true || this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes));
     const pub = await this.engine.publish(this.maxShardBytes, { full: rebase });
-    const record: StoredPublication = { version: pub.version, kind: pub.kind, blobs: pub.blobs };
+    const record = encodePublication({ version: pub.version, kind: pub.kind, blobs: pub.blobs });
+    pub.blobs = []; // the engine's frame can go as soon as the record holds the bytes
     let version: number;
     // The engine diffs against what it published last, so a patch the cache refused (CacheFullError
     // past its limit, a storage error) would leave the cache a version behind the engine: the cache
@@ -88,7 +89,7 @@ export class WeightPublisher {
   }
 }
 
-async function putOrReplace(objects: ObjectCache, key: string, record: StoredPublication) {
+async function putOrReplace(objects: ObjectCache, key: string, record: Buffer) {
   try {
     return await objects.put(record, { key, pin: true });
   } catch {
@@ -96,15 +97,43 @@ async function putOrReplace(objects: ObjectCache, key: string, record: StoredPub
   }
 }
 
+const MAGIC = Buffer.from("HWP1");
+
+/**
+ * A publication as one byte string, stored as raw bytes (never re-encoded):
+ * "HWP1", a u32 LE length, a JSON header {version, kind, sizes}, then the
+ * blobs. Packing a 1 GB base with msgpack copied it into the packer's
+ * reusable buffer, which then stayed allocated in the publisher's process.
+ */
+export function encodePublication(p: StoredPublication): Buffer {
+  const json = Buffer.from(JSON.stringify({ version: p.version, kind: p.kind, sizes: p.blobs.map((b) => b.byteLength) }));
+  const len = Buffer.alloc(4);
+  len.writeUInt32LE(json.byteLength);
+  return Buffer.concat([MAGIC, len, json, ...p.blobs]);
+}
+
+/** Inverse of encodePublication (blobs are views into `b`); msgpack records of older publishers pass through. */
+export function decodePublication(b: unknown): StoredPublication {
+  if (!Buffer.isBuffer(b)) return b as StoredPublication;
+  if (b.byteLength < 8 || !b.subarray(0, 4).equals(MAGIC)) throw new Error("not a weights publication (no HWP1 header)");
+  const n = b.readUInt32LE(4);
+  const head = JSON.parse(b.subarray(8, 8 + n).toString("utf8")) as { version: number; kind: "full" | "patch"; sizes: number[] };
+  let at = 8 + n;
+  const blobs = head.sizes.map((size) => b.subarray(at, (at += size)));
+  if (at !== b.byteLength) throw new Error(`a weights publication of ${b.byteLength} bytes announces ${at}`);
+  return { version: head.version, kind: head.kind, blobs };
+}
+
 /** Brings an engine to the latest publication, applying only what it has not seen. */
 export function applyPublications(objects: ObjectCache, key: string, engine: TensorEngine): Promise<PublicationRecord> {
   return objects.get<PublicationRecord>(key, {
     fold: async (acc, patches) => {
       // First time (or after a new base) `acc` is the full publication itself; later it is what we applied.
+      const isBase = Buffer.isBuffer(acc) || "blobs" in (acc as object);
       const pending: StoredPublication[] = [];
-      if ("blobs" in (acc as object)) pending.push(acc as unknown as StoredPublication);
-      pending.push(...(patches as StoredPublication[]));
-      let version = "blobs" in (acc as object) ? 0 : (acc as PublicationRecord).version;
+      if (isBase) pending.push(decodePublication(acc));
+      pending.push(...patches.map(decodePublication));
+      let version = isBase ? 0 : (acc as PublicationRecord).version;
       for (const p of pending) {
         if (p.version <= version && p.kind === "patch") continue;
         // One engine request per blob: the engine reads one shard of a base at a time, not the whole model.
