@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- weights [--shape tiny|0.5b|1.5b] [--threads N]`: weight
+ * `npm run bench -- weights [--shape tiny|0.5b|1.5b] [--threads N] [--publisher-threads N]`: weight
  * sync at a real model's scale. A Qwen2.5-shaped bf16 model in a tensor
  * engine publishes through the real publisher (`WeightPublisher`: engine
  * diff + encode, then a cache `patch`) to a real head; three rollout
@@ -84,8 +84,10 @@ export interface WeightsBenchResult {
 /** Options of runWeightsBench. */
 export interface WeightsBenchOptions {
   shape: string;
-  /** Torch threads per engine (1 is the robust choice on a shared 2-core machine). */
+  /** Torch threads per rollout engine (1: three of them share 2 cores). */
   threads: number;
+  /** Torch threads of the publisher's engine, which works alone while it diffs and encodes. Default 2. */
+  publisherThreads?: number;
   /** Progress lines. */
   log?: (line: string) => void;
   /** Steps to run; default DEFAULT_STEPS(dense tensor). */
@@ -146,8 +148,9 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
   try {
     cluster = await startCluster({ agents: [{ id: "a", cpus: 2 }, { id: "b", cpus: 2 }] });
     app = await connect({ name: "bench-weights", head: cluster.endpoint });
-    publisherEngine = await TensorEngine.start({ env: { HEARTH_THREADS: String(opts.threads) }, hangTimeoutMs: HANG_TIMEOUT_MS });
-    const init = await publisherEngine.initModel({ config: preset, seed: 0, dtype: "bfloat16", device: "cpu", threads: opts.threads }, { timeoutMs: 600_000 });
+    const publisherThreads = opts.publisherThreads ?? 2;
+    publisherEngine = await TensorEngine.start({ env: { HEARTH_THREADS: String(publisherThreads) }, hangTimeoutMs: HANG_TIMEOUT_MS });
+    const init = await publisherEngine.initModel({ config: preset, seed: 0, dtype: "bfloat16", device: "cpu", threads: publisherThreads }, { timeoutMs: 600_000 });
     log(`publisher: ${preset}, ${(init.params / 1e6).toFixed(1)} M params, bf16 (${init.seconds.toFixed(1)} s to build)`);
     const module = { module: path.join(HERE, "weights-service.js"), export: "WeightsRollout" };
     const long = { timeoutMs: 900_000 };
@@ -246,7 +249,8 @@ function parseArgs(args: string[]): WeightsBenchOptions {
     const a = args[i]!;
     if (a === "--shape") o.shape = args[++i] ?? o.shape;
     else if (a === "--threads") o.threads = Number(args[++i] ?? 1);
-    else throw new Error(`bench weights: unknown argument ${a} (--shape tiny|0.5b|1.5b, --threads N)`);
+    else if (a === "--publisher-threads") o.publisherThreads = Number(args[++i] ?? 2);
+    else throw new Error(`bench weights: unknown argument ${a} (--shape tiny|0.5b|1.5b, --threads N, --publisher-threads N)`);
   }
   return o;
 }
@@ -256,7 +260,7 @@ export async function benchWeights(args: string[]): Promise<WeightsBenchResult> 
   const o = parseArgs(args);
   const r = await runWeightsBench({ ...o, log: (l) => console.log(l) });
   const ms = (v: number) => Math.round(v);
-  console.log(`\n${r.preset} (${(r.params / 1e6).toFixed(1)} M params), ${o.threads} torch thread(s) per engine; executors ${JSON.stringify(r.placement)}\n`);
+  console.log(`\n${r.preset} (${(r.params / 1e6).toFixed(1)} M params), ${o.threads} torch thread(s) per rollout engine, ${o.publisherThreads ?? 2} in the publisher's; executors ${JSON.stringify(r.placement)}\n`);
   console.log(
     table(
       r.steps.map((s) => ({

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -223,32 +224,49 @@ def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchSta
     is brought to `new` in place (only the changed values are written), so the caller
     keeps one bf16 copy instead of exporting a fresh one per publication."""
     t0 = time.perf_counter()
-    found: List[Tuple[str, Tensor]] = []
-    for name, b in new.items():
-        a = old[name]
-        stats.elements += b.numel()
-        idx = changed_indices(a.view(torch.int16).view(-1), b.view(torch.int16).view(-1))  # (k,)
-        if idx.numel():
-            found.append((name, idx))
-    t1 = time.perf_counter()
-    entries: Dict[str, Tensor] = {}
-    for name, idx in found:
+    stats.elements += sum(b.numel() for b in new.values())
+
+    def find(name: str) -> Tensor:
+        return changed_indices(old[name].view(torch.int16).view(-1), new[name].view(torch.int16).view(-1))  # (k,)
+
+    def encode(item: Tuple[str, Tensor]) -> Dict[str, Tensor]:
+        name, idx = item
         a, b = old[name], new[name]
-        stats.tensors += 1
-        stats.changed += idx.numel()
         if idx.numel() * 3 > b.numel():
-            entries[name] = b  # serialized before the model moves again
             if advance:
                 a.copy_(b)
-            stats.dense += 1
-        else:
-            a_flat, b_flat = a.view(-1), b.view(-1)
-            new_bits = b_flat[idx]
-            entries[name + IDX] = encode_indices(idx)
-            entries[name + DLT] = encode_deltas(a_flat[idx].view(torch.int16), new_bits.view(torch.int16))
+            return {name: b}  # serialized before the model moves again
+        a16, b16 = a.view(torch.int16).view(-1), b.view(torch.int16).view(-1)
+        if a16.device.type == "cpu":  # numpy's gather and scatter on the bit patterns: no bf16 kernels
+            an, i = a16.numpy(), idx.numpy()
+            new_bits, old_bits = torch.from_numpy(b16.numpy()[i]), torch.from_numpy(an[i])
             if advance:
-                a_flat[idx] = new_bits
-            stats.sparse += 1
+                an[i] = new_bits.numpy()
+        else:
+            new_bits, old_bits = b16[idx], a16[idx]
+            if advance:
+                a16[idx] = new_bits
+        return {name + IDX: encode_indices(idx), name + DLT: encode_deltas(old_bits, new_bits)}
+
+    workers = torch.get_num_threads() if all(t.device.type == "cpu" for t in new.values()) else 1
+    # numpy releases the GIL in its loops: with more than one engine thread, the tensors are split.
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    try:
+        each = pool.map if pool else map
+        found = [(n, i) for n, i in zip(new, each(find, list(new))) if i.numel()]
+        t1 = time.perf_counter()
+        entries: Dict[str, Tensor] = {}
+        for (name, idx), part in zip(found, each(encode, found)):
+            entries.update(part)
+            stats.tensors += 1
+            stats.changed += idx.numel()
+            if name in part:
+                stats.dense += 1
+            else:
+                stats.sparse += 1
+    finally:
+        if pool:
+            pool.shutdown()
     stats.seconds["diff"] = t1 - t0
     stats.seconds["encode"] = time.perf_counter() - t1
     return entries

@@ -70,6 +70,27 @@ class DeltaTest(unittest.TestCase):
         self.assertEqual((empty.changed, empty.tensors), (0, 0))
 
 
+    def test_threaded_diff_equals_single_threaded(self):
+        old = export_bf16(build_model(tiny_config(), seed=5, dtype=torch.bfloat16))
+        model = build_model(tiny_config(), seed=5, dtype=torch.bfloat16)
+        perturb_bf16(model, 0.05, seed=9, dense=next(iter(old)))
+        new = export_bf16(model)
+        threads = torch.get_num_threads()
+        results = []
+        try:
+            for n in (1, 2):
+                torch.set_num_threads(n)
+                stats = PatchStats()
+                results.append((diff_tensors(old, new, stats), (stats.tensors, stats.dense, stats.sparse, stats.changed)))
+        finally:
+            torch.set_num_threads(threads)
+        (one, s1), (two, s2) = results
+        self.assertEqual(s1, s2)
+        self.assertEqual(list(one), list(two))
+        for k in one:
+            self.assertTrue(torch.equal(one[k].view(torch.uint8), two[k].view(torch.uint8)), k)
+
+
 class PatchTest(unittest.TestCase):
     def test_patches_reproduce_exact_bf16_after_optimizer_steps(self):
         trainer_model = tiny_model(seed=11)
