@@ -71,20 +71,30 @@ def _np_varint_encode(v: np.ndarray) -> np.ndarray:
 
 
 def _np_varint_decode(b: np.ndarray) -> np.ndarray:
-    """varint_decode on a CPU uint8 array (checked like the torch one)."""
+    """varint_decode on a CPU uint8 array (checked like the torch one).
+
+    Works from the continuation bytes, which are few at a training step's change
+    rates: every value starts as its last byte, then the values that have
+    continuation bytes are shifted and get those bytes added."""
     cont = b >= 0x80
-    if not cont.any():
+    c = np.flatnonzero(cont)  # (j,) positions of continuation bytes
+    if c.size == 0:
         return b.astype(np.int64)
-    ends = np.flatnonzero(~cont)
-    starts = np.empty_like(ends)
-    starts[0], starts[1:] = 0, ends[:-1] + 1
-    lens = ends - starts + 1
-    if int(lens.max()) > 10:
+    vals = b[~cont].astype(np.int64)  # (n,) each value's last byte
+    owner = c - np.arange(c.size)  # value index of each continuation byte
+    # Position of each continuation byte inside its value: its rank in the run of equal owners.
+    first = np.ones(c.size, dtype=bool)
+    first[1:] = owner[1:] != owner[:-1]
+    run_start = np.flatnonzero(first)
+    counts = np.diff(np.append(run_start, c.size))  # continuation bytes per multi-byte value
+    if int(counts.max()) > 9:
         raise EngineError("bad_patch", "varint longer than 10 bytes")
-    vals = (b[starts] & 0x7F).astype(np.int64)
-    for k in range(1, int(lens.max())):
-        sel = np.flatnonzero(lens > k)
-        vals[sel] |= (b[starts[sel] + k] & 0x7F).astype(np.int64) << (7 * k)
+    pos = np.arange(c.size) - np.repeat(run_start, counts)
+    vals[owner[run_start]] <<= 7 * counts
+    low = (b[c] & 0x7F).astype(np.int64) << (7 * pos)
+    for k in range(int(counts.max())):  # one byte position at a time: owners are unique within one
+        at = np.flatnonzero(pos == k) if k else run_start
+        vals[owner[at]] |= low[at]
     return vals
 
 

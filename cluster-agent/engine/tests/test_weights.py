@@ -29,6 +29,14 @@ class VarintTest(unittest.TestCase):
         self.assertTrue(torch.equal(decode_indices(encode_indices(idx)), idx))
         self.assertEqual(varint_decode(varint_encode(torch.zeros(0, dtype=torch.int64))).numel(), 0)
 
+    def test_random_round_trips_of_every_length(self):
+        g = torch.Generator().manual_seed(0)
+        for trial in range(60):
+            scale = [2, 200, 2 ** 20, 2 ** 40, 2 ** 62][trial % 5]
+            n = int(torch.randint(1, 3000, (1,), generator=g))
+            v = (torch.rand(n, generator=g, dtype=torch.float64) ** 3 * scale).to(torch.int64)
+            self.assertTrue(torch.equal(varint_decode(varint_encode(v)), v), f"trial {trial}")
+
     def test_truncated_varint_is_rejected(self):
         with self.assertRaises(EngineError) as ctx:
             varint_decode(torch.tensor([0x81], dtype=torch.uint8))
