@@ -52,20 +52,25 @@ def model_tensors(model: Transformer) -> Dict[str, Tensor]:
 
 def _np_varint_encode(v: np.ndarray) -> np.ndarray:
     """varint_encode on a CPU int64 array: numpy does each pass several times faster
-    than torch 1.13's CPU kernels here, and most values need one pass."""
+    than torch 1.13's CPU kernels here. Only the values of two or more bytes (a few
+    percent of a training step's gaps) are looked at past the first pass."""
     if v.size == 0:
         return np.zeros(0, dtype=np.uint8)
-    top = int(v.max())
-    if top < 0x80:
+    big = np.flatnonzero(v >= 0x80)  # (j,)
+    if big.size == 0:
         return v.astype(np.uint8)
+    vb = v[big]
+    nbb = np.ones(big.size, dtype=np.int64)
+    for k in range(1, (int(vb.max()).bit_length() + 6) // 7):
+        nbb += vb >= (1 << (7 * k))
     nb = np.ones(v.size, dtype=np.int64)
-    for k in range(1, (top.bit_length() + 6) // 7):
-        nb += v >= (1 << (7 * k))
+    nb[big] = nbb
     starts = np.cumsum(nb) - nb
     out = np.empty(int(starts[-1] + nb[-1]), dtype=np.uint8)
-    out[starts] = (v & 0x7F) | ((nb > 1).astype(np.int64) << 7)
-    for k in range(1, int(nb.max())):
-        sel = np.flatnonzero(nb > k)
+    out[starts] = (v & 0x7F).astype(np.uint8)
+    out[starts[big]] |= 0x80
+    for k in range(1, int(nbb.max())):
+        sel = big[nbb > k]
         out[starts[sel] + k] = ((v[sel] >> (7 * k)) & 0x7F) | ((nb[sel] > k + 1).astype(np.int64) << 7)
     return out
 
