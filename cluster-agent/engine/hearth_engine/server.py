@@ -2,7 +2,7 @@
 served in order, every failure answered as {code, message, traceback}.
 
 Ops: ping, init_model, set_vocab, generate, resume, release, logprobs, train_init,
-train_step, publish, apply, save_checkpoint, init_folder, digest,
+train_step, publish, apply, perturb, save_checkpoint, init_folder, digest,
 save_state, load_state, shutdown (see docs/engine.md).
 """
 
