@@ -7,6 +7,7 @@ import { benchCache } from "./cache.js";
 import { benchOverlap } from "./overlap.js";
 import { benchRpc } from "./rpc.js";
 import { benchSoak } from "./soak.js";
+import { benchWeights } from "./weights.js";
 
 const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   rpc: benchRpc,
@@ -14,6 +15,7 @@ const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   bm25: benchBm25,
   overlap: benchOverlap,
   soak: benchSoak,
+  weights: benchWeights,
 };
 
 const [name, ...args] = process.argv.slice(2);

@@ -126,7 +126,9 @@ export class ObjectService {
       case "obj-begin": {
         const w = this.parseWrite(ns, h);
         this.store.check(w.op, w.key, w.ifVersion);
-        this.store.makeRoom(w.size, w.key);
+        // A new base counts the old one (and its patches) as freed: they go when it commits. Until then
+        // the upload buffer sits beside them, so nothing published is lost if the upload fails.
+        this.store.makeRoom(w.size, w.key, this.store.freedBy(w.op, w.key));
         const tid = this.nextTid++;
         this.writes.set(tid, { ...w, ns, buf: Buffer.allocUnsafe(w.size), received: 0, chunks: new Set(), lastActive: Date.now() });
         return { value: { tid, chunk: CHUNK } };

@@ -118,7 +118,9 @@ export class ObjectStore {
     this.check(op, key, opts.ifVersion);
     const existing = this.objects.get(key);
     const version = (existing?.version ?? 0) + 1;
-    this.makeRoom(value.data.byteLength, key);
+    // A new base replaces the old one and its patches at once: their bytes count as free, so an
+    // object that fits as one base plus its history can always be re-based.
+    this.makeRoom(value.data.byteLength, key, this.freedBy(op, key));
     const part: StoredPart = { kind: value.kind, dtype: value.dtype, size: value.data.byteLength, version, data: value.data };
     const next: ObjectMeta =
       op === "patch"
@@ -237,23 +239,35 @@ export class ObjectStore {
     return n;
   }
 
-  /** Makes sure `bytes` more fit in memory, evicting least recently used objects; throws CacheFullError. */
-  makeRoom(bytes: number, forKey: string): void {
+  /** Bytes in memory that a write of `op` to `key` releases when it commits: a new base frees the old one and its patches. */
+  freedBy(op: WriteOp, key: string): number {
+    const existing = this.objects.get(key);
+    return op !== "patch" && existing ? inMemory(existing) : 0;
+  }
+
+  /**
+   * Makes sure `bytes` more fit in memory (`freed`: bytes the write itself
+   * releases, an old base and its patches), evicting least recently used
+   * objects; throws CacheFullError naming the object and the limit, with
+   * nothing changed.
+   */
+  makeRoom(bytes: number, forKey: string, freed = 0): void {
     const limit = this.opts.memLimit;
-    if (this.memUsed + bytes <= limit) return;
+    if (this.memUsed - freed + bytes <= limit) return;
+    const what = `'${userKey(forKey)}'`;
     if (bytes > limit) {
-      throw new CacheFullError(`cannot store ${formatBytes(bytes)}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`, { ...objectIds(forKey), size: bytes, limit });
+      throw new CacheFullError(`cannot store ${formatBytes(bytes)} for ${what}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`, { ...objectIds(forKey), size: bytes, limit });
     }
     const victims = [...this.objects.values()]
       .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && inMemory(o) > 0)
       .sort((a, b) => a.lastUsed - b.lastUsed);
     for (const v of victims) {
-      if (this.memUsed + bytes <= limit) break;
+      if (this.memUsed - freed + bytes <= limit) break;
       this.evict(v);
     }
-    if (this.memUsed + bytes > limit) {
+    if (this.memUsed - freed + bytes > limit) {
       throw new CacheFullError(
-        `cannot store ${formatBytes(bytes)}: the cache holds ${formatBytes(this.memUsed)} of its ${formatBytes(limit)} limit in pinned or in-transfer objects; ` +
+        `cannot store ${formatBytes(bytes)} for ${what}: the cache holds ${formatBytes(this.memUsed)} of its ${formatBytes(limit)} limit in pinned or in-transfer objects; ` +
           `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
         { ...objectIds(forKey), size: bytes, limit },
       );

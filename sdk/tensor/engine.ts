@@ -431,6 +431,15 @@ export class TensorEngine {
     return this.request("publish", { max_shard_bytes: maxShardBytes, full: options?.full === true }, options);
   }
 
+  /**
+   * A simulated optimizer step (benchmarks and tests): about `share` of every
+   * tensor's bf16 values (`denseShare` of the tensor named `dense`) move by one
+   * unit in the last place, as AdamW at small learning rates moves them.
+   */
+  perturb(step: { share: number; seed: number; dense?: string; denseShare?: number }, options?: RequestOptions): Promise<{ touched: number }> {
+    return this.request("perturb", { share: step.share, seed: step.seed, dense: step.dense, dense_share: step.denseShare ?? 0.4 }, options);
+  }
+
   /** Apply publications (full shards or patches, in order) to this engine's model; sessions are dropped. */
   apply(blobs: readonly Uint8Array[], options?: RequestOptions): Promise<ApplyResult> {
     return this.request("apply", { blobs: [...blobs] }, options);

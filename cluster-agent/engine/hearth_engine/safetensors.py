@@ -175,10 +175,21 @@ def _write_tensor(f, t: Tensor) -> None:
     f.write(memoryview(flat.view(torch.uint8).numpy()))
 
 
-def serialize(tensors: Dict[str, Tensor], meta: Optional[Dict[str, str]] = None) -> bytes:
+def serialize(tensors: Dict[str, Tensor], meta: Optional[Dict[str, str]] = None) -> bytearray:
     """One safetensors file as bytes, tensors in the given order (for in-memory blobs)."""
     head, _ = _header([(n, t.dtype, t.shape) for n, t in tensors.items()], meta)
-    return b"".join([head, *(tensor_bytes(t) for t in tensors.values())])
+    # One allocation, each tensor copied once into its slice (a join would copy every byte twice).
+    sizes = [t.numel() * t.element_size() for t in tensors.values()]
+    out = bytearray(len(head) + sum(sizes))
+    out[: len(head)] = head
+    view, at = torch.frombuffer(out, dtype=torch.uint8), len(head)
+    for t, size in zip(tensors.values(), sizes):
+        if size:
+            src = t.detach()
+            src = src.to(torch.uint8) if src.dtype == torch.bool else src
+            view[at: at + size].copy_(src.reshape(-1).view(torch.uint8))
+        at += size
+    return out
 
 
 def write_file(path: str, specs: Sequence[Tuple[str, torch.dtype, Sequence[int]]],

@@ -2,7 +2,7 @@
 served in order, every failure answered as {code, message, traceback}.
 
 Ops: ping, init_model, set_vocab, generate, resume, release, logprobs, train_init,
-train_step, publish, apply, save_checkpoint, init_folder, digest,
+train_step, publish, apply, perturb, save_checkpoint, init_folder, digest,
 save_state, load_state, shutdown (see docs/engine.md).
 """
 
@@ -26,7 +26,7 @@ from .generate import RowResult, SamplingParams, Session, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
-from .weights import Publisher, apply_blob, export_bf16, model_tensors
+from .weights import Publisher, apply_blob, export_bf16, model_tensors, perturb_bf16
 
 # Every collective (and the rendezvous) of a trainer's process group fails after this, so a
 # rank whose peer died or hangs is not stuck for torch's default of 30 min. The head fails a
@@ -226,6 +226,12 @@ class Engine:
             self.publisher.max_shard_bytes = int(args["max_shard_bytes"])
         blobs, stats = self.publisher.publish(model, bool(args.get("full", False)))
         return {**asdict(stats), "blobs": blobs}
+
+    def op_perturb(self, args: Dict[str, Any]) -> Any:
+        """A simulated optimizer step (benchmarks, tests): see weights.perturb_bf16."""
+        self.sessions.clear()
+        return perturb_bf16(self.need_model(), float(args["share"]), int(args.get("seed", 0)),
+                            args.get("dense"), float(args.get("dense_share", 0.4)))
 
     def op_apply(self, args: Dict[str, Any]) -> Any:
         model = self.need_model()

@@ -6,20 +6,27 @@ A publication is one or more safetensors blobs, so every blob is self-describing
   {format: hearth-full, version, shard, shards}.
 - patch: per changed tensor either `name -> bf16` (dense: more than a third of its
   elements changed) or `name:idx -> u8` (sorted flat indices, delta + LEB128 varint)
-  plus `name:val -> bf16` (the new values), metadata {format: hearth-patch, version,
-  base_version}. Changes are found by comparing bf16 bit patterns, so applying a
-  patch reproduces the publisher's bytes exactly (NaN payloads and -0.0 included).
+  plus `name:dlt -> u8` (per index, the difference of the new bf16 bit pattern from
+  the one at base_version, wrapped to 16 bits, zigzag + LEB128), metadata
+  {format: hearth-patch, version, base_version}. Changes are found by comparing bf16
+  bit patterns and the holder adds the exact bit differences, so applying a patch to
+  base_version reproduces the publisher's bytes exactly (NaN payloads and -0.0
+  included). `name:val -> bf16` (raw new values) is still read.
 
-Indices cost ~1-2 bytes each for the 2-4 % of elements AdamW moves per step at small
-learning rates, versus 4 bytes for int32 indices.
+An AdamW step at small learning rates moves 2-4 % of the bf16 values, almost all by
+one unit in the last place: ~1 byte per index (gaps below 128) plus ~1 byte per
+value, against 4 + 2 bytes for int32 indices and raw bf16 values.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -27,8 +34,10 @@ from . import safetensors
 from .checkpoint import expected_shapes, split_shards
 from .errors import EngineError
 from .model import Transformer
+from .patch_codec import (apply_deltas, decode_indices, encode_deltas, encode_indices,  # noqa: F401 (re-exported)
+                          varint_decode, varint_encode)
 
-IDX, VAL = ":idx", ":val"
+IDX, VAL, DLT = ":idx", ":val", ":dlt"
 
 
 def export_bf16(model: Transformer) -> Dict[str, Tensor]:
@@ -41,49 +50,6 @@ def model_tensors(model: Transformer) -> Dict[str, Tensor]:
     """HF-named live parameter tensors of a model (patch targets)."""
     state = model.state_dict(keep_vars=False)
     return {n: state[n] for n in expected_shapes(model)}
-
-
-def varint_encode(values: Tensor) -> Tensor:
-    """LEB128 bytes (uint8) of non-negative int64 values (n,), vectorised."""
-    v = values.to(torch.int64)
-    nbytes = torch.ones_like(v)
-    for k in range(1, 10):
-        nbytes += ((v >> (7 * k)) > 0).to(torch.int64)
-    offsets = nbytes.cumsum(0) - nbytes
-    out = torch.empty(int(nbytes.sum()), dtype=torch.uint8, device=v.device)
-    for k in range(int(nbytes.max()) if v.numel() else 0):
-        sel = nbytes > k
-        cont = (nbytes[sel] > k + 1).to(torch.int64) << 7
-        out[offsets[sel] + k] = (((v[sel] >> (7 * k)) & 0x7F) | cont).to(torch.uint8)
-    return out
-
-
-def varint_decode(buf: Tensor) -> Tensor:
-    """Inverse of varint_encode: uint8 (m,) -> int64 (n,)."""
-    if buf.numel() == 0:
-        return torch.zeros(0, dtype=torch.int64, device=buf.device)
-    b = buf.to(torch.int64)
-    last = (b & 0x80) == 0
-    if not bool(last[-1]):
-        raise EngineError("bad_patch", "index stream ends inside a varint")
-    ends = last.nonzero()[:, 0]
-    starts = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
-    group = torch.cumsum(last.to(torch.int64), 0) - last.to(torch.int64)  # value index per byte
-    shift = torch.arange(b.numel(), device=b.device) - starts[group]
-    if bool((shift > 9).any()):
-        raise EngineError("bad_patch", "varint longer than 10 bytes")
-    vals = torch.zeros(ends.numel(), dtype=torch.int64, device=b.device)
-    return vals.scatter_add_(0, group, (b & 0x7F) << (7 * shift))
-
-
-def encode_indices(idx: Tensor) -> Tensor:
-    """Sorted flat indices -> varint bytes of their gaps (first one absolute)."""
-    return varint_encode(torch.diff(idx, prepend=idx.new_zeros(1)))
-
-
-def decode_indices(buf: Tensor) -> Tensor:
-    """Varint gap bytes -> sorted flat indices (int64)."""
-    return varint_decode(buf).cumsum(0)
 
 
 @dataclass
@@ -101,26 +67,105 @@ class PatchStats:
     seconds: Dict[str, float] = field(default_factory=dict)
 
 
-def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchStats) -> Dict[str, Tensor]:
-    """Patch entries turning bf16 `old` into bf16 `new` exactly (only changed tensors)."""
-    entries: Dict[str, Tensor] = {}
-    for name, b in new.items():
-        a = old[name]
-        stats.elements += b.numel()
-        changed = (a.view(torch.int16) != b.view(torch.int16)).reshape(-1)
-        idx = changed.nonzero()[:, 0]  # (k,)
-        if idx.numel() == 0:
-            continue
-        stats.tensors += 1
-        stats.changed += idx.numel()
+def changed_indices(a: Tensor, b: Tensor, chunk: int = 1 << 20) -> Tensor:
+    """Sorted flat indices (int64) where int16 bit patterns a (n,) and b (n,) differ.
+
+    On CPU, in chunks through one reused mask: a whole-tensor mask (136 M bools for a
+    0.5B model's embedding) is fresh memory every call, and faulting it in costs more
+    than the comparison."""
+    if a.device.type != "cpu":
+        return (a != b).nonzero()[:, 0]
+    an, bn = a.numpy(), b.numpy()
+    mask = np.empty(min(chunk, an.size), dtype=np.bool_)
+    parts = []
+    for s in range(0, an.size, chunk):
+        m = mask[: min(an.size, s + chunk) - s]
+        np.not_equal(an[s: s + m.size], bn[s: s + m.size], out=m)
+        nz = np.flatnonzero(m)
+        if nz.size:
+            parts.append(nz + s)
+    return torch.from_numpy(np.concatenate(parts)) if parts else torch.zeros(0, dtype=torch.int64)
+
+
+def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchStats,
+                 advance: bool = False) -> Dict[str, Tensor]:
+    """Patch entries turning bf16 `old` into bf16 `new` exactly (only changed tensors).
+
+    A sparse tensor is `name:idx` (varint gaps) + `name:dlt` (varint zigzag bit-pattern
+    deltas against `old`); a dense one is the whole bf16 tensor. With `advance`, `old`
+    is brought to `new` in place (only the changed values are written), so the caller
+    keeps one bf16 copy instead of exporting a fresh one per publication."""
+    t0 = time.perf_counter()
+    stats.elements += sum(b.numel() for b in new.values())
+
+    def find(name: str) -> Tensor:
+        return changed_indices(old[name].view(torch.int16).view(-1), new[name].view(torch.int16).view(-1))  # (k,)
+
+    def encode(item: Tuple[str, Tensor]) -> Dict[str, Tensor]:
+        name, idx = item
+        a, b = old[name], new[name]
         if idx.numel() * 3 > b.numel():
-            entries[name] = b
-            stats.dense += 1
+            if advance:
+                a.copy_(b)
+            return {name: b}  # serialized before the model moves again
+        a16, b16 = a.view(torch.int16).view(-1), b.view(torch.int16).view(-1)
+        if a16.device.type == "cpu":  # numpy's gather and scatter on the bit patterns: no bf16 kernels
+            an, i = a16.numpy(), idx.numpy()
+            new_bits, old_bits = torch.from_numpy(b16.numpy()[i]), torch.from_numpy(an[i])
+            if advance:
+                an[i] = new_bits.numpy()
         else:
-            entries[name + IDX] = encode_indices(idx)
-            entries[name + VAL] = b.reshape(-1)[idx]
-            stats.sparse += 1
+            new_bits, old_bits = b16[idx], a16[idx]
+            if advance:
+                a16[idx] = new_bits
+        return {name + IDX: encode_indices(idx), name + DLT: encode_deltas(old_bits, new_bits)}
+
+    workers = torch.get_num_threads() if all(t.device.type == "cpu" for t in new.values()) else 1
+    # numpy releases the GIL in its loops: with more than one engine thread, the tensors are split.
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    try:
+        each = pool.map if pool else map
+        found = [(n, i) for n, i in zip(new, each(find, list(new))) if i.numel()]
+        t1 = time.perf_counter()
+        entries: Dict[str, Tensor] = {}
+        for (name, idx), part in zip(found, each(encode, found)):
+            entries.update(part)
+            stats.tensors += 1
+            stats.changed += idx.numel()
+            if name in part:
+                stats.dense += 1
+            else:
+                stats.sparse += 1
+    finally:
+        if pool:
+            pool.shutdown()
+    stats.seconds["diff"] = t1 - t0
+    stats.seconds["encode"] = time.perf_counter() - t1
     return entries
+
+
+def perturb_bf16(model: Transformer, share: float, seed: int, dense: Optional[str] = None,
+                 dense_share: float = 0.4) -> Dict[str, int]:
+    """A simulated optimizer step for benchmarks and tests: in every tensor about `share`
+    of the values (`dense_share` in the tensor named `dense`) move by one bf16 unit in the
+    last place, up or down at random, as AdamW at small learning rates moves them (the
+    fp32 master crosses one bf16 rounding boundary). Zeros move up (never to NaN)."""
+    g = torch.Generator().manual_seed(seed)
+    touched = 0
+    with torch.no_grad():
+        for name, t in model_tensors(model).items():
+            # k uniform draws with repeats hit a share 1 - exp(-k/n) of the values: draw enough for `share`.
+            k = int(round(-math.log1p(-min(dense_share if name == dense else share, 0.99)) * t.numel()))
+            if k == 0:
+                continue
+            idx = torch.randint(t.numel(), (k,), generator=g).to(t.device)
+            flat = t.view(-1)
+            bits = flat[idx].to(torch.bfloat16).view(torch.int16)
+            step = (torch.randint(0, 2, (k,), generator=g, dtype=torch.int16) * 2 - 1).to(t.device)
+            step = torch.where((bits & 0x7FFF) == 0, torch.ones_like(step), step)
+            flat[idx] = (bits + step).view(torch.bfloat16).to(t.dtype)
+            touched += k
+    return {"touched": touched}
 
 
 def _sync(t: Optional[Tensor]) -> None:
@@ -148,23 +193,28 @@ class Publisher:
         """Full shards the first time (or when `full`: a fresh base), then one patch blob
         against the last publication."""
         t0 = time.perf_counter()
-        new = export_bf16(model)
-        _sync(next(iter(new.values())))
-        t1 = time.perf_counter()
         self.version += 1
         stats = PatchStats(version=self.version)
         if self.last is None or full:
+            new = export_bf16(model)
+            _sync(next(iter(new.values())))
+            t1 = time.perf_counter()
             stats.kind = "full"
             stats.elements = stats.changed = sum(t.numel() for t in new.values())
             stats.tensors = stats.dense = len(new)
             blobs = full_blobs(new, self.version, self.max_shard_bytes)
+            self.last = new
         else:
-            entries = diff_tensors(self.last, new, stats)
-            _sync(next(iter(new.values())))
-            stats.seconds["diff"] = time.perf_counter() - t1
+            # A bf16 model is compared as it is (no export copy); others are cast per tensor.
+            live = {n: (t.detach() if t.dtype == torch.bfloat16 else t.detach().to(torch.bfloat16))
+                    for n, t in model_tensors(model).items()}
+            t1 = time.perf_counter()
+            entries = diff_tensors(self.last, live, stats, advance=True)
+            _sync(next(iter(live.values())))
+            t2 = time.perf_counter()
             blobs = [safetensors.serialize(entries, {"format": "hearth-patch", "version": str(self.version),
                                                      "base_version": str(self.version - 1)})]
-        self.last = new
+            stats.seconds["serialize"] = time.perf_counter() - t2
         stats.bytes = sum(len(b) for b in blobs)
         stats.seconds["export"] = t1 - t0
         stats.seconds["total"] = time.perf_counter() - t0
@@ -186,7 +236,7 @@ def apply_blob(targets: Dict[str, Tensor], blob, version: Optional[int] = None) 
     stats = PatchStats(kind="full" if fmt == "hearth-full" else "patch", version=int(meta.get("version", 0)))
     with torch.no_grad():
         for key, t in entries.items():
-            if key.endswith(VAL):
+            if key.endswith(VAL) or key.endswith(DLT):
                 continue
             name = key[: -len(IDX)] if key.endswith(IDX) else key
             if name not in targets:
@@ -195,12 +245,21 @@ def apply_blob(targets: Dict[str, Tensor], blob, version: Optional[int] = None) 
             stats.tensors += 1
             if key.endswith(IDX):
                 idx = decode_indices(t.to(target.device))
-                val = entries.get(name + VAL)
-                if val is None or val.numel() != idx.numel():
+                val, dlt = entries.get(name + VAL), entries.get(name + DLT)
+                if (val is None) == (dlt is None) or (val is not None and val.numel() != idx.numel()):
                     raise EngineError("bad_patch", f"{name}: {idx.numel()} indices but values do not match")
                 if idx.numel() and (int(idx[-1]) >= target.numel() or int(idx[0]) < 0):
                     raise EngineError("bad_patch", f"{name}: index out of range for {target.numel()} elements")
-                target.view(-1)[idx] = val.to(device=target.device, dtype=target.dtype)
+                flat = target.view(-1)
+                if dlt is not None and target.dtype == torch.bfloat16 and target.device.type == "cpu":
+                    # In place on the bit patterns: one gather, one scatter, no casts.
+                    bits16, at = flat.view(torch.int16).numpy(), idx.numpy()
+                    bits16[at] = apply_deltas(torch.from_numpy(bits16[at]), dlt).numpy()
+                else:
+                    if dlt is not None:  # deltas of bit patterns against the values held (base_version)
+                        old_bits = flat[idx].to(torch.bfloat16).view(torch.int16)
+                        val = apply_deltas(old_bits, dlt.to(target.device)).view(torch.bfloat16)
+                    flat[idx] = val.to(device=target.device, dtype=target.dtype)
                 stats.sparse += 1
                 stats.changed += idx.numel()
             else:

@@ -11,7 +11,7 @@ from hearth_engine import safetensors
 from hearth_engine.errors import EngineError
 from hearth_engine.grpo import GRPOConfig, Trainer
 from hearth_engine.model import build_model
-from hearth_engine.weights import (IDX, VAL, PatchStats, Publisher, apply_blob, decode_indices, diff_tensors,
+from hearth_engine.weights import (DLT, IDX, VAL, PatchStats, apply_deltas, encode_deltas, perturb_bf16, Publisher, apply_blob, decode_indices, diff_tensors,
                                    encode_indices, export_bf16, model_tensors, varint_decode, varint_encode)
 
 
@@ -29,10 +29,74 @@ class VarintTest(unittest.TestCase):
         self.assertTrue(torch.equal(decode_indices(encode_indices(idx)), idx))
         self.assertEqual(varint_decode(varint_encode(torch.zeros(0, dtype=torch.int64))).numel(), 0)
 
+    def test_random_round_trips_of_every_length(self):
+        g = torch.Generator().manual_seed(0)
+        for trial in range(60):
+            scale = [2, 200, 2 ** 20, 2 ** 40, 2 ** 62][trial % 5]
+            n = int(torch.randint(1, 3000, (1,), generator=g))
+            v = (torch.rand(n, generator=g, dtype=torch.float64) ** 3 * scale).to(torch.int64)
+            self.assertTrue(torch.equal(varint_decode(varint_encode(v)), v), f"trial {trial}")
+
     def test_truncated_varint_is_rejected(self):
         with self.assertRaises(EngineError) as ctx:
             varint_decode(torch.tensor([0x81], dtype=torch.uint8))
         self.assertEqual(ctx.exception.code, "bad_patch")
+
+
+class DeltaTest(unittest.TestCase):
+    def test_bit_deltas_round_trip_and_cost_one_byte_per_ulp(self):
+        old = torch.tensor([0, 1, -1, 0x7FFF, -0x8000, 0x7F80, 0x3F80, 5], dtype=torch.int16)
+        new = torch.tensor([1, 0, -0x8000, -0x8000, 0x7FFF, 0x7FC1, 0x3F81, -0x7000], dtype=torch.int16)
+        self.assertTrue(torch.equal(apply_deltas(old, encode_deltas(old, new)), new))
+        ulp = torch.arange(1000, dtype=torch.int16)
+        self.assertEqual(encode_deltas(ulp, ulp + 1).numel(), 1000)  # +-1 ulp: one byte each
+        self.assertEqual(encode_deltas(ulp, ulp - 1).numel(), 1000)
+        with self.assertRaises(EngineError):
+            apply_deltas(old[:3], encode_deltas(old, new))
+
+    def test_perturbed_model_patches_exactly_into_fp32_and_bf16_holders(self):
+        model = build_model(tiny_config(), seed=3, dtype=torch.bfloat16)
+        publisher = Publisher()
+        holders = [build_model(tiny_config(), seed=4, dtype=d) for d in (torch.bfloat16, torch.float32)]
+        blobs, _ = publisher.publish(model)
+        for h in holders:
+            for b in blobs:
+                apply_blob(model_tensors(h), b)
+        names = list(model_tensors(model))
+        for step, (share, dense) in enumerate([(0.027, None), (0.005, None), (0.027, names[1])]):
+            perturb_bf16(model, share, seed=step, dense=dense)
+            blobs, stats = publisher.publish(model)
+            self.assertEqual(stats.dense, 0 if dense is None else 1)
+            self.assertGreater(stats.changed, 0.5 * share * stats.elements)
+            if dense is None:  # ~1 byte per gap + 1 per delta, plus the safetensors header
+                self.assertLess(stats.bytes, 2.3 * stats.changed + 300 * stats.tensors)
+            for h in holders:
+                apply_blob(model_tensors(h), blobs[0], stats.version - 1)
+                for name, value in export_bf16(model).items():
+                    self.assertTrue(torch.equal(bits(model_tensors(h)[name]), value.view(torch.int16)), name)
+        _, empty = publisher.publish(model)  # the publisher's copy advanced with every patch
+        self.assertEqual((empty.changed, empty.tensors), (0, 0))
+
+
+    def test_threaded_diff_equals_single_threaded(self):
+        old = export_bf16(build_model(tiny_config(), seed=5, dtype=torch.bfloat16))
+        model = build_model(tiny_config(), seed=5, dtype=torch.bfloat16)
+        perturb_bf16(model, 0.05, seed=9, dense=next(iter(old)))
+        new = export_bf16(model)
+        threads = torch.get_num_threads()
+        results = []
+        try:
+            for n in (1, 2):
+                torch.set_num_threads(n)
+                stats = PatchStats()
+                results.append((diff_tensors(old, new, stats), (stats.tensors, stats.dense, stats.sparse, stats.changed)))
+        finally:
+            torch.set_num_threads(threads)
+        (one, s1), (two, s2) = results
+        self.assertEqual(s1, s2)
+        self.assertEqual(list(one), list(two))
+        for k in one:
+            self.assertTrue(torch.equal(one[k].view(torch.uint8), two[k].view(torch.uint8)), k)
 
 
 class PatchTest(unittest.TestCase):
@@ -76,7 +140,7 @@ class PatchTest(unittest.TestCase):
         new["c"][0, 0] = -0.0  # a sign-bit-only change still counts (bit comparison)
         stats = PatchStats()
         entries = diff_tensors(old, new, stats)
-        self.assertEqual(sorted(entries), ["a" + IDX, "a" + VAL, "b", "c" + IDX, "c" + VAL])
+        self.assertEqual(sorted(entries), ["a" + DLT, "a" + IDX, "b", "c" + DLT, "c" + IDX])
         self.assertEqual((stats.sparse, stats.dense, stats.changed), (2, 1, 202))
         self.assertEqual(entries["a" + IDX].numel(), 100)  # gaps of 1: one byte each
         blob = safetensors.serialize(entries, {"format": "hearth-patch", "version": "2", "base_version": "1"})

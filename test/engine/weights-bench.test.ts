@@ -1,0 +1,106 @@
+/**
+ * The `bench weights` code path at the tiny shape (real head, two agents,
+ * three rollout executors with real engines, the real publisher): every
+ * executor bit-identical to the publisher after every step, a late joiner
+ * catches up through the patch history, patches cost well under the
+ * reference's 6 bytes per changed value, a tensor moved past a third goes
+ * dense, and the full-weights peer moves the whole model. Properties, not
+ * times.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { REFERENCE_BYTES_PER_CHANGE, runWeightsBench } from "../../bench/weights.js";
+import { connect } from "../../sdk/connect.js";
+import { applyPublications, WeightPublisher } from "../../sdk/searchr1/weights.js";
+import { TensorEngine } from "../../sdk/tensor/index.js";
+import { rejection, startCluster } from "../helpers/cluster.js";
+
+test("bench weights at the tiny shape: bit-identical executors, late joiner, bytes, dense fallback", { timeout: 300_000 }, async () => {
+  const r = await runWeightsBench({ shape: "tiny", threads: 1 });
+  const agents = new Set(Object.values(r.placement));
+  assert.equal(Object.keys(r.placement).length, 3);
+  assert.equal(agents.size, 2, "executors on two agents");
+
+  for (const s of r.steps) {
+    assert.ok(s.identical, `${s.name}: every executor's digest equals the publisher's`);
+    assert.equal(s.executors.length, 3);
+    for (const e of s.executors) assert.equal(e.version, s.version, `${s.name}: ${e.executorId} reached the published version`);
+  }
+  const byName = (name: string) => r.steps.find((s) => s.name === name)!;
+  const full = byName("full-weights path (first publication)");
+  const patch = byName("patch 2.7 %");
+  assert.equal(full.kind, "full");
+  for (const e of full.executors) assert.deepEqual(e.applied, ["full"], "the full-weights peer applies a whole base");
+  assert.equal(patch.kind, "patch");
+  for (const e of patch.executors) {
+    assert.deepEqual(e.applied, ["patch"], "an executor at the previous version applies only the new patch");
+    assert.ok(e.bytes < full.bytes / 10, `${e.executorId} fetched ${e.bytes} bytes for a 2.7 % patch (the base is ${full.bytes})`);
+  }
+  assert.ok(Math.abs(patch.changed / patch.elements - 0.027) < 0.003, `changed share ${patch.changed / patch.elements}`);
+  assert.equal(patch.denseTensors, 0);
+  for (const name of ["patch 2.7 %", "patch 10 %"]) {
+    const s = byName(name);
+    assert.ok(s.bytesPerChanged <= 0.5 * REFERENCE_BYTES_PER_CHANGE, `${name}: ${s.bytesPerChanged.toFixed(2)} bytes per changed value`);
+  }
+  const dense = r.steps.find((s) => s.dense !== undefined)!;
+  assert.equal(dense.denseTensors, 1, "the tensor moved past a third is sent whole");
+  assert.ok(dense.identical);
+
+  // The head holds one base plus the patches since it (the re-base policy bounds them).
+  const last = r.steps.at(-1)!;
+  const patchesSinceBase = r.steps.slice(r.steps.indexOf(full) + 1).reduce((n, s) => n + s.bytes, 0);
+  assert.ok(last.headObjectBytes <= full.bytes + patchesSinceBase + 1024 * 1024, `head holds ${last.headObjectBytes} bytes`);
+
+  assert.ok(r.lateJoiner.identical, "the late joiner is bit-identical to the publisher");
+  assert.deepEqual(r.lateJoiner.applied, ["full", "patch", "patch", "patch", "patch"], "base plus every patch since");
+  assert.ok(r.rawZmqMiBps > 0);
+});
+
+test("a publication past the cache's limit fails naming the object and the limit, and loses nothing published", { timeout: 180_000 }, async () => {
+  // qwen2-tiny's bf16 base is 18.7 MiB: one base and its patches fit in 26 MiB, two bases do not.
+  const cluster = await startCluster({ agents: [], headArgs: ["--mem-limit", "26m"] });
+  const app = await connect({ name: "weights-limit", head: cluster.endpoint });
+  const engines: TensorEngine[] = [];
+  try {
+    for (const seed of [0, 5]) {
+      const e = await TensorEngine.start({ env: { HEARTH_THREADS: "1" } });
+      engines.push(e);
+      await e.initModel({ config: "qwen2-tiny", seed, dtype: "bfloat16", device: "cpu", threads: 1 });
+    }
+    const [trainer, rollout] = engines as [TensorEngine, TensorEngine];
+    const publisher = new WeightPublisher(app.objects, "weights", trainer);
+    const reader = app; // its reads go through the same head; writes leave what it holds alone
+    {
+      assert.equal((await publisher.publish()).kind, "full");
+      await trainer.perturb({ share: 0.027, seed: 1 });
+      assert.equal((await publisher.publish()).kind, "patch");
+      // A re-base replaces the base and its patches: it fits although two bases would not.
+      await trainer.perturb({ share: 0.027, seed: 2 });
+      assert.equal((await publisher.publish({ full: true })).kind, "full");
+      await applyPublications(reader.objects, "weights", rollout);
+      const published = (await trainer.digest()).digest;
+      assert.equal((await rollout.digest()).digest, published);
+
+      // Every tensor moves past a third: a patch as large as the base, which does not fit beside it.
+      await trainer.perturb({ share: 0.9, seed: 3 });
+      const { error } = await rejection(publisher.publish());
+      assert.equal(error.name, "CacheFullError", error.message);
+      assert.match(error.message, /'weights'/, "the error names the object");
+      assert.match(error.message, /26(\.0)? MiB/, `the error names the limit: ${error.message}`);
+      // Nothing published is lost: a reader still gets the last good version, exactly.
+      await applyPublications(reader.objects, "weights", rollout);
+      assert.equal((await rollout.digest()).digest, published);
+
+      // The next publication re-bases (the engine's copy moved past the cache's), and readers follow it.
+      const next = await publisher.publish();
+      assert.equal(next.kind, "full");
+      assert.ok(next.rebased);
+      await applyPublications(reader.objects, "weights", rollout);
+      assert.equal((await rollout.digest()).digest, (await trainer.digest()).digest);
+    }
+  } finally {
+    for (const e of engines) await e.close();
+    await app.close();
+    await cluster.stop();
+  }
+});
