@@ -47,14 +47,18 @@ commands:
           [--head-grace 60s]    exit (stopping executors) when the head is silent that long
           [--secret-file F]     the cluster secret (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret)
           run an agent that starts executors on this node
-  up      [--cpus N] [--mem SIZE] [--gpus N]   start the local head and agent in the background
+  up      [--cpus N] [--mem SIZE] [--gpus N] [--executor-uids FIRST-LAST|none]
+                                               start the local head and agent in the background; its executors run as
+                                               your user (an app token then opens this cluster) unless given a uid range
+                                               (as root; also HEARTH_EXECUTOR_UIDS): then each app's as a user of its own
   down    stop the local head and agent
   status  [--head ENDPOINT] [--slurm] [--json] show agents, apps, services and executors (admin: needs the cluster secret);
           with the Slurm head of HEARTH_HOME (--slurm, or when no local head runs) also every app's Slurm jobs:
           ids, states, nodes, how long each waited
   token   APP                                  print APP's token (HEARTH_APP_TOKEN): it opens that app only, not the cluster, where
-                                               executors run as their app's own user (agents run as root); where they run as the
-                                               agent's user (not root, Slurm) the app's code can read the cluster secret
+                                               executors run as their app's own user (a \`hearth agent\` run as root, or \`hearth up --executor-uids\`);
+                                               where they run as your user (the embedded default, an agent not run as root,
+                                               Slurm) the app's code can read the cluster secret
   demo    the main job on the embedded default
   train   search-r1 [flags]                    Search-R1 training (see below); --detach: the loop runs on the cluster
   ${RUNS_USAGE}
@@ -185,9 +189,11 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case "up": {
-      const { values } = parseArgs({ args: rest, options: { cpus: { type: "string" }, mem: { type: "string" }, gpus: { type: "string" } } });
+      const { values } = parseArgs({ args: rest, options: { cpus: { type: "string" }, mem: { type: "string" }, gpus: { type: "string" }, "executor-uids": { type: "string" } } });
+      const uids = values["executor-uids"];
+      if (uids !== undefined) parseExecutorUids(uids); // a clear error before anything starts
       const before = findLocalCluster();
-      const c = await ensureLocalCluster({ cpus: values.cpus !== undefined ? Number(values.cpus) : undefined, mem: values.mem, gpus: values.gpus });
+      const c = await ensureLocalCluster({ cpus: values.cpus !== undefined ? Number(values.cpus) : undefined, mem: values.mem, gpus: values.gpus, executorUids: uids });
       console.log(`${before ? "already running" : "started"}: head ${c.endpoint} (pid ${c.headPid}), agent pid ${c.agentPid}; state in ${c.home}`);
       return 0;
     }

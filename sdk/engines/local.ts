@@ -25,6 +25,16 @@ export interface LocalClusterOptions {
   gpus?: string;
   /** How long to wait for the head and agent to come up. Default 30 s. */
   timeoutMs?: number;
+  /**
+   * Who the local agent's executors run as (its `--executor-uids`; default
+   * HEARTH_EXECUTOR_UIDS, else "none": the user's own). The embedded default
+   * is one user's: its executors run as that user and read what it reads (the
+   * hearth checkout, the user's service modules, even under a private /root),
+   * so an app token opens this cluster. A range (`FIRST-LAST`, as root) runs
+   * each app's executors as a user of its own instead (docs/architecture.md,
+   * "Security model").
+   */
+  executorUids?: string;
 }
 
 /** What the state file records about a running local cluster. */
@@ -162,6 +172,7 @@ async function startLocalCluster(home: string, opts: LocalClusterOptions): Promi
   if (opts.cpus !== undefined) agentArgs.push("--cpus", String(opts.cpus));
   if (opts.mem !== undefined) agentArgs.push("--mem", opts.mem);
   if (opts.gpus !== undefined) agentArgs.push("--gpus", opts.gpus);
+  agentArgs.push("--executor-uids", opts.executorUids ?? process.env.HEARTH_EXECUTOR_UIDS ?? "none");
   const agent = spawnDetached(agentArgs, path.join(home, "logs", "agent.log"));
   recordProcess(home, { role: "agent", pid: agent });
   return await finishStart(home, endpoint, head, agent, timeoutMs);

@@ -84,7 +84,12 @@ test("hearth up / status / down from the command line", async () => {
   const st = JSON.parse(stdout);
   assert.deepEqual(st.agents[0].total.gpus, ["0"]);
   assert.equal(st.agents[0].total.cpu, 2);
+  // The embedded default is one user's: its executors run as that user (and status says what that means).
+  assert.equal(st.agents[0].isolation.mode, "shared-user");
+  assert.equal(st.agents[0].isolation.uid, process.geteuid!());
   await run(process.execPath, [CLI, "down"], { env });
+  const bad = await run(process.execPath, [CLI, "up", "--executor-uids", "7-3"], { env }).then(() => undefined, (e: { stderr: string }) => e);
+  assert.match(bad!.stderr, /--executor-uids must be FIRST-LAST/);
   const none = await run(process.execPath, [CLI, "down"], { env });
   assert.match(none.stdout, /no local head is running/);
 });

@@ -57,7 +57,9 @@ test("the embedded default keeps everything under HEARTH_HOME private, and `down
   writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "private-proj", version: "1.0.0", type: "module" }), { mode: 0o644 });
   mkdirSync(path.join(project, "lib"), { mode: 0o755 });
   writeFileSync(path.join(project, "lib", "echo.js"), "export class Echo { ping() { return 'pong'; } }\n", { mode: 0o644 });
-  const c = await ensureLocalCluster({ home, cpus: 1, mem: "512m" });
+  // As root, with a uid range (the embedded default's executors run as the user unless given one): each app's as its own user.
+  const isolated = process.geteuid?.() === 0;
+  const c = await ensureLocalCluster({ home, cpus: 1, mem: "512m", executorUids: isolated ? "2013265920-2080374783" : undefined });
   let executorUid = -1;
   try {
     const app = await connect({ name: "private", local: { home, cpus: 1, mem: "512m" }, project });
@@ -73,8 +75,7 @@ test("the embedded default keeps everything under HEARTH_HOME private, and `down
     assert.equal(mode(home), 0o700, "an existing home is made private");
     for (const f of ["secret", "local.json", "processes.json", "head.endpoint", "logs/head.log", "logs/agent.log"]) assert.equal(mode(path.join(home, f)), 0o600, f);
     const all = walk(home);
-    // As root the agent unpacks a project where only its app's executors (their own user) can read it, not under HEARTH_HOME.
-    const isolated = process.geteuid?.() === 0;
+    // Isolated, the agent unpacks a project where only its app's executors (their own user) can read it, not under HEARTH_HOME.
     for (const part of ["agent/logs", ...(isolated ? [] : ["agent/projects"]), "data/objects", "data/runtime"]) assert.ok(all.some((p) => p.includes(`${path.sep}${part}`)), `${part} was written (the walk covers it)`);
     // Every folder 0700 and every file 0600, however deep: executor logs, unpacked projects, objects, state.
     const wrong = all.filter((p) => mode(p) !== (statSync(p).isDirectory() ? 0o700 : 0o600)).map((p) => `${path.relative(home, p)} 0${mode(p).toString(8)}`);
