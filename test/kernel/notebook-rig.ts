@@ -5,7 +5,7 @@
  * cell ran, every rich bundle has text/plain), and the screenshot check.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before } from "node:test";
@@ -44,6 +44,9 @@ export function useNotebookRig(agentId: string, homePrefix: string): NotebookRig
     cluster = await startCluster({ agents: [{ id: agentId, cpus: 4, mem: "8g" }] });
     spec = new TempKernelspec();
     home = mkdtempSync(path.join(tmpdir(), homePrefix));
+    // As a project folder is on a shared node: readable by other users, so the agent's executors (run as root, it
+    // starts each app's as a user of its own) can import the notebook's service modules.
+    chmodSync(home, 0o755);
   });
   after(async () => {
     await cluster?.stop();

@@ -96,6 +96,17 @@ test("an isolated executor still reaches the head and node cache, and gets a shi
   assert.ok(got.dir.startsWith(`${me.tmpdir}${path.sep}`), `the node-local copy lands in the app's own TMPDIR (${got.dir})`);
 });
 
+test("a service module its app's user cannot read is a clear error naming the file and the ways out", { skip }, async () => {
+  // A project in a private (0700) folder, as mkdtemp makes it, read by the agent's isolated executors.
+  const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-iso-private-"));
+  const file = path.join(dir, "svc.js");
+  writeFileSync(file, "export class Svc { ping() { return 'pong'; } }\n", { mode: 0o644 });
+  await assert.rejects(
+    a.service({ module: file, export: "Svc" }, { name: "private-module", warmup: 1 }),
+    (err: Error) => err.message.includes(`cannot read ${file} as this executor's user`) && /ship its project \(connect\(\{ project: true \}\)\), or run the agent with --executor-uids none/.test(err.message),
+  );
+});
+
 test("the status says how each agent runs executors", { skip }, async () => {
   const s = await cluster.status();
   const agent = s.agents.find((x: any) => x.id === "n1");
