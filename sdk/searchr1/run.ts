@@ -9,7 +9,7 @@
  */
 import type { PendingReport } from "../runtime/pending-watch.js";
 import { randomUUID } from "node:crypto";
-import { appendFileSync, readdirSync } from "node:fs";
+import { appendFileSync, existsSync, readdirSync, renameSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -168,6 +168,13 @@ export class SearchR1Run {
       opts.onEvent?.({ type: "executors", rollouts: opts.rollouts, trainers: opts.trainers, reattached: true });
     } else {
       opts.onEvent?.({ type: "executors", rollouts: opts.rollouts, trainers: opts.trainers, reattached: false });
+      // A new run's metrics.jsonl starts empty: an earlier run's in the same --out is kept beside it, not appended to.
+      const metrics = path.join(opts.out, "metrics.jsonl");
+      if (!resume && existsSync(metrics)) {
+        const aside = path.join(opts.out, `metrics-${new Date().toISOString().replace(/[:.]/g, "-")}.jsonl`);
+        renameSync(metrics, aside);
+        log(`note: ${opts.out} held an earlier run's metrics.jsonl: moved to ${path.basename(aside)}`);
+      }
       await run.start(resume);
     }
     await run.saveState();

@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -140,8 +140,13 @@ test("killed mid-way, then re-run with other flags, then Ctrl-C: the warm app's 
   second.child.kill("SIGINT");
   assert.equal(await second.code, 130, second.out());
   assert.match(second.out(), /interrupted: stopping after the current step/);
-  const steps = readFileSync(path.join(work, "rr", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
-  const rerun = steps.slice(steps.findLastIndex((m) => m.step === 1));
+  // The re-run is a new run: its metrics.jsonl starts at its step 1; the killed run's is kept beside it.
+  const rerun = readFileSync(path.join(work, "rr", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
+  assert.deepEqual(rerun.map((m) => m.step), Array.from({ length: rerun.length }, (_, i) => i + 1), "the re-run's steps only");
+  const aside = readdirSync(path.join(work, "rr")).filter((f) => /^metrics-.*\.jsonl$/.test(f));
+  assert.equal(aside.length, 1, "the killed run's metrics were moved aside");
+  assert.equal(JSON.parse(readFileSync(path.join(work, "rr", aside[0]!), "utf8").split("\n")[0]!).step, 1);
+  assert.match(second.out(), /held an earlier run's metrics\.jsonl: moved to metrics-/);
   assert.ok(rerun.length >= 1 && rerun.length < 200, `the re-run stopped early (${rerun.length} steps)`);
   const driverState = JSON.parse(readFileSync(path.join(work, "rr", "checkpoint", "driver-state.json"), "utf8")) as { step: number };
   assert.equal(driverState.step, rerun.at(-1)!.step, "the checkpoint holds the re-run's last finished step");
