@@ -8,20 +8,18 @@
  * heartbeats to the head every EXECUTOR_HEARTBEAT_MS with the liveness of
  * the tensor engines it holds, and at once when one of them dies or hangs.
  */
-import { accessSync, constants } from "node:fs";
-import path from "node:path";
 import { Worker } from "node:worker_threads";
-import { fileURLToPath, pathToFileURL } from "node:url";
 import type { ExecutorContext, ServiceInstance } from "../sdk/runtime/types.js";
 import { DealerChannel } from "../sdk/wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, str } from "../sdk/wire/codec.js";
-import { HearthError, ServiceConfigError } from "../sdk/errors/index.js";
+import { ServiceConfigError } from "../sdk/errors/index.js";
 import { MessageTooLargeError, ProtocolError, toWireError, type WireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ObjectCache } from "../sdk/cache/object-cache.js";
 import { executorCredential } from "./executor-credential.js";
 import { engineLiveness, onEngineChange } from "../sdk/tensor/liveness.js";
+import { importServiceModule } from "../sdk/runtime/import-module.js";
 import { memoryReport } from "./resources.js";
 
 /** What the agent passes in HEARTH_EXECUTOR_CONTEXT. */
@@ -95,28 +93,7 @@ function remoteError(err: unknown, launch: ExecutorLaunch, method?: string): Wir
   };
 }
 
-/** Imports a service module; TypeScript goes through tsx's loader, scoped to this import (JavaScript services never load it). */
-export async function importServiceModule(module: string): Promise<Record<string, unknown>> {
-  const file = path.isAbsolute(module) ? module : module.startsWith("file:") ? fileURLToPath(module) : undefined;
-  if (file !== undefined) {
-    try {
-      accessSync(file, constants.R_OK);
-    } catch (err) {
-      // Isolated executors (an agent run as root starts each app's as its own user) read only what other users may.
-      if ((err as NodeJS.ErrnoException).code === "EACCES") {
-        throw new HearthError(
-          `cannot read ${file} as this executor's user (uid ${process.getuid?.() ?? "?"}): an agent run as root starts each app's executors as a user of that app alone, ` +
-            `who reads only what other users may. Put the module (and the folders above it) where others can read it, ship its project (connect({ project: true })), ` +
-            `or run the agent with --executor-uids none`,
-        );
-      }
-    }
-  }
-  const spec = path.isAbsolute(module) ? pathToFileURL(module).href : module;
-  if (!/\.[mc]?tsx?$/.test(module)) return (await import(spec)) as Record<string, unknown>;
-  const { tsImport } = await import("tsx/esm/api");
-  return (await tsImport(spec, import.meta.url)) as Record<string, unknown>;
-}
+export { importServiceModule };
 
 /** Runs one executor until it is told to stop. */
 export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, agentCache?: string): Promise<void> {

@@ -9,6 +9,7 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { fetchFolder } from "../cache/folder.js";
+import type { ObjectCache } from "../cache/object-cache.js";
 import { connect } from "../connect.js";
 import { HearthError } from "../errors/index.js";
 import type { App } from "../runtime/app.js";
@@ -35,7 +36,7 @@ export interface RunClientOptions {
 }
 
 /** Opens the run's loop service (the same declaration every client makes, so it names the running one). */
-async function loopOf(app: App): Promise<PoolHandle<SearchR1Loop>> {
+export async function loopOf(app: App): Promise<PoolHandle<SearchR1Loop>> {
   return (await app.service<SearchR1Loop>(
     { module: path.join(HERE, "loop-service.js"), export: "SearchR1Loop" },
     { name: LOOP_SERVICE, resreq: LOOP_RESREQ, warmup: 1, max: 1, concurrency: 8, drivesApp: true, idleTimeout: 0 },
@@ -96,27 +97,42 @@ export async function controlRun(name: string, what: "pause" | "resume" | "stop"
  * status) or `signal` aborts (resolves with the status then; the run goes on).
  */
 export async function attachRun(name: string, onEvent: (e: LoopEvent) => void, opts: RunClientOptions & { signal?: AbortSignal } = {}): Promise<LoopStatus> {
-  return withRun(name, opts, async (app) => {
-    const reader = new LoopLogReader(app.objects, name);
-    for (;;) {
+  return withRun(name, opts, (app) => followRun(app.objects, name, new LoopLogReader(app.objects, name), onEvent, { signal: opts.signal }));
+}
+
+/**
+ * Reads run `name`'s log with `reader` and hands each new event to
+ * `onEvent`, every ATTACH_POLL_MS, until the run is done or failed, `until`
+ * says so of its status, `signal` aborts, or `deadline` (epoch ms) passes
+ * (a HearthError then); resolves with the status it ended on.
+ */
+export async function followRun(
+  objects: ObjectCache,
+  name: string,
+  reader: LoopLogReader,
+  onEvent: (e: LoopEvent) => void,
+  opts: { signal?: AbortSignal; until?: (s: LoopStatus) => boolean; deadline?: number } = {},
+): Promise<LoopStatus> {
+  for (;;) {
+    for (const e of await reader.next()) onEvent(e);
+    const status = await readLoopStatus(objects, name);
+    if (!status) throw new HearthError(`run '${name}' has no status any more: its app was released (by its keep-alive, or closed)`);
+    if (status.state === "done" || status.state === "failed" || opts.until?.(status)) {
       for (const e of await reader.next()) onEvent(e);
-      const status = (await readLoopStatus(app.objects, name))!;
-      if (status.state === "done" || status.state === "failed") {
-        for (const e of await reader.next()) onEvent(e);
-        return status;
-      }
-      if (opts.signal?.aborted) return status;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(done, ATTACH_POLL_MS);
-        function done(): void {
-          clearTimeout(t);
-          opts.signal?.removeEventListener("abort", done);
-          resolve();
-        }
-        opts.signal?.addEventListener("abort", done, { once: true });
-      });
+      return status;
     }
-  });
+    if (opts.signal?.aborted) return status;
+    if (opts.deadline !== undefined && Date.now() > opts.deadline) throw new HearthError(`run '${name}' is still ${status.state} at step ${status.step} of ${status.total} after the wait asked for; it goes on`);
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(done, ATTACH_POLL_MS);
+      function done(): void {
+        clearTimeout(t);
+        opts.signal?.removeEventListener("abort", done);
+        resolve();
+      }
+      opts.signal?.addEventListener("abort", done, { once: true });
+    });
+  }
 }
 
 /** Writes finished run `name`'s outputs (metrics.jsonl, report, checkpoint) into `dir`; returns the bytes fetched. */

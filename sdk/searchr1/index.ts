@@ -42,7 +42,11 @@ export {
   type SpanDecoder,
   type CurveMetric,
   type StepSamples,
+  AttachedRun,
+  type FollowOptions,
 } from "./notebook/index.js";
+export { followRun, type RunClientOptions } from "./detached.js";
+export type { LoopStatus, LoopEvent, LoopState } from "./run-log.js";
 export { runTrainCommand, parseTrainFlags, TRAIN_USAGE } from "./cli.js";
 export { emReward, f1Reward, substringReward, normalizeAnswer, extractAnswer, exactMatch, f1, substringMatch, type RewardFn } from "./reward.js";
 export { groupAdvantages, flattenGroups, type GroupAdvantages } from "./advantages.js";

@@ -12,7 +12,7 @@
  * number, so an attacher whose copy predates a re-base skips what it saw.
  */
 import type { ObjectCache } from "../cache/object-cache.js";
-import { ObjectNotFoundError } from "../errors/index.js";
+import { HeadRestartedError, ObjectNotFoundError } from "../errors/index.js";
 import type { RunEvent } from "./events.js";
 import { runKeys } from "./run-objects.js";
 
@@ -36,6 +36,30 @@ export interface LoopStatus {
   updatedAt: number;
   /** Where the loop runs: its executor, agent and host, and its output folder there. */
   where: { executorId: string; agentId: string; host: string; out: string };
+  /** The flags the run was started with (a loop that takes over a lost one's run starts from them). */
+  options?: Record<string, unknown>;
+  /** The held-out evaluation before its first step (the report's start); set once the loop is past it. */
+  startEval?: { step: number; em: number; searches: number };
+  /** The reward module in use, when `setReward` replaced exact match. */
+  reward?: { module: string; export: string };
+  /** Loop executors lost and taken over: when, at which step, which one was lost, which took over. */
+  takeovers?: Array<{ at: number; step: number; lost: string; by: string }>;
+}
+
+/** How long a write of the loop waits out a head restart (the new head answers "restarted" until its recovery window closes). */
+export const HEAD_RESTART_WAIT_MS = 60_000;
+
+/** Runs `fn`, again every 500 ms while it fails with a head restart, for at most HEAD_RESTART_WAIT_MS. */
+export async function throughHeadRestarts<T>(fn: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + HEAD_RESTART_WAIT_MS;
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!(err instanceof HeadRestartedError) || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
 }
 
 /** What a detached run's log records: a run event, a log line, or a change of state. */
@@ -83,6 +107,20 @@ export class LoopLogWriter {
     await this.objects.put([], { key: loopEventsKey(this.name) });
   }
 
+  /** Goes on with the log a lost loop wrote (a loop that takes its run over): numbering continues, the next write is a new base. */
+  async resume(): Promise<void> {
+    let all: LoopEvent[];
+    try {
+      all = await this.objects.get<LoopEvent[]>(loopEventsKey(this.name));
+    } catch (err) {
+      if (!(err instanceof ObjectNotFoundError)) throw err;
+      return this.open();
+    }
+    this.recent = all.slice(-LOG_KEEP);
+    this.seq = all.at(-1)?.seq ?? 0;
+    this.patches = LOG_REBASE;
+  }
+
   /** Queues an event; `flush()` awaits it. Never throws here: a failed write is raised by the next flush. */
   append(e: LoopEventBody): void {
     const event = { ...e, seq: ++this.seq, at: Date.now() } as LoopEvent;
@@ -91,10 +129,12 @@ export class LoopLogWriter {
     // Decided (and the new base's events taken) now, in append order: a base taken later would also hold events still queued as patches.
     const base = this.patches >= LOG_REBASE ? [...this.recent] : undefined;
     this.patches = base ? 0 : this.patches + 1;
-    this.chain = this.chain.then(async () => {
-      if (base) await this.objects.update(loopEventsKey(this.name), base);
-      else await this.objects.patch(loopEventsKey(this.name), [event]);
-    }).catch((err: unknown) => {
+    this.chain = this.chain.then(() =>
+      throughHeadRestarts(async () => {
+        if (base) await this.objects.update(loopEventsKey(this.name), base);
+        else await this.objects.patch(loopEventsKey(this.name), [event]);
+      }),
+    ).catch((err: unknown) => {
       this.failure ??= err;
     });
   }

@@ -22,6 +22,13 @@ export interface RunState {
   step: number;
   history: StepMetrics[];
   rolloutSetup: ObjectRef;
+  /**
+   * The policy version the trainers had published when `step` was recorded.
+   * Trainers that hold a later one took an update the run never recorded
+   * (its driver was lost between the two): the run cannot go on exactly.
+   * Absent in states written before it was kept.
+   */
+  policyVersion?: number;
 }
 
 /** The options that make two runs the same run (what the name, output folder and logging do not change). */
@@ -46,6 +53,7 @@ export function runStateKey(name: string): string {
 interface RunStatePatch {
   step: number;
   history: StepMetrics[];
+  policyVersion?: number;
 }
 
 /** A fresh base after this many patches, so a reader folds at most this many. */
@@ -61,6 +69,7 @@ export async function readRunState(app: App, name: string): Promise<(RunState & 
         for (const p of patches as RunStatePatch[]) {
           state.history.push(...p.history);
           state.step = p.step;
+          if (p.policyVersion !== undefined) state.policyVersion = p.policyVersion;
         }
         return state;
       },
@@ -100,7 +109,7 @@ export class RunStateWriter {
       this.identity = identity;
       this.patches = 0;
     } else {
-      const patch: RunStatePatch = { step: state.step, history: state.history.slice(this.written) };
+      const patch: RunStatePatch = { step: state.step, history: state.history.slice(this.written), policyVersion: state.policyVersion };
       this.ref = await this.app.objects.patch(this.ref, patch);
       this.patches++;
     }

@@ -162,6 +162,13 @@ export class SearchR1Run {
     await dropSessionObjects(app, opts.name);
     const held = prior && prior.fingerprint === fp.digest ? await run.trainersHold(prior.runId) : undefined;
     if (prior && held) {
+      if (prior.policyVersion !== undefined && held.policyVersion !== prior.policyVersion) {
+        throw new HearthError(
+          `run '${opts.name}' cannot go on exactly: its trainers hold policy version ${held.policyVersion}, but the run recorded version ${prior.policyVersion} at step ${prior.step}. ` +
+            `A step was trained after the last one recorded (its driver was lost between the update and recording it), and that step's metrics and trajectories are lost. ` +
+            `Start the run again (replace: true / other options), or resume it from a checkpoint (--resume DIR)`,
+        );
+      }
       run.reattach(prior);
       run.svc.ahead.policyVersion = held.policyVersion;
       log(`reattached to run '${opts.name}' at step ${prior.step}: trainers, rollouts and their state are as they were`);
@@ -181,6 +188,17 @@ export class SearchR1Run {
     return run;
   }
 
+  /**
+   * Attaches to run `name`, which lives on the cluster (started with
+   * `--detach`): a live handle with its history, a progress bar that
+   * follows it, its trajectories, pause / resume / step / stop and
+   * setReward (notebook/attached.ts). The run never depends on the handle.
+   */
+  static async attach(name: string, opts: { head?: string } = {}): Promise<import("./notebook/attached.js").AttachedRun> {
+    const { AttachedRun } = await import("./notebook/attached.js");
+    return AttachedRun.open(name, opts);
+  }
+
   /** Do all trainer ranks hold run `runId` (set up for RL and not restarted since)? If so, rank 0's policy version. */
   private async trainersHold(runId: string): Promise<{ policyVersion: number } | undefined> {
     const st = await this.trainer.broadcast("status", Array.from({ length: this.opts.trainers }, () => [] as []));
@@ -196,7 +214,7 @@ export class SearchR1Run {
   /** Stores the run's state in the cache (after start and after every step). */
   private async saveState(): Promise<void> {
     const fp = runFingerprint(this.opts);
-    await this.state.save({ runId: this.runId, fingerprint: fp.digest, values: fp.values, step: this.stepNo, history: this.history, rolloutSetup: this.svc.rolloutSetup });
+    await this.state.save({ runId: this.runId, fingerprint: fp.digest, values: fp.values, step: this.stepNo, history: this.history, rolloutSetup: this.svc.rolloutSetup, policyVersion: this.svc.ahead.policyVersion });
   }
 
   /** Ships a folder to the trainers: in place when they all run on this host (or when asked), else file by file. */

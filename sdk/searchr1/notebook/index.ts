@@ -16,3 +16,4 @@ import "./run-views.js";
 
 export { TrajectoryView, RescoreView, trajectoryRows, trajectoryTable, trajectorySpans, rescoreSamples, type TrajectoryRow, type Span, type SpanKind, type SpanDecoder } from "./views.js";
 export { plot, type CurveMetric, type StepSamples } from "./plots.js";
+export { AttachedRun, STOP_WAIT_MS, type FollowOptions } from "./attached.js";
