@@ -8,14 +8,14 @@
  */
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { fetchFolder } from "../cache/folder.js";
 import type { ObjectCache } from "../cache/object-cache.js";
 import { connect } from "../connect.js";
 import { HearthError } from "../errors/index.js";
 import type { App } from "../runtime/app.js";
 import type { PoolHandle } from "../runtime/handles.js";
 import { HeadClient } from "../runtime/head-client.js";
-import type { SearchR1Loop, ShippedTree } from "./loop-service.js";
+import { fetchTree, resumeTreeKey, shipTree, type SearchR1Loop, type ShippedTree } from "./loop-service.js";
+import { readResume } from "./checkpoint.js";
 import { layerOptions, validateOptions, type SearchR1Options } from "./options.js";
 import { recipeFor } from "./recipes/index.js";
 import { LoopLogReader, loopOutputsKey, readLoopStatus, type LoopEvent, type LoopStatus } from "./run-log.js";
@@ -50,14 +50,19 @@ export async function loopOf(app: App): Promise<PoolHandle<SearchR1Loop>> {
  */
 export async function detachRun(given: Partial<SearchR1Options>, opts: RunClientOptions = {}): Promise<LoopStatus> {
   if (given.out !== undefined) throw new HearthError("--out does not apply to a detached run: its loop writes where it runs; get its outputs with `hearth fetch NAME --out DIR`");
-  if (given.resume !== undefined) throw new HearthError("--resume is not supported with --detach yet: the checkpoint folder would have to be readable where the loop runs; resume attached");
   if (given.engine === "slurm") throw new HearthError("--detach runs its loop as a service of a fixed cluster; with --engine slurm run attached");
   const layered = layerOptions(recipeFor(given.model ?? "tiny", given.data ?? "synthetic").defaults, given);
   validateOptions(layered);
+  if (given.resume !== undefined) readResume(given.resume); // a folder that is no checkpoint fails here, before anything starts
   const app = await connect({ name: layered.name, head: opts.head ?? given.head });
   try {
     const loop = await loopOf(app);
     const { head: _head, ...rest } = given;
+    if (given.resume !== undefined) {
+      // The loop may run on another node: the checkpoint travels through the cache (the loop writes it where it runs).
+      await app.objects.delete(resumeTreeKey(layered.name));
+      await app.objects.put(await shipTree(app.objects, path.resolve(given.resume)), { key: resumeTreeKey(layered.name) });
+    }
     return await loop.call("start", rest);
   } finally {
     await app.disconnect();
@@ -139,10 +144,7 @@ export async function followRun(
 export async function fetchRun(name: string, dir: string, opts: RunClientOptions = {}): Promise<number> {
   return withRun(name, opts, async (app, status) => {
     if (status.state !== "done") throw new HearthError(`run '${name}' is ${status.state}: its outputs are put in the cache when it ends (hearth stop ${name} ends it after its step)`);
-    const tree = await app.objects.get<ShippedTree>(loopOutputsKey(name));
-    let bytes = 0;
-    for (const f of tree.folders) bytes += await fetchFolder(app.objects, f.folder, path.join(dir, f.rel));
-    return bytes;
+    return fetchTree(app.objects, await app.objects.get<ShippedTree>(loopOutputsKey(name)), dir);
   });
 }
 

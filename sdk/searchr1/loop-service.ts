@@ -24,11 +24,11 @@
  * naming what was lost. A head restart is ridden out the same way: the
  * loop's connection is renewed and the step in flight runs again.
  */
-import { mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { ObjectCache } from "../cache/object-cache.js";
-import { shipFolder, type FolderRef } from "../cache/folder.js";
+import { dropFolder, fetchFolder, shipFolder, type FolderRef } from "../cache/folder.js";
 import { HeadRestartedError, HearthError } from "../errors/index.js";
 import { importServiceModule } from "../runtime/import-module.js";
 import type { ExecutorContext } from "../runtime/types.js";
@@ -54,6 +54,23 @@ export async function shipTree(objects: ObjectCache, dir: string, rel = ""): Pro
     if (statSync(path.join(abs, n)).isDirectory()) folders.push(...(await shipTree(objects, dir, path.join(rel, n))).folders);
   }
   return { folders };
+}
+
+/** Writes a shipped tree into `dir`; returns the bytes written. */
+export async function fetchTree(objects: ObjectCache, tree: ShippedTree, dir: string): Promise<number> {
+  let bytes = 0;
+  for (const f of tree.folders) bytes += await fetchFolder(objects, f.folder, path.join(dir, f.rel));
+  return bytes;
+}
+
+/** Deletes a shipped tree's objects. */
+export async function dropTree(objects: ObjectCache, tree: ShippedTree): Promise<void> {
+  for (const f of tree.folders) await dropFolder(objects, f.folder);
+}
+
+/** The key under which a client ships the checkpoint a detached run resumes from (`--detach --resume DIR`). */
+export function resumeTreeKey(name: string): string {
+  return `searchr1/${name}/resume-from`;
 }
 
 /** Where a loop writes its outputs: under its executor's own temporary folder (its app's user can write there). */
@@ -124,6 +141,16 @@ export class SearchR1Loop {
   async start(options: Partial<SearchR1Options>): Promise<LoopStatus> {
     if (this.running) throw new HearthError(`run '${this.ctx.app}' already runs on this loop (${this.status?.state ?? "starting"}); attach to it, or stop it first`);
     const { head, credential, out } = this.where();
+    if (options.resume !== undefined) {
+      // The client shipped the checkpoint through the cache (detachRun): written here, next to the outputs, and its objects dropped.
+      const tree = await this.ctx.objects.get<ShippedTree>(resumeTreeKey(this.ctx.app));
+      const dir = `${out}-resume-from`;
+      rmSync(dir, { recursive: true, force: true });
+      await fetchTree(this.ctx.objects, tree, dir);
+      await dropTree(this.ctx.objects, tree);
+      await this.ctx.objects.delete(resumeTreeKey(this.ctx.app));
+      options = { ...options, resume: dir };
+    }
     const now = Date.now();
     this.status = {
       name: this.ctx.app,
@@ -248,7 +275,8 @@ export class SearchR1Loop {
     this.log.append({ type: "log", text: `the run's loop executor ${lost} was lost (${prior.state} at step ${prior.step}); executor ${this.ctx.executorId} on ${this.ctx.host} takes it over from its last completed step` });
     this.log.append({ type: "state", state: "warming" });
     await this.writeStatus();
-    this.running = this.loop({ ...prior.options, name: this.ctx.app, head, out, replace: false, connectOptions: { credential } }, prior);
+    // Not `resume` again: a run started from a checkpoint would start over from it rather than reattach.
+    this.running = this.loop({ ...prior.options, resume: undefined, name: this.ctx.app, head, out, replace: false, connectOptions: { credential } }, prior);
   }
 
   private setState(state: LoopState, why?: string): void {

@@ -138,9 +138,17 @@ test("a detached run steps with no client, attaches from anywhere, pauses, resum
   const ckpt = JSON.parse(readFileSync(path.join(fetched, "checkpoint", "driver-state.json"), "utf8")) as { step: number };
   assert.equal(ckpt.step, done.step);
 
-  // The fetched checkpoint is one --resume accepts: a run resumed from it goes on at the next step.
-  const resumed = await exec(process.execPath, [CLI, "train", "search-r1", "--head", cluster.endpoint, "--name", "resumed1", "--out", path.join(work, "resumed"), "--steps", "1", ...small, "--resume", path.join(fetched, "checkpoint")], { timeout: 240_000 });
-  assert.match(resumed.stdout + resumed.stderr, new RegExp(`resuming from .* at step ${done.step}`));
-  const again = readFileSync(path.join(work, "resumed", "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
-  assert.equal(again.at(-1)!.step, done.step + 1);
+  // The fetched checkpoint is one --resume accepts, detached too: it travels to the loop through the cache, and the run goes on at the next step.
+  await assert.rejects(hearth("train", "search-r1", "--name", "resumed1", "--detach", "--resume", work), /checkpoint/i);
+  await hearth("train", "search-r1", "--name", "resumed1", "--steps", "1", ...small, "--detach", "--resume", path.join(fetched, "checkpoint"));
+  const resumed = await waitFor("the resumed run to end", async () => {
+    const s = (JSON.parse(await hearth("runs", "--json")) as LoopStatus[]).find((r) => r.name === "resumed1");
+    return s && (s.state === "done" || s.state === "failed") ? s : undefined;
+  }, 240_000);
+  assert.equal(resumed.state, "done", resumed.why);
+  assert.equal(resumed.step, done.step + 1);
+  const again = path.join(work, "resumed");
+  await hearth("fetch", "resumed1", "--out", again);
+  const log = readFileSync(path.join(again, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
+  assert.equal(log.at(-1)!.step, done.step + 1, "the step after the checkpoint's");
 });
