@@ -40,6 +40,7 @@ const NUMERIC = {
   "rebase-share": "rebaseShare",
   "max-lag": "maxLag",
   "keep-steps": "keepSteps",
+  "snapshot-every": "snapshotEvery",
 } as const satisfies Record<string, keyof SearchR1Options>;
 
 /** Text flags and the option each sets. */
@@ -77,7 +78,7 @@ export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] 
   [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
   [--bootstrap-steps N] [--bootstrap-mixed-share X] [--bootstrap-batch N] [--bootstrap-lr X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
-  [--max-lag K] [--keep-steps N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP] [--detach]
+  [--max-lag K] [--keep-steps N] [--snapshot-every N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP] [--detach]
   [--engine local|slurm] [--partition P] [--account A] [--sbatch-arg=ARG]... [--bind tcp://ADDRESS:PORT]
 With --detach the loop runs on the cluster as a service of the run's app and the command returns at once (hearth runs|attach|pause|resume|stop|fetch; docs/searchr1.md).
 With --engine slurm each rollout executor is a Slurm job and the trainers one job of --trainers tasks; --bind is an address the compute nodes reach (docs/slurm.md).

@@ -89,6 +89,17 @@ export interface SearchR1Options {
    * leaves this window.
    */
   keepSteps: number;
+  /**
+   * Every this many steps (0: never) rank 0's exact trainer state (fp32
+   * weights, AdamW moments, steps) and model go into the cache as the run's
+   * snapshot, replacing the last one. A trainer gang lost mid-run (a rank's
+   * executor, node or Slurm job) is then declared again, restored from the
+   * snapshot and the step run again, when the snapshot is of the last
+   * completed step; otherwise the run fails naming what was lost. Costs one
+   * save a step (12 bytes a parameter through the head): meant for small
+   * models and for runs whose trainers may be preempted.
+   */
+  snapshotEvery: number;
   /** Write the standalone checkpoint at the end of a CLI run (model, trainer state, driver state). */
   checkpoint: boolean;
   /** Replace this app's services when they were declared with other settings (the CLI owns its app). */
@@ -178,6 +189,7 @@ export const BASE_OPTIONS: SearchR1Options = {
   rebaseShare: 0.5,
   maxLag: 0,
   keepSteps: 50,
+  snapshotEvery: 0,
   replace: false,
   checkpoint: true,
   engine: "local",
@@ -218,6 +230,7 @@ const WHOLE: Record<string, number> = {
   rebaseEvery: 1,
   maxLag: 0,
   keepSteps: 1,
+  snapshotEvery: 0,
 };
 const CHOICES: Record<string, readonly string[]> = {
   rolloutDtype: ["auto", "bfloat16", "float32"],

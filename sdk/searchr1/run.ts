@@ -19,7 +19,7 @@ import { capacity, connect, type ClusterCapacity } from "../connect.js";
 import { checkSlurmJobs } from "../engines/slurm/index.js";
 import type { App } from "../runtime/app.js";
 import type { GangHandle, PoolHandle } from "../runtime/handles.js";
-import { HearthError } from "../errors/index.js";
+import { GangFailedError, HearthError } from "../errors/index.js";
 import { formatBytes } from "../format.js";
 import { parseResreq } from "../runtime/resreq.js";
 import { readResume, writeCheckpointJson, writeStandaloneCheckpoint } from "./checkpoint.js";
@@ -33,6 +33,7 @@ import { readRunState, runFingerprint, RunStateWriter, type RunState } from "./r
 import { corpusKey, dropSessionObjects, putOrUpdate, rolloutSetupKey, stepKeys, trainerSetupKey, weightsKey } from "./run-objects.js";
 import { emReward, type RewardFn } from "./reward.js";
 import type { RolloutSetup, SearchR1Rollout } from "./rollout-service.js";
+import { dropSnapshot, readSnapshot, takeSnapshot, type TrainerSnapshot } from "./snapshot.js";
 import { withStepDisplay } from "./step-summary.js";
 import type { SearchR1Trainer, TrainerSetup } from "./trainer-service.js";
 
@@ -48,6 +49,14 @@ function weightFiles(names: string[]): string[] {
 
 /** Debian's reference BLAS (what libblas.so.3 is until OpenBLAS is installed): measured here 4.7 against 52 GFLOP/s for OpenBLAS on the tiny model's products. */
 const REFERENCE_BLAS = /\/blas\/libblas\.so/;
+
+/** Declares the run's trainer gang (the same definition each time: declared again after it failed, it starts anew). */
+function declareTrainers(app: App, opts: SearchR1Options, replace: boolean, onPending: (p: PendingReport) => void): Promise<GangHandle<SearchR1Trainer>> {
+  return app.service<SearchR1Trainer>(
+    opts.serviceModules?.trainer ?? { module: path.join(HERE, "trainer-service.js"), export: "SearchR1Trainer" },
+    { name: "trainer", resreq: opts.trainerResreq, warmup: opts.trainers, autoscale: false, replace, onPending },
+  ) as Promise<GangHandle<SearchR1Trainer>>;
+}
 
 /** Defaults of a run on the embedded default (the tiny preset's recipe). */
 export const DEFAULTS: SearchR1Options = layerOptions(recipeFor("tiny", "synthetic").defaults, {});
@@ -72,7 +81,7 @@ export class SearchR1Run {
     readonly task: PreparedTask,
     readonly recipe: TaskRecipe,
     private readonly rollout: PoolHandle<SearchR1Rollout>,
-    private readonly trainer: GangHandle<SearchR1Trainer>,
+    private trainer: GangHandle<SearchR1Trainer>,
     rolloutSetup: ObjectRef,
   ) {
     this.results = new StepStore(opts.keepSteps);
@@ -152,10 +161,7 @@ export class SearchR1Run {
       opts.serviceModules?.rollout ?? { module: path.join(HERE, "rollout-service.js"), export: "SearchR1Rollout" },
       { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts, replace, onPending },
     );
-    const trainer = await app.service<SearchR1Trainer>(
-      opts.serviceModules?.trainer ?? { module: path.join(HERE, "trainer-service.js"), export: "SearchR1Trainer" },
-      { name: "trainer", resreq: opts.trainerResreq, warmup: opts.trainers, autoscale: false, replace, onPending },
-    );
+    const trainer = await declareTrainers(app, opts, replace, onPending);
     log(`services ready: ${opts.rollouts} rollout executor(s) (${opts.rolloutResreq}), a gang of ${opts.trainers} trainer(s) (${opts.trainerResreq}, ${backendFor(opts)})`);
     const run = new SearchR1Run(app, opts, task, recipe, rollout, trainer, rolloutSetup);
     // Steps and evaluations of an earlier driver of this run: their results lived in its memory, so nothing can read them now.
@@ -182,9 +188,11 @@ export class SearchR1Run {
         renameSync(metrics, aside);
         log(`note: ${opts.out} held an earlier run's metrics.jsonl: moved to ${path.basename(aside)}`);
       }
+      await dropSnapshot(app, opts.name); // an earlier run's, if any
       await run.start(resume);
     }
     await run.saveState();
+    if (opts.snapshotEvery > 0 && !(await readSnapshot(app, opts.name))) await run.snapshot();
     return run;
   }
 
@@ -241,21 +249,8 @@ export class SearchR1Run {
       const dir = await this.recipe.warmStart({ app: this.app, trainer: this.trainer, task: this.task, opts: o });
       if (dir) checkpoint = await this.ship(dir);
     }
-    const setup: TrainerSetup = {
-      model: { ...this.task.model, seed: o.seed },
-      checkpoint,
-      state,
-      trainer: { lr: o.lr, klCoef: o.klCoef, microBatchSize: o.microBatch, gradClip: o.gradClip, ...this.task.trainer },
-      weights: this.svc.weightsKey,
-      threads: threadsFor(o, o.trainerResreq),
-      backend: backendFor(o),
-      rebase: { maxPatches: o.rebaseEvery, maxPatchShare: o.rebaseShare },
-      runId: this.runId,
-    };
-    const ref = await this.app.objects.put(setup, { key: trainerSetupKey(o.name), scratch: true });
-    // Read once by each rank: deleted, with the folders it names, once the ranks have loaded them (or failed to).
-    const res = await this.trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [ref, "rl"] as [ObjectRef, "rl"])).finally(async () => {
-      await this.app.objects.delete(ref.key);
+    // The folders are read once by each rank: deleted once the ranks have loaded them (or failed to).
+    const res = await this.setupTrainers(checkpoint, state).finally(async () => {
       for (const f of [checkpoint, state]) if (f) await dropFolder(this.app.objects, f);
     });
     const r0 = res[0]!;
@@ -266,6 +261,56 @@ export class SearchR1Run {
       o.log(`warning: the tensor engine's torch runs on the reference BLAS (${r0.blas}): its matrix products are ~10× slower than with OpenBLAS; install it with \`apt-get install libopenblas0-pthread\` and restart the executors (\`npm run hearth -- down\`)`);
     }
     o.onEvent?.({ type: "published", version: r0.publish?.version ?? 0, bytes: r0.publish?.bytes ?? 0, kind: r0.publish?.kind ?? "full", params: r0.params });
+  }
+
+  /**
+   * Sets every trainer rank up for RL from `checkpoint` (else the task's
+   * seeded init) and, when given, an exact `state`; with `publishVersion`
+   * rank 0's first publication is a fresh base numbered so. The setup object
+   * is read once by each rank and deleted once they have (or failed to).
+   */
+  private async setupTrainers(checkpoint?: FolderRef, state?: FolderRef, publishVersion?: number) {
+    const o = this.opts;
+    const setup: TrainerSetup = {
+      model: { ...this.task.model, seed: o.seed },
+      checkpoint,
+      state,
+      trainer: { lr: o.lr, klCoef: o.klCoef, microBatchSize: o.microBatch, gradClip: o.gradClip, ...this.task.trainer },
+      weights: this.svc.weightsKey,
+      threads: threadsFor(o, o.trainerResreq),
+      backend: backendFor(o),
+      rebase: { maxPatches: o.rebaseEvery, maxPatchShare: o.rebaseShare },
+      runId: this.runId,
+      publishVersion,
+    };
+    const ref = await this.app.objects.put(setup, { key: trainerSetupKey(o.name), scratch: true });
+    try {
+      return await this.trainer.broadcast("setup", Array.from({ length: o.trainers }, () => [ref, "rl"] as [ObjectRef, "rl"]));
+    } finally {
+      await this.app.objects.delete(ref.key);
+    }
+  }
+
+  /** Puts the trainers' exact state of now in the cache as the run's snapshot (`snapshotEvery`), replacing the last one. */
+  async snapshot(): Promise<TrainerSnapshot> {
+    return takeSnapshot(this.app, this.trainer, this.opts.name, { step: this.stepNo, policyVersion: this.svc.ahead.policyVersion, runId: this.runId });
+  }
+
+  /**
+   * The trainer gang was lost (`lost`): declares it again and restores the
+   * new ranks from the run's snapshot, which must be of the last completed
+   * step (else the run cannot go on exactly and the error says what was lost).
+   */
+  private async restoreTrainers(lost: GangFailedError): Promise<void> {
+    const o = this.opts;
+    const snap = await readSnapshot(this.app, o.name);
+    const what = `the trainer gang lost rank ${lost.rank} (${lost.message})`;
+    if (!snap || snap.runId !== this.runId) throw new HearthError(`${what}, and run '${o.name}' has no snapshot to restore it from: its weights and optimizer state after step ${this.stepNo} are lost (--snapshot-every N keeps one; --resume from a checkpoint goes back to it)`, { cause: lost });
+    if (snap.step !== this.stepNo) throw new HearthError(`${what}; run '${o.name}'s last snapshot is of step ${snap.step}, not of its last completed step ${this.stepNo}: steps ${snap.step + 1}–${this.stepNo} of training would be lost (--snapshot-every 1 keeps every step)`, { cause: lost });
+    o.log(`${what}: declaring the gang again and restoring it from the snapshot of step ${snap.step}`);
+    this.trainer = this.svc.trainer = await declareTrainers(this.app, o, false, (p) => o.log(`waiting: ${p.text}`));
+    await this.setupTrainers(snap.model, snap.state, snap.policyVersion);
+    o.onEvent?.({ type: "executors", rollouts: o.rollouts, trainers: o.trainers, reattached: false });
   }
 
   /** The rollout pool (e.g. to address each member). */
@@ -306,7 +351,16 @@ export class SearchR1Run {
     try {
       const t0 = performance.now();
       const step = this.stepNo + 1;
-      const result = withStepDisplay(await runStep(this.svc, step, this.reward));
+      let ran: StepResult;
+      try {
+        ran = await runStep(this.svc, step, this.reward);
+      } catch (err) {
+        if (!(err instanceof GangFailedError) || this.opts.snapshotEvery === 0) throw err;
+        // Nothing of the step was recorded: restored to the last step's state, the trainers take it again.
+        await this.restoreTrainers(err);
+        ran = await runStep(this.svc, step, this.reward);
+      }
+      const result = withStepDisplay(ran);
       this.stepNo = step;
       const m = result.metrics;
       const emit = this.opts.onEvent;
@@ -329,6 +383,7 @@ export class SearchR1Run {
       appendFileSync(path.join(this.opts.out, "metrics.jsonl"), `${JSON.stringify(m)}\n`);
       writeCheckpointJson(this.opts.out, { step, app: this.app.name, weightsKey: this.svc.weightsKey, rolloutSetup: this.svc.rolloutSetup, lastTrajectories: result.trajectories });
       await this.saveState();
+      if (this.opts.snapshotEvery > 0 && step % this.opts.snapshotEvery === 0) await this.snapshot();
       // A step that leaves the inspection window takes its objects with it.
       for (const old of this.results.add(result)) await this.app.objects.delete(stepKeys(this.opts.name, old.metrics.step));
       emit?.({ type: "step", step, metrics: m });

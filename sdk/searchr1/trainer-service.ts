@@ -37,6 +37,8 @@ export interface TrainerSetup {
   rebase?: RebasePolicy;
   /** The run this setup belongs to: a driver that reattaches finds it with `status`. */
   runId?: string;
+  /** Restored from a snapshot: rank 0's first publication is a fresh base numbered so (the version the rollouts hold). */
+  publishVersion?: number;
 }
 
 /** A training batch slice as stored in the cache (row-major `rows × cols`). */
@@ -131,7 +133,7 @@ export class SearchR1Trainer {
     this.mode = mode;
     this.runId = s.runId;
     this.publisher = this.ctx.rank === 0 ? new WeightPublisher(this.ctx.objects, this.weightsKey, engine, s.rebase) : undefined;
-    const publish = mode === "rl" ? await this.publisher?.publish() : undefined;
+    const publish = mode === "rl" ? await this.publisher?.publish({ version: s.publishVersion }) : undefined;
     this.published = publish?.version ?? 0;
     return { rank: this.ctx.rank!, params: init.params, publish, device: init.device, inPlace: checkpoint?.inPlace, blas: init.blas };
   }

@@ -60,12 +60,17 @@ export class WeightPublisher {
     private readonly maxShardBytes = DEFAULT_SHARD_BYTES,
   ) {}
 
-  /** Publishes the engine's current weights; `full` makes this publication a fresh base. */
-  async publish(options: { full?: boolean } = {}): Promise<PublishStats> {
+  /**
+   * Publishes the engine's current weights; `full` makes this publication a
+   * fresh base, and `version` a fresh base numbered so (trainers restored
+   * from a snapshot go on at the version the rollouts hold).
+   */
+  async publish(options: { full?: boolean; version?: number } = {}): Promise<PublishStats> {
     const rebase =
       this.mustRebase ||
+      options.version !== undefined ||
       (this.baseBytes > 0 && (options.full === true || this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes));
-    const pub = await this.engine.publish(this.maxShardBytes, { full: rebase });
+    const pub = await this.engine.publish(this.maxShardBytes, { full: rebase, version: options.version });
     const record = encodePublication({ version: pub.version, kind: pub.kind, blobs: pub.blobs });
     pub.blobs = []; // the engine's frame can go as soon as the record holds the bytes
     let version: number;

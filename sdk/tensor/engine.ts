@@ -425,10 +425,12 @@ export class TensorEngine {
 
   /**
    * Publish bf16 weights: full shards the first time (or with `full`, a fresh
-   * base), then one exact patch against the last publication.
+   * base), then one exact patch against the last publication. With
+   * `version`, a fresh base numbered `version` (a publisher that goes on
+   * where a lost one stopped).
    */
-  publish(maxShardBytes?: number, options?: RequestOptions & { full?: boolean }): Promise<Publication> {
-    return this.request("publish", { max_shard_bytes: maxShardBytes, full: options?.full === true }, options);
+  publish(maxShardBytes?: number, options?: RequestOptions & { full?: boolean; version?: number }): Promise<Publication> {
+    return this.request("publish", { max_shard_bytes: maxShardBytes, full: options?.full === true, version: options?.version }, options);
   }
 
   /**

@@ -224,7 +224,13 @@ class Engine:
         model = self.need_model()
         if args.get("max_shard_bytes"):
             self.publisher.max_shard_bytes = int(args["max_shard_bytes"])
-        blobs, stats = self.publisher.publish(model, bool(args.get("full", False)))
+        full = bool(args.get("full", False))
+        if args.get("version") is not None:
+            # A publisher that takes over from a lost one (trainers restored from a snapshot)
+            # goes on at the version its readers hold: a fresh base of the same weights.
+            self.publisher.version = int(args["version"]) - 1
+            full = True
+        blobs, stats = self.publisher.publish(model, full)
         return {**asdict(stats), "blobs": blobs}
 
     def op_perturb(self, args: Dict[str, Any]) -> Any:
