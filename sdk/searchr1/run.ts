@@ -298,16 +298,24 @@ export class SearchR1Run {
 
   /**
    * The trainer gang was lost (`lost`): declares it again and restores the
-   * new ranks from the run's snapshot, which must be of the last completed
-   * step (else the run cannot go on exactly and the error says what was lost).
+   * new ranks from the run's snapshot, which must hold the trainers' state
+   * as it was last: no update since (the policy version it was taken at is
+   * the run's); else the run cannot go on exactly and the error says what
+   * was lost.
    */
   private async restoreTrainers(lost: GangFailedError): Promise<void> {
     const o = this.opts;
     const snap = await readSnapshot(this.app, o.name);
     const what = `the trainer gang lost rank ${lost.rank} (${lost.message})`;
     if (!snap || snap.runId !== this.runId) throw new HearthError(`${what}, and run '${o.name}' has no snapshot to restore it from: its weights and optimizer state after step ${this.stepNo} are lost (--snapshot-every N keeps one; --resume from a checkpoint goes back to it)`, { cause: lost });
-    if (snap.step !== this.stepNo) throw new HearthError(`${what}; run '${o.name}'s last snapshot is of step ${snap.step}, not of its last completed step ${this.stepNo}: steps ${snap.step + 1}–${this.stepNo} of training would be lost (--snapshot-every 1 keeps every step)`, { cause: lost });
-    o.log(`${what}: declaring the gang again and restoring it from the snapshot of step ${snap.step}`);
+    const version = this.svc.ahead.policyVersion;
+    if (snap.policyVersion !== version) {
+      throw new HearthError(
+        `${what}; run '${o.name}'s last snapshot is of step ${snap.step} (policy version ${snap.policyVersion}), and its trainers updated since (version ${version} at step ${this.stepNo}): the updates after step ${snap.step} would be lost (--snapshot-every 1 keeps every step)`,
+        { cause: lost },
+      );
+    }
+    o.log(`${what}: declaring the gang again and restoring it from the snapshot of step ${snap.step} (policy version ${version})`);
     this.trainer = this.svc.trainer = await declareTrainers(this.app, o, false, (p) => o.log(`waiting: ${p.text}`));
     await this.setupTrainers(snap.model, snap.state, snap.policyVersion);
     o.onEvent?.({ type: "executors", rollouts: o.rollouts, trainers: o.trainers, reattached: false });
@@ -383,7 +391,15 @@ export class SearchR1Run {
       appendFileSync(path.join(this.opts.out, "metrics.jsonl"), `${JSON.stringify(m)}\n`);
       writeCheckpointJson(this.opts.out, { step, app: this.app.name, weightsKey: this.svc.weightsKey, rolloutSetup: this.svc.rolloutSetup, lastTrajectories: result.trajectories });
       await this.saveState();
-      if (this.opts.snapshotEvery > 0 && step % this.opts.snapshotEvery === 0) await this.snapshot();
+      if (this.opts.snapshotEvery > 0 && step % this.opts.snapshotEvery === 0) {
+        try {
+          await this.snapshot();
+        } catch (err) {
+          // The step is complete and recorded; the loss is the next step's to handle (restored when nothing was trained since the last snapshot).
+          if (!(err instanceof GangFailedError)) throw err;
+          this.opts.log(`warning: step ${step} is recorded, but the trainer gang was lost before its snapshot: ${err.message}`);
+        }
+      }
       // A step that leaves the inspection window takes its objects with it.
       for (const old of this.results.add(result)) await this.app.objects.delete(stepKeys(this.opts.name, old.metrics.step));
       emit?.({ type: "step", step, metrics: m });

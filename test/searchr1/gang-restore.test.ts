@@ -4,8 +4,9 @@
  * of its last completed step and runs the step again; afterwards every
  * rank's exact state (fp32 weights, AdamW moments, steps), every rollout's
  * policy and every step's metrics equal a run that never lost its trainers
- * (and that took no snapshots). A snapshot older than the last step cannot
- * restore exactly: the step fails saying which steps would be lost.
+ * (and that took no snapshots). A snapshot from before the trainers' last
+ * update cannot restore exactly: the step fails saying which updates would
+ * be lost.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
@@ -87,7 +88,7 @@ test("a lost trainer rank: the gang is declared again, restored from the last st
     const lost = await killRank("restored", run, 1);
     const third = await run.step();
     assert.equal(third.metrics.step, 3);
-    assert.ok(log.some((l) => l.startsWith("the trainer gang lost rank 1") && l.includes("restoring it from the snapshot of step 2")), log.join("\n"));
+    assert.ok(log.some((l) => l.startsWith("the trainer gang lost rank 1") && l.includes("restoring it from the snapshot of step 2 (policy version 3)")), log.join("\n"));
     const now = run.trainerGang.members.map((m) => m.executorId);
     assert.ok(!now.includes(lost) && now.every((id) => !before.includes(id)), "a new gang");
     assert.deepEqual(await stateOf(run), expected, "after step 3: every rank's weights, moments and steps, and every rollout's policy, as the run that never lost a rank");
@@ -103,7 +104,7 @@ test("a lost trainer rank: the gang is declared again, restored from the last st
     await gap.step();
     await killRank("gap", gap, 0);
     await assert.rejects(gap.step(), (e: Error) => {
-      assert.match(e.message, /the trainer gang lost rank 0 .*last snapshot is of step 0, not of its last completed step 1: steps 1–1 of training would be lost/);
+      assert.match(e.message, /the trainer gang lost rank 0 .*last snapshot is of step 0 \(policy version 1\), and its trainers updated since \(version 2 at step 1\): the updates after step 0 would be lost/);
       assert.ok(e.cause instanceof GangFailedError);
       return true;
     });

@@ -23,7 +23,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { after, before, test } from "node:test";
-import { SearchR1Run, type SearchR1Options } from "../../sdk/searchr1/run.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
 import { GangFailedError } from "../../sdk/errors/index.js";
 import { netnsSupport } from "./netns.js";
 import { eventually, startWorld, type SlurmWorld } from "./setup.js";
@@ -44,6 +44,10 @@ const STEPS = 10;
 
 let world: SlurmWorld;
 let out: string;
+/** A step's deterministic metrics (a restored gang's base is one more write of the weights object, so not its cache version). */
+function sameMetrics(m: StepMetrics): unknown {
+  return { step: m.step, reward: m.reward_mean, loss: m.loss, kl: m.kl, trained: m.samples_trained, policy: m.policy_version };
+}
 
 before(async () => {
   if (skip) return;
@@ -244,14 +248,13 @@ test("the driver killed mid-run: its jobs stay for the keep-alive, and a new dri
   assert.deepEqual(await jobsOf(), []);
 });
 
-test("the trainers' job cancelled mid-run: the next step fails with GangFailedError naming the rank, and records nothing", { skip }, async () => {
+test("the trainers' job cancelled mid-run: the step fails with GangFailedError naming the rank and records nothing; with a snapshot every step, the gang is declared again (a new job), restored, and the run goes on exactly as one never cancelled", { skip }, async () => {
+  // Without snapshots: the loss ends the step.
   const sr = await SearchR1Run.create(options({ name: "sr1-cancel", out: path.join(out, "cancel"), promptsPerStep: 8, groupSize: 4, evalSize: 16 }));
   try {
     await sr.step();
-    const st = await sr.app.status();
-    const trainer = st.apps[0]!.services.find((s) => s.name === "trainer")!;
-    const gangJob = st.slurm!.jobs.find((j) => j.serviceId === trainer.id)!;
-    await world.slurm.cmd("scancel", [gangJob.id]);
+    const gangJob = await gangJobOf(sr);
+    await world.slurm.cmd("scancel", [gangJob]);
     const t0 = Date.now();
     await assert.rejects(
       (async () => {
@@ -267,7 +270,7 @@ test("the trainers' job cancelled mid-run: the next step fails with GangFailedEr
         return true;
       },
     );
-    console.log(`# slurm search-r1: trainers' job ${gangJob.id} cancelled; a step failed with GangFailedError ${Date.now() - t0} ms later`);
+    console.log(`# slurm search-r1: trainers' job ${gangJob} cancelled; a step failed with GangFailedError ${Date.now() - t0} ms later`);
     const failed = (await sr.app.status()).apps[0]!.services.find((s) => s.name === "trainer")!;
     assert.equal(failed.state, "failed");
     const steps = readFileSync(path.join(out, "cancel", "metrics.jsonl"), "utf8").trim().split("\n").length;
@@ -275,4 +278,48 @@ test("the trainers' job cancelled mid-run: the next step fails with GangFailedEr
   } finally {
     await sr.close();
   }
+
+  // With a snapshot every step: the run goes on; then a run of the same options never cancelled is the reference.
+  const log: string[] = [];
+  let at = 0;
+  let restored: { states: unknown; metrics: unknown[] } = { states: null, metrics: [] };
+  const rs = await SearchR1Run.create(options({ name: "sr1-restore", out: path.join(out, "restore"), snapshotEvery: 1, log: (l) => log.push(l) }));
+  try {
+    await rs.step();
+    const first = await gangJobOf(rs);
+    await world.slurm.cmd("scancel", [first]);
+    // Steps that train nothing do not reach the trainers; the first one that does finds the gang lost.
+    let restoredAt = 0;
+    while (rs.stepsDone < STEPS) {
+      const m = (await rs.step()).metrics;
+      if (!restoredAt && log.some((l) => l.startsWith("the trainer gang lost rank"))) restoredAt = m.step;
+      if (restoredAt && m.samples_trained > 0) break;
+    }
+    assert.ok(restoredAt > 0, `the gang was lost and restored within ${STEPS} steps:\n${log.join("\n")}`);
+    const second = await gangJobOf(rs);
+    assert.notEqual(second, first, "the gang declared again is a new job");
+    at = rs.stepsDone;
+    restored = { states: await rs.trainerGang.broadcast("stateDigest", [[], []]), metrics: rs.history.map(sameMetrics) };
+    await rs.syncRollouts();
+    const d = await rs.digests();
+    for (const r of d.rollouts) assert.equal(r.digest, d.trainers[0]!.digest, `rollout ${r.executorId} holds the restored trainers' weights`);
+    console.log(`# slurm search-r1: trainers' job ${first} cancelled after step 1; restored from the snapshot in step ${restoredAt} on job ${second}`);
+  } finally {
+    await rs.close();
+  }
+  const steady = await SearchR1Run.create(options({ name: "sr1-steady", out: path.join(out, "steady") }));
+  try {
+    while (steady.stepsDone < at) await steady.step();
+    assert.deepEqual(await steady.trainerGang.broadcast("stateDigest", [[], []]), restored.states, `after step ${at}: both ranks' weights, moments and steps as a run never cancelled`);
+    assert.deepEqual(steady.history.map(sameMetrics), restored.metrics, "and every step's metrics");
+  } finally {
+    await steady.close();
+  }
 });
+
+/** The Slurm job of a run's trainer gang. */
+async function gangJobOf(sr: SearchR1Run): Promise<string> {
+  const st = await sr.app.status();
+  const trainer = st.apps[0]!.services.find((s) => s.name === "trainer" && s.state !== "failed" && s.state !== "stopped")!;
+  return st.slurm!.jobs.find((j) => j.serviceId === trainer.id)!.id;
+}
