@@ -6,6 +6,7 @@ import { benchBm25 } from "./bm25.js";
 import { benchCache } from "./cache.js";
 import { benchOverlap } from "./overlap.js";
 import { benchRpc } from "./rpc.js";
+import { benchSnapshot } from "./snapshot.js";
 import { benchSoak } from "./soak.js";
 import { benchWeights } from "./weights.js";
 
@@ -15,6 +16,7 @@ const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   bm25: benchBm25,
   overlap: benchOverlap,
   soak: benchSoak,
+  snapshot: benchSnapshot,
   weights: benchWeights,
 };
 
