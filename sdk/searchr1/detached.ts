@@ -18,6 +18,7 @@ import { fetchTree, resumeTreeKey, shipTree, type SearchR1Loop, type ShippedTree
 import { readResume } from "./checkpoint.js";
 import { layerOptions, validateOptions, type SearchR1Options } from "./options.js";
 import { recipeFor } from "./recipes/index.js";
+import { readRunState } from "./run-state.js";
 import { LoopLogReader, loopOutputsKey, readLoopStatus, type LoopEvent, type LoopStatus } from "./run-log.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -148,21 +149,60 @@ export async function fetchRun(name: string, dir: string, opts: RunClientOptions
   });
 }
 
-/** Every detached run of the cluster (needs the admin credential: the cluster secret). */
-export async function listRuns(endpoint: string): Promise<LoopStatus[]> {
+/**
+ * A run driven from outside the cluster (a CLI or notebook driver, no loop
+ * service), as `hearth runs` lists it from its run state: "attached" while a
+ * driver is connected, "idle" while its executors wait for one (the app's
+ * keep-alive).
+ */
+export interface AttachedRunListing {
+  name: string;
+  state: "attached" | "idle";
+  /** Steps completed (its driver decides how many more). */
+  step: number;
+  /** The last held-out exact match in its history, and its step. */
+  evalEm?: number;
+  evalStep?: number;
+  /** Drivers connected to its app. */
+  drivers: number;
+}
+
+/** A row of `hearth runs`: a run that lives on the cluster, or one a driver elsewhere runs. */
+export type RunListing = LoopStatus | AttachedRunListing;
+
+/** Every Search-R1 run of the cluster, detached or driven from elsewhere (needs the admin credential: the cluster secret). */
+export async function listRuns(endpoint: string): Promise<RunListing[]> {
   const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000, admin: true });
-  let names: string[];
+  let apps: Array<{ name: string; drivers: number; services: Array<{ name: string; state: string }> }>;
   try {
-    const status = await client.control("status", { all: true });
-    names = (status.apps as Array<{ name: string; services: Array<{ name: string }> }>).filter((a) => a.services.some((s) => s.name === LOOP_SERVICE)).map((a) => a.name);
+    apps = ((await client.control("status", { all: true })).apps as typeof apps).filter((a) => a.name !== "_hearth-status");
     await client.control("close-app", {});
   } finally {
     client.close();
   }
-  const runs: LoopStatus[] = [];
-  for (const name of names) {
-    const s = await withRun(name, { head: endpoint }, async (_app, st) => st).catch(() => undefined);
-    if (s) runs.push(s);
+  const runs: RunListing[] = [];
+  for (const a of apps) {
+    const has = (n: string): boolean => a.services.some((s) => s.name === n);
+    if (has(LOOP_SERVICE)) {
+      const s = await withRun(a.name, { head: endpoint }, async (_app, st) => st).catch(() => undefined);
+      if (s) runs.push(s);
+    } else if (has("rollout") && has("trainer")) {
+      const row = await attachedListing(endpoint, a.name, a.drivers).catch(() => undefined);
+      if (row) runs.push(row);
+    }
   }
   return runs;
+}
+
+/** A driven run's row, from its run state (read as one more driver of its app, which then leaves). */
+async function attachedListing(endpoint: string, name: string, drivers: number): Promise<AttachedRunListing | undefined> {
+  const app = await connect({ name, head: endpoint });
+  try {
+    const state = await readRunState(app, name);
+    if (!state) return undefined;
+    const lastEval = [...state.history].reverse().find((m) => m.eval_em !== undefined);
+    return { name, state: drivers > 0 ? "attached" : "idle", step: state.step, evalEm: lastEval?.eval_em, evalStep: lastEval?.step, drivers };
+  } finally {
+    await app.disconnect();
+  }
 }

@@ -8,8 +8,8 @@ import { parseArgs } from "node:util";
 import { findLocalCluster } from "../engines/local.js";
 import { HearthError } from "../errors/index.js";
 import { stepRow } from "./cli.js";
-import { attachRun, controlRun, fetchRun, listRuns } from "./detached.js";
-import type { LoopEvent, LoopStatus } from "./run-log.js";
+import { attachRun, controlRun, fetchRun, listRuns, type AttachedRunListing, type RunListing } from "./detached.js";
+import type { LoopEvent } from "./run-log.js";
 
 /** Usage of the run commands. */
 export const RUNS_USAGE = `runs    [--head ENDPOINT] [--json]            every detached run: name, state, step of total, last held-out EM, started, where its loop runs (admin)
@@ -41,11 +41,19 @@ export function eventLine(e: LoopEvent): string | undefined {
   }
 }
 
+function isDriven(s: RunListing): s is AttachedRunListing {
+  return s.state === "attached" || s.state === "idle";
+}
+
 /** One line of `hearth runs`. */
-export function runLine(s: LoopStatus): string {
+export function runLine(s: RunListing): string {
   const em = s.evalEm !== undefined ? `${(s.evalEm * 100).toFixed(1)}% @${s.evalStep}` : "-";
+  if (isDriven(s)) {
+    const where = s.state === "attached" ? `its loop runs in ${s.drivers} driver(s) outside the cluster` : "no driver: its executors wait for the app's keep-alive";
+    return `${s.name.padEnd(20)} ${s.state.padEnd(10)} ${`${s.step}/?`.padStart(9)}  EM ${em.padEnd(12)} ${"-".padEnd(24)}  ${where}`;
+  }
   const state = s.state === "failed" ? `failed: ${s.why ?? "?"}` : s.state;
-  return `${s.name.padEnd(20)} ${state.padEnd(10)} ${`${s.step}/${s.total}`.padStart(9)}  EM ${em.padEnd(12)} ${new Date(s.startedAt).toISOString()}  ${s.where.host} (${s.where.executorId})`;
+  return `${s.name.padEnd(20)} ${state.padEnd(10)} ${`${s.step}/${s.total}`.padStart(9)}  EM ${em.padEnd(12)} ${new Date(s.startedAt).toISOString()}  ${s.where.host} (${s.where.executorId})${s.takeovers ? ` [${s.takeovers.length} takeover(s)]` : ""}`;
 }
 
 /** Runs one of the run commands; returns the exit code. */
@@ -62,7 +70,7 @@ export async function runRunsCommand(command: "runs" | "attach" | "pause" | "res
     case "runs": {
       const runs = await listRuns(head);
       if (values.json) console.log(JSON.stringify(runs, null, 2));
-      else if (runs.length === 0) console.log("no detached runs on this cluster");
+      else if (runs.length === 0) console.log("no Search-R1 runs on this cluster");
       else for (const r of runs) console.log(runLine(r));
       return 0;
     }

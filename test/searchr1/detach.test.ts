@@ -18,6 +18,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { connect } from "../../sdk/connect.js";
+import { SearchR1Run } from "../../sdk/searchr1/run.js";
+import { smallRun } from "./small-run.js";
 import { readLoopStatus, type LoopStatus } from "../../sdk/searchr1/run-log.js";
 import { appToken, loadSecret, secretFile } from "../../sdk/wire/auth.js";
 import { CLI, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
@@ -151,4 +153,16 @@ test("a detached run steps with no client, attaches from anywhere, pauses, resum
   await hearth("fetch", "resumed1", "--out", again);
   const log = readFileSync(path.join(again, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
   assert.equal(log.at(-1)!.step, done.step + 1, "the step after the checkpoint's");
+
+  // `hearth runs` lists runs driven from outside the cluster too: attached while a driver is connected, idle once it left.
+  const driven = await SearchR1Run.create(smallRun(cluster.endpoint, "driven1", path.join(work, "driven")));
+  const listed = async (): Promise<Record<string, unknown> | undefined> => (JSON.parse(await hearth("runs", "--json")) as Array<Record<string, unknown>>).find((r) => r.name === "driven1");
+  try {
+    await driven.step();
+    assert.deepEqual(await listed(), { name: "driven1", state: "attached", step: 1, drivers: 1 });
+    assert.match(await hearth("runs"), /^driven1 +attached +1\/\? .*its loop runs in 1 driver\(s\) outside the cluster$/m);
+  } finally {
+    await driven.disconnect();
+  }
+  assert.deepEqual(await listed(), { name: "driven1", state: "idle", step: 1, drivers: 0 });
 });
