@@ -9,14 +9,14 @@
  * says). Prints the restart and detection times and when the last call ended.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import { HeadRestartedError } from "../../sdk/errors/index.js";
-import { CLI, DIST, waitFor, waitForExit } from "../helpers/cluster.js";
+import { CLI, DIST, startHeadWithData, waitFor, waitForExit } from "../helpers/cluster.js";
 import { account, report, salvo } from "./harness.js";
 import type { Tagger } from "./services.js";
 
@@ -26,20 +26,13 @@ const CALLS = 200;
 const DEADLINE_MS = 30_000;
 const CALL_MS = 2_000;
 
-function startHead(bind: string, dataDir: string): { proc: ChildProcess; endpoint: Promise<string> } {
-  const proc = spawn(process.execPath, [CLI, "head", "--bind", bind, "--data-dir", dataDir, "--agent-timeout", "2s"], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-  return { proc, endpoint: waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(out)?.[1], 20_000) };
-}
 
 test("kill -9 of the head with 200 calls in flight: every call ends within its deadline, retried once, answered once", { timeout: 120_000 }, async () => {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "hearth-chaos-head-"));
-  const first = startHead("tcp://127.0.0.1:0", dataDir);
+  const first = startHeadWithData("tcp://127.0.0.1:0", dataDir);
   const endpoint = await first.endpoint;
   const agent = spawn(process.execPath, [CLI, "agent", "--head", endpoint, "--id", "n1", "--cpus", "4", "--mem", "8g", "--gpus", "0", "--work-dir", mkdtempSync(path.join(os.tmpdir(), "hearth-n1-"))], { stdio: "ignore" });
-  let second: ReturnType<typeof startHead> | undefined;
+  let second: ReturnType<typeof startHeadWithData> | undefined;
   const app = await connect({ name: "chaos-head", head: endpoint });
   let again: Awaited<ReturnType<typeof connect>> | undefined;
   try {
@@ -52,7 +45,7 @@ test("kill -9 of the head with 200 calls in flight: every call ends within its d
     const killedAt = calls.markKill();
     first.proc.kill("SIGKILL");
     await waitForExit("the first head", first.proc.pid!, 5000);
-    second = startHead(endpoint, dataDir);
+    second = startHeadWithData(endpoint, dataDir);
     assert.equal(await second.endpoint, endpoint);
     const restartMs = Date.now() - killedAt;
 

@@ -153,3 +153,12 @@ export async function rejection(p: Promise<unknown>, t0 = Date.now()): Promise<{
   if (outcome.ok) throw new Error(`expected a rejection, got ${JSON.stringify(outcome.v)}`);
   return { error: outcome.e as Error, ms: Date.now() - t0 };
 }
+
+/** A head with a data dir, so that it can be killed and restarted on the same endpoint and find its objects; resolves with its endpoint. */
+export function startHeadWithData(bind: string, dataDir: string): { proc: ChildProcess; endpoint: Promise<string> } {
+  const proc = spawn(process.execPath, [CLI, "head", "--bind", bind, "--data-dir", dataDir, "--agent-timeout", "2s"], { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  return { proc, endpoint: waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(out)?.[1], 20_000) };
+}

@@ -9,14 +9,14 @@
  * lost a member while the head was down fails naming the rank.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import { HeadRestartedError } from "../../sdk/errors/index.js";
-import { CLI, FIXTURES, pidAlive, rejection, waitFor, waitForExit } from "../helpers/cluster.js";
+import { CLI, FIXTURES, pidAlive, rejection, startHeadWithData, waitFor, waitForExit } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";
 
 const ref = { module: FIXTURES, export: "Counter" };
@@ -26,23 +26,15 @@ const gangOpts = { name: "ring", resreq: "cpu=1", warmup: 2, autoscale: false as
 const lossyOpts = { name: "lossy", resreq: "cpu=1", warmup: 2, autoscale: false as const, readyTimeoutMs: 20_000 };
 const callDeadline = { timeoutMs: 10_000 };
 
-function startHead(bind: string, dataDir: string): { proc: ChildProcess; endpoint: Promise<string> } {
-  const args = [CLI, "head", "--bind", bind, "--data-dir", dataDir, "--agent-timeout", "2s"];
-  const proc = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-  return { proc, endpoint: waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(out)?.[1], 20_000) };
-}
 
 test("kill -9 of the head and a restart on the same port and data dir: warm executors are adopted with their state", async () => {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "hearth-data-"));
-  const first = startHead("tcp://127.0.0.1:0", dataDir);
+  const first = startHeadWithData("tcp://127.0.0.1:0", dataDir);
   const endpoint = await first.endpoint;
   const agents = ["n1", "n2"].map((id) =>
     spawn(process.execPath, [CLI, "agent", "--head", endpoint, "--id", id, "--cpus", "3", "--mem", "4g", "--gpus", "0", "--work-dir", mkdtempSync(path.join(os.tmpdir(), `hearth-${id}-`))], { stdio: "ignore" }),
   );
-  let second: ReturnType<typeof startHead> | undefined;
+  let second: ReturnType<typeof startHeadWithData> | undefined;
   const app = await connect({ name: "keep", head: endpoint });
   try {
     await waitFor("both agents to register", async () => ((await app.status()).agents.length === 2 ? true : undefined));
@@ -69,7 +61,7 @@ test("kill -9 of the head and a restart on the same port and data dir: warm exec
     // While the head is down, one gang member dies: that gang cannot come back whole.
     process.kill(lossyBefore[1]!.pid, "SIGKILL");
     await waitForExit("lossy rank 1", lossyBefore[1]!.pid, 5000);
-    second = startHead(endpoint, dataDir);
+    second = startHeadWithData(endpoint, dataDir);
     assert.equal(await second.endpoint, endpoint);
 
     const { error, ms } = await ended;

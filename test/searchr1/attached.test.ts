@@ -16,7 +16,7 @@
  *   and changes nothing), `follow()` with a progress bar, `stop()`.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -26,7 +26,7 @@ import type { LoopStatus } from "../../sdk/searchr1/run-log.js";
 import { SearchR1Run } from "../../sdk/searchr1/run.js";
 import type { AttachedRun } from "../../sdk/searchr1/notebook/attached.js";
 import type { StepMetrics } from "../../sdk/searchr1/pipeline.js";
-import { CLI, executorsOf, startCluster, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
+import { CLI, executorsOf, startCluster, startHeadWithData, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { smallRun } from "./small-run.js";
 
@@ -191,21 +191,13 @@ test("the loop's executor killed mid-step: another takes the run over and its st
   }
 });
 
-/** A head with a data dir (it can be restarted on the same endpoint and find its objects); resolves with its endpoint. */
-function startHead(bind: string, dataDir: string): { proc: ChildProcess; endpoint: Promise<string> } {
-  const proc = spawn(process.execPath, [CLI, "head", "--bind", bind, "--data-dir", dataDir, "--agent-timeout", "2s"], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-  return { proc, endpoint: waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(out)?.[1], 20_000) };
-}
 
 test("a head restart under a detached run: its loop executor is adopted, renews its connection, runs the step again, and the run's state equals an uninterrupted run's", async () => {
   const dataDir = mkdtempSync(path.join(work, "data-"));
-  const first = startHead("tcp://127.0.0.1:0", dataDir);
+  const first = startHeadWithData("tcp://127.0.0.1:0", dataDir);
   const endpoint = await first.endpoint;
   const agent = spawn(process.execPath, [CLI, "agent", "--head", endpoint, "--id", "r1", "--cpus", "5", "--mem", "12g", "--gpus", "0", "--work-dir", mkdtempSync(path.join(work, "agent-"))], { stdio: "ignore" });
-  let second: ReturnType<typeof startHead> | undefined;
+  let second: ReturnType<typeof startHeadWithData> | undefined;
   const status = async (): Promise<any> => {
     const { client } = await HeadClient.open(endpoint, { app: "_hearth-status" }, { timeoutMs: 5000, admin: true });
     try {
@@ -227,7 +219,7 @@ test("a head restart under a detached run: its loop executor is adopted, renews 
     first.proc.kill("SIGKILL");
     await waitForExit("the first head", first.proc.pid!, 5000);
     await run.detach().catch(() => undefined); // its connection was to the old head
-    second = startHead(endpoint, dataDir);
+    second = startHeadWithData(endpoint, dataDir);
     assert.equal(await second.endpoint, endpoint);
 
     const again = await SearchR1Run.attach("through", { head: endpoint });

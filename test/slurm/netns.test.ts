@@ -14,13 +14,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import type { App, AppStatus } from "../../sdk/runtime/app.js";
+import type { App } from "../../sdk/runtime/app.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { GangFailedError } from "../../sdk/errors/index.js";
 import { ConnectError } from "../../sdk/wire/errors.js";
 import { netnsSupport } from "./netns.js";
 import type { Where } from "./services.js";
-import { SERVICES, eventually, startWorld, type SlurmWorld } from "./setup.js";
+import { SERVICES, agentNodes, eventually, retriedCalls, startWorld, type SlurmWorld } from "./setup.js";
 
 const support = netnsSupport();
 const skip = support.ok ? false : `network namespaces unavailable: ${support.reason}`;
@@ -48,20 +48,7 @@ after(async () => {
   await world?.stop();
 });
 
-/** The Slurm node of each agent whose job runs on one node (a pool job; a gang's job lists several nodes and is left out). */
-async function agentNodes(st: AppStatus): Promise<Map<string, string>> {
-  const jobs = await world.slurm.jobs();
-  const out = new Map<string, string>();
-  for (const a of st.agents) {
-    const job = jobs.find((j) => j.id === a.labels["hearth.job"]);
-    if (job && /^n\d$/.test(job.nodes)) out.set(a.id, job.nodes);
-  }
-  return out;
-}
 
-function retried(st: AppStatus): number {
-  return (st.head as unknown as { calls: { retried: number } }).calls.retried;
-}
 
 test("n1 and n2 are two hosts at their own addresses; their executors reach the head on the bridge, and only CURVE clients get in", { skip }, async () => {
   const net = world.net!;
@@ -103,11 +90,11 @@ test("cutting n2's link: its agent is lost, its pool call is retried on n1, the 
   const broadcast = gang.broadcast("sleep", [[20_000], [20_000]]);
   broadcast.catch(() => undefined);
   const st = await app.status();
-  const nodes = await agentNodes(st);
+  const nodes = await agentNodes(world, st);
   const onN2 = busy.filter((e) => nodes.get(e.agent) === "n2");
   assert.equal(onN2.length, 1, "one pool executor runs on n2");
   const cutPoolAgent = onN2[0]!.agent;
-  const retriedBefore = retried(st);
+  const retriedBefore = retriedCalls(st);
 
   const t0 = Date.now();
   net.cut("n2");
@@ -136,7 +123,7 @@ test("cutting n2's link: its agent is lost, its pool call is retried on n1, the 
     assert.deepEqual(results.map((r) => r.node), ["n1", "n1"], "both pool calls were answered on n1");
     assert.ok(results.every((r) => r.executorId !== onN2[0]!.id));
     const after = await app.status();
-    assert.equal(retried(after) - retriedBefore, 1, "exactly the call that was on n2 was retried");
+    assert.equal(retriedCalls(after) - retriedBefore, 1, "exactly the call that was on n2 was retried");
     assert.equal(app.duplicateReplies, 0);
     console.log(`# slurm netns: n2 cut; gang failed after ${gangFailedMs} ms, n2's agents gone from status after ${lostMs} ms, pool calls done after ${Date.now() - t0} ms (agent timeout 2 s)`);
   } finally {

@@ -14,10 +14,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import type { AppStatus } from "../../sdk/runtime/app.js";
 import { SearchR1Run } from "../../sdk/searchr1/run.js";
 import { netnsSupport } from "./netns.js";
-import { eventually, startWorld, type SlurmWorld } from "./setup.js";
+import { agentNodes, eventually, retriedCalls, startWorld, type SlurmWorld } from "./setup.js";
 
 const support = netnsSupport();
 const skip = support.ok ? false : `network namespaces unavailable: ${support.reason}`;
@@ -43,20 +42,7 @@ after(async () => {
   if (out) rmSync(out, { recursive: true, force: true });
 });
 
-/** Where each agent runs: its job's node. */
-async function agentNodes(st: AppStatus): Promise<Map<string, string>> {
-  const jobs = await world.slurm.jobs();
-  const nodes = new Map<string, string>();
-  for (const a of st.agents) {
-    const job = jobs.find((j) => j.id === a.labels["hearth.job"]);
-    if (job) nodes.set(a.id, job.nodes);
-  }
-  return nodes;
-}
 
-function retried(st: AppStatus): number {
-  return (st.head as unknown as { calls: { retried: number } }).calls.retried;
-}
 
 test("a rollout host's link cut mid-step: its call runs again on the other rollout host, the step completes whole, the run goes on, and nothing is trained twice", { skip }, async () => {
   const sr = await SearchR1Run.create({
@@ -93,7 +79,7 @@ test("a rollout host's link cut mid-step: its call runs again on the other rollo
     await sr.step();
     const optimizerSteps = async (): Promise<number> => (await sr.trainerGang.broadcast("stateDigest", [[], []]))[0]!.steps;
     const before = await optimizerSteps();
-    const retriedBefore = retried(await sr.app.status());
+    const retriedBefore = retriedCalls(await sr.app.status());
 
     // Cut a rollout host while its executor runs one of the step's rollout calls.
     const victim = rolloutHosts[1]!;
@@ -101,7 +87,7 @@ test("a rollout host's link cut mid-step: its call runs again on the other rollo
     stepping.catch(() => undefined);
     await eventually(`a rollout call running on ${victim}`, async () => {
       const s = await sr.app.status();
-      const nodes = await agentNodes(s);
+      const nodes = await agentNodes(world, s);
       const ex = s.apps[0]!.services.find((x) => x.name === "rollout")!.executors;
       return ex.some((e) => e.inflight > 0 && nodes.get(e.agent) === victim) ? true : undefined;
     }, 60_000);
@@ -112,7 +98,7 @@ test("a rollout host's link cut mid-step: its call runs again on the other rollo
     const stepMs = Date.now() - t0;
     assert.equal(m.groups_kept + m.groups_dropped, 16, "every prompt's group came back: the step is whole");
     const afterCut = await sr.app.status();
-    assert.ok(retried(afterCut) - retriedBefore >= 1, "the cut host's call ran again");
+    assert.ok(retriedCalls(afterCut) - retriedBefore >= 1, "the cut host's call ran again");
     assert.equal(sr.app.duplicateReplies, 0, "and was answered once");
 
     // The run goes on without the cut host.

@@ -11,7 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect } from "../../sdk/connect.js";
-import type { App } from "../../sdk/runtime/app.js";
+import type { App, AppStatus } from "../../sdk/runtime/app.js";
 import { stopSlurmHead, type SlurmConnectOptions } from "../../sdk/engines/slurm/index.js";
 import { startSlurm, type SlurmCluster, type SlurmNodeSpec } from "./harness.js";
 import { createHostNetwork, type HostNetwork } from "./netns.js";
@@ -94,4 +94,20 @@ export async function eventually<T>(what: string, probe: () => Promise<T | undef
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** Where each agent of a status runs: the node of the Slurm job that started it (single-node jobs). */
+export async function agentNodes(world: SlurmWorld, st: AppStatus): Promise<Map<string, string>> {
+  const jobs = await world.slurm.jobs();
+  const nodes = new Map<string, string>();
+  for (const a of st.agents) {
+    const job = jobs.find((j) => j.id === a.labels["hearth.job"]);
+    if (job && /^n\d$/.test(job.nodes)) nodes.set(a.id, job.nodes);
+  }
+  return nodes;
+}
+
+/** Calls the head retried on another executor (its status). */
+export function retriedCalls(st: AppStatus): number {
+  return (st.head as unknown as { calls: { retried: number } }).calls.retried;
 }
