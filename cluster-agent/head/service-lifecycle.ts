@@ -190,8 +190,15 @@ export function serviceSummary(s: ServiceRecord): { id: string; name: string; ki
   };
 }
 
+/**
+ * The same service? Whether it may wait for agents yet to come (`elastic`,
+ * set by the driver that provisions them, e.g. the Slurm engine's) is how it
+ * is provisioned, not what it is: a client of the app without that engine
+ * (`hearth attach` of a run on Slurm) names the same service.
+ */
 function sameSpec(a: ServiceSpec, b: ServiceSpec): boolean {
-  return JSON.stringify({ ...a, max: String(a.max) }) === JSON.stringify({ ...b, max: String(b.max) });
+  const key = (s: ServiceSpec): string => JSON.stringify({ ...s, max: String(s.max), elastic: undefined });
+  return key(a) === key(b);
 }
 
 function describe(spec: ServiceSpec): string {

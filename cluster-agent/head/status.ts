@@ -69,6 +69,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
         pending: explainPending(sched, s) ?? null,
         elastic: s.spec.elastic,
         concurrency: s.spec.concurrency,
+        drivesApp: s.spec.drivesApp === true,
         inflight: [...s.executors.values()].reduce((n, e) => n + e.inflight.size, 0),
         error: s.error?.message ?? null,
         executors: [...s.executors.values()].map((e) => ({

@@ -10,6 +10,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ObjectCache } from "../cache/object-cache.js";
 import { connect } from "../connect.js";
+import { hearthHome } from "../engines/local.js";
+import { findSlurmHead } from "../engines/slurm/index.js";
 import { HearthError } from "../errors/index.js";
 import type { App } from "../runtime/app.js";
 import type { PoolHandle } from "../runtime/handles.js";
@@ -51,14 +53,35 @@ export async function loopOf(app: App): Promise<PoolHandle<SearchR1Loop>> {
  */
 export async function detachRun(given: Partial<SearchR1Options>, opts: RunClientOptions = {}): Promise<LoopStatus> {
   if (given.out !== undefined) throw new HearthError("--out does not apply to a detached run: its loop writes where it runs; get its outputs with `hearth fetch NAME --out DIR`");
-  if (given.engine === "slurm") throw new HearthError("--detach runs its loop as a service of a fixed cluster; with --engine slurm run attached");
   const layered = layerOptions(recipeFor(given.model ?? "tiny", given.data ?? "synthetic").defaults, given);
   validateOptions(layered);
   if (given.resume !== undefined) readResume(given.resume); // a folder that is no checkpoint fails here, before anything starts
-  const app = await connect({ name: layered.name, head: opts.head ?? given.head });
+  const slurm = layered.engine === "slurm";
+  // On Slurm the loop's own job is submitted from here (its agent runs it as you: it submits the run's jobs); once it runs, its own engine takes the app's jobs over.
+  const app = await connect({
+    ...given.connectOptions,
+    name: layered.name,
+    head: opts.head ?? given.head,
+    ...(slurm
+      ? {
+          engine: "slurm",
+          partition: layered.partition,
+          account: layered.account,
+          extraArgs: layered.sbatchArgs.length > 0 ? layered.sbatchArgs : undefined,
+          slurm: layered.bind !== undefined ? { ...given.connectOptions?.slurm, bind: layered.bind } : given.connectOptions?.slurm,
+        }
+      : {}),
+  });
   try {
     const loop = await loopOf(app);
-    const { head: _head, ...rest } = given;
+    const { head: _head, ...flags } = given;
+    let rest: Partial<SearchR1Options> = flags;
+    if (slurm) {
+      // The loop reaches the head that runs now (no bind), with its key file; HEARTH_HOME is on the file system the nodes share.
+      const home = hearthHome(given.connectOptions?.local?.home);
+      const curveKeys = findSlurmHead(home)?.curveKeys ?? given.connectOptions?.slurm?.curveKeys ?? null;
+      rest = { ...flags, bind: undefined, connectOptions: { ...given.connectOptions, local: { home }, slurm: { ...given.connectOptions?.slurm, bind: undefined, curveKeys } } };
+    }
     if (given.resume !== undefined) {
       // The loop may run on another node: the checkpoint travels through the cache (the loop writes it where it runs).
       await app.objects.delete(resumeTreeKey(layered.name));

@@ -100,6 +100,15 @@ export async function loadReward(ref: ServiceSource): Promise<RewardFn> {
   return fn as RewardFn;
 }
 
+/**
+ * How the loop connects: with its app's token to the head its agent names;
+ * on Slurm also with the run's Slurm settings (HEARTH_HOME, the head's key
+ * file, the jobs' environment), since its own engine submits the run's jobs.
+ */
+function loopConnect(options: Partial<SearchR1Options>, credential: NonNullable<SearchR1Options["connectOptions"]>["credential"]): SearchR1Options["connectOptions"] {
+  return options.engine === "slurm" ? { ...options.connectOptions, credential } : { credential };
+}
+
 /** The service. */
 export class SearchR1Loop {
   private ctx!: ExecutorContext;
@@ -165,7 +174,7 @@ export class SearchR1Loop {
     await this.log.open();
     await this.writeStatus();
     this.log.append({ type: "state", state: "warming" });
-    this.running = this.loop({ ...options, name: this.ctx.app, head, out, replace: true, connectOptions: { credential } });
+    this.running = this.loop({ ...options, name: this.ctx.app, head, out, replace: true, connectOptions: loopConnect(options, credential) });
     return this.status;
   }
 
@@ -276,7 +285,7 @@ export class SearchR1Loop {
     this.log.append({ type: "state", state: "warming" });
     await this.writeStatus();
     // Not `resume` again: a run started from a checkpoint would start over from it rather than reattach.
-    this.running = this.loop({ ...prior.options, resume: undefined, name: this.ctx.app, head, out, replace: false, connectOptions: { credential } }, prior);
+    this.running = this.loop({ ...prior.options, resume: undefined, name: this.ctx.app, head, out, replace: false, connectOptions: loopConnect(prior.options, credential) }, prior);
   }
 
   private setState(state: LoopState, why?: string): void {

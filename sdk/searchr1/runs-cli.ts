@@ -5,7 +5,9 @@
  * leaves; the run never depends on it.
  */
 import { parseArgs } from "node:util";
-import { findLocalCluster } from "../engines/local.js";
+import { findLocalCluster, hearthHome } from "../engines/local.js";
+import { findSlurmHead } from "../engines/slurm/index.js";
+import { CURVE_KEYS_ENV } from "../wire/curve.js";
 import { HearthError } from "../errors/index.js";
 import { stepRow } from "./cli.js";
 import { attachRun, controlRun, fetchRun, listRuns, type AttachedRunListing, type RunListing } from "./detached.js";
@@ -17,10 +19,14 @@ export const RUNS_USAGE = `runs    [--head ENDPOINT] [--json]            every d
   pause|resume|stop NAME [--head ENDPOINT]      hold the run after its step / let it go on / end it after its step (metrics, checkpoint, report; services released)
   fetch   NAME --out DIR [--head ENDPOINT]      write a finished run's outputs (metrics.jsonl, report, checkpoint) into DIR`;
 
+/** The head: --head, HEARTH_HEAD, the local cluster's, or the Slurm head of this HEARTH_HOME (whose CURVE keys this process then uses). */
 function headOf(given: string | undefined): string {
   const endpoint = given ?? process.env.HEARTH_HEAD ?? findLocalCluster()?.endpoint;
-  if (!endpoint) throw new HearthError("no local head is running (start one with `hearth up`), and no --head was given");
-  return endpoint;
+  if (endpoint) return endpoint;
+  const slurm = findSlurmHead(hearthHome());
+  if (!slurm) throw new HearthError("no local head is running (start one with `hearth up`), no Slurm head of this HEARTH_HOME runs, and no --head was given");
+  if (slurm.curveKeys && !process.env[CURVE_KEYS_ENV]) process.env[CURVE_KEYS_ENV] = slurm.curveKeys;
+  return slurm.endpoint;
 }
 
 function nameOf(command: string, positionals: string[]): string {

@@ -248,6 +248,50 @@ test("the driver killed mid-run: its jobs stay for the keep-alive, and a new dri
   assert.deepEqual(await jobsOf(), []);
 });
 
+test("--engine slurm --detach: the loop itself runs in a job and steps with no client; attach from a new process; stop ends the run's rollout and trainer jobs and its outputs are fetchable", { skip }, async () => {
+  const hearth = async (...args: string[]): Promise<string> => (await run(process.execPath, [CLI, ...args], { env: world.env, timeout: 150_000 })).stdout;
+  const NAME = "sr1-detached";
+  const started = await hearth("train", "search-r1", "--engine", "slurm", "--bind", world.bind!, "--name", NAME, "--steps", "200", "--prompts-per-step", "8", "--prompts-per-task", "4",
+    "--group-size", "4", "--eval-size", "16", "--eval-every", "0", "--rollouts", "1", "--rollout-resreq", "cpu=2", "--trainer-resreq", "cpu=1", "--threads", "1", "--detach");
+  assert.match(started, new RegExp(`hearth attach ${NAME}`));
+  type Listed = { name: string; state: string; step: number; why?: string; where: { host: string; executorId: string } };
+  const listed = async (): Promise<Listed> => (JSON.parse(await hearth("runs", "--json")) as Listed[]).find((r) => r.name === NAME)!;
+  // No client is connected: the loop, in a job of its own, steps on and drives the run's jobs.
+  const s2 = await eventually("two steps with no client", async () => {
+    const s = await listed();
+    assert.notEqual(s?.state, "failed", s?.why);
+    return s && s.step >= 2 ? s : undefined;
+  }, 240_000);
+  assert.ok(world.net!.hosts.some((h) => h.addr === s2.where.host), `the loop runs on a Slurm node (${s2.where.host})`);
+  const jobs = await world.slurm.jobs();
+  const ours = jobs.filter((j) => j.name === `hearth.${NAME}`);
+  assert.equal(ours.length, 3, `the loop's job, the rollout's and the trainers' (${ours.map((j) => `${j.id} ${j.nodes}`).join(", ")})`);
+
+  // Attach from a new process: the history, then a live step; Ctrl-C leaves the run going.
+  const attach = spawn(process.execPath, [CLI, "attach", NAME], { env: world.env, stdio: ["ignore", "pipe", "pipe"] });
+  let said = "";
+  attach.stdout!.on("data", (d: Buffer) => (said += d.toString()));
+  attach.stderr!.on("data", (d: Buffer) => (said += d.toString()));
+  const exited = new Promise<number | null>((resolve) => attach.on("exit", (code) => resolve(code)));
+  const steps = (): number[] => [...said.matchAll(/^step +(\d+) /gm)].map((m) => Number(m[1]));
+  await eventually("a live step after attaching", async () => (steps().some((n) => n > s2.step) ? true : undefined), 120_000);
+  attach.kill("SIGINT");
+  assert.equal(await exited, 0, said);
+  assert.deepEqual(steps(), steps().map((_, i) => i + 1), "every step from the first, in order");
+
+  await hearth("stop", NAME);
+  const done = await eventually("the run to end", async () => {
+    const s = await listed();
+    return s.state === "done" || s.state === "failed" ? s : undefined;
+  }, 240_000);
+  assert.equal(done.state, "done", done.why);
+  await eventually("the rollout and trainer jobs to end", async () => ((await world.slurm.jobs()).filter((j) => j.name === `hearth.${NAME}`).length <= 1 ? true : undefined), 60_000);
+  const fetched = path.join(out, "detached");
+  await hearth("fetch", NAME, "--out", fetched);
+  assert.equal(readFileSync(path.join(fetched, "metrics.jsonl"), "utf8").trim().split("\n").length, done.step);
+  console.log(`# slurm search-r1 --detach: the loop ran on ${s2.where.host}; ${done.step} steps, stopped and fetched`);
+});
+
 test("the trainers' job cancelled mid-run: the step fails with GangFailedError naming the rank and records nothing; with a snapshot every step, the gang is declared again (a new job), restored, and the run goes on exactly as one never cancelled", { skip }, async () => {
   // Without snapshots: the loss ends the step.
   const sr = await SearchR1Run.create(options({ name: "sr1-cancel", out: path.join(out, "cancel"), promptsPerStep: 8, groupSize: 4, evalSize: 16 }));

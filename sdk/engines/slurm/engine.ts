@@ -88,6 +88,8 @@ interface StatusService {
   queued: number;
   elastic?: boolean;
   concurrency?: number;
+  /** Its executors drive the app (a run's loop): they run as the user who submits the jobs, as a driver would. */
+  drivesApp?: boolean;
   executors: Array<{ state: string; inflight: number; agent: string }>;
 }
 /** An agent as the status document shows it. */
@@ -205,9 +207,7 @@ export class SlurmEngine {
     const services = ((status.apps?.[0]?.services ?? []) as StatusService[]).filter((s) => s.elastic === true);
     // Jobs adopted from an earlier driver learn their service's name here.
     for (const job of this.jobs.values()) job.service ||= services.find((s) => s.id === job.serviceId)?.name ?? "";
-    const live = new Set(services.filter((s) => s.state !== "failed" && s.state !== "stopped").map((s) => s.id));
-    const gone = [...this.jobs.values()].filter((j) => !j.cancelled && !live.has(j.serviceId));
-    if (gone.length > 0) await this.cancel(gone);
+    const live = await this.cancelGone(services);
     for (const s of services) {
       if (!live.has(s.id)) continue;
       if (s.kind === "gang") await this.reconcileGang(s);
@@ -281,6 +281,9 @@ export class SlurmEngine {
         // Peers (a gang's rendezvous, gloo) reach the agent at its address on the route to the head: a node's
         // hostname may resolve to loopback there. A loopback head means every node is this machine.
         ...(isLoopback(this.client.endpoint) ? [] : ["--host", "route"]),
+        // A service that drives its app (a run's loop on the cluster) is the user's own driver placed in a job: it
+        // submits the run's jobs with the user's HEARTH_HOME, so an agent run as root does not give it a uid of the app.
+        ...(s.drivesApp ? ["--executor-uids", "none"] : []),
       ],
       output: path.join(this.home, "slurm", "%j.out"),
       partition: this.opts.partition,
@@ -299,11 +302,31 @@ export class SlurmEngine {
     await scancel(jobs.map((j) => j.id), this.env);
   }
 
-  /** Stops watching; the app's jobs keep running (a disconnect: the app stays warm). */
+  /** Cancels the jobs of services that are gone, stopped or failed; returns the ids of the live ones. */
+  private async cancelGone(services: StatusService[]): Promise<Set<string>> {
+    const live = new Set(services.filter((s) => s.state !== "failed" && s.state !== "stopped").map((s) => s.id));
+    const gone = [...this.jobs.values()].filter((j) => !j.cancelled && !live.has(j.serviceId));
+    if (gone.length > 0) await this.cancel(gone);
+    return live;
+  }
+
+  /**
+   * Stops watching; the jobs of the app's live services keep running (a
+   * disconnect: the app stays warm). Those of services stopped since the
+   * last pass (a run's loop that released its rollouts and trainers, then
+   * left) are cancelled now rather than when their agents exit idle.
+   */
   async detach(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     await this.ticking;
+    if (!this.client) return;
+    try {
+      const status = await this.client.control("status", { app: this.app });
+      await this.cancelGone(((status.apps?.[0]?.services ?? []) as StatusService[]).filter((s) => s.elastic === true));
+    } catch {
+      // The head may be gone (a driver leaving after a crash): its jobs end when their agents exit idle.
+    }
   }
 
   /** Stops watching and cancels every job of the app, waiting until Slurm has ended them. Idempotent. */
