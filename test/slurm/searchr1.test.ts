@@ -285,7 +285,15 @@ test("--engine slurm --detach: the loop itself runs in a job and steps with no c
     return s.state === "done" || s.state === "failed" ? s : undefined;
   }, 240_000);
   assert.equal(done.state, "done", done.why);
-  await eventually("the rollout and trainer jobs to end", async () => ((await world.slurm.jobs()).filter((j) => j.name === `hearth.${NAME}`).length <= 1 ? true : undefined), 60_000);
+  const left = await eventually("the rollout and trainer jobs to end", async () => {
+    const j = (await world.slurm.jobs()).filter((x) => x.name === `hearth.${NAME}`);
+    return j.length <= 1 ? j : undefined;
+  }, 60_000);
+  assert.equal(left.length, 1, "only the loop's job is left (for the app's keep-alive)");
+  assert.ok(ours.some((j) => j.id === left[0]!.id), "one of the run's own jobs");
+  // It would end with the app's keep-alive; the next test needs its CPU now.
+  await world.slurm.cmd("scancel", left.map((j) => j.id));
+  await eventually("the loop's job to end", async () => ((await world.slurm.jobs()).some((x) => x.name === `hearth.${NAME}`) ? undefined : true), 60_000);
   const fetched = path.join(out, "detached");
   await hearth("fetch", NAME, "--out", fetched);
   assert.equal(readFileSync(path.join(fetched, "metrics.jsonl"), "utf8").trim().split("\n").length, done.step);
