@@ -148,7 +148,10 @@ export class SearchR1Loop {
    * here until its steps are done or it is stopped.
    */
   async start(options: Partial<SearchR1Options>): Promise<LoopStatus> {
-    if (this.running) throw new HearthError(`run '${this.ctx.app}' already runs on this loop (${this.status?.state ?? "starting"}); attach to it, or stop it first`);
+    if (this.running && (!this.status || ACTIVE.has(this.status.state))) throw new HearthError(`run '${this.ctx.app}' already runs on this loop (${this.status?.state ?? "starting"}); attach to it, or stop it first`);
+    // A run of this name that ended (done or failed) is replaced by the new one.
+    this.paused = false;
+    this.stopAsked = false;
     const { head, credential, out } = this.where();
     if (options.resume !== undefined) {
       // The client shipped the checkpoint through the cache (detachRun): written here, next to the outputs, and its objects dropped.

@@ -154,6 +154,15 @@ test("a detached run steps with no client, attaches from anywhere, pauses, resum
   const log = readFileSync(path.join(again, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number });
   assert.equal(log.at(-1)!.step, done.step + 1, "the step after the checkpoint's");
 
+  // A run of the same name after the first ended: its loop takes the new run.
+  await hearth("train", "search-r1", "--name", NAME, "--steps", "1", ...small, "--detach");
+  const again2 = await waitFor("the second run of the name to end", async () => {
+    const s = await runStatus();
+    return s.startedAt > done.startedAt && (s.state === "done" || s.state === "failed") ? s : undefined;
+  }, 240_000);
+  assert.equal(again2.state, "done", again2.why);
+  assert.equal(again2.step, 1, "a new run, from its first step");
+
   // `hearth runs` lists runs driven from outside the cluster too: attached while a driver is connected, idle once it left.
   const driven = await SearchR1Run.create(smallRun(cluster.endpoint, "driven1", path.join(work, "driven")));
   const listed = async (): Promise<Record<string, unknown> | undefined> => (JSON.parse(await hearth("runs", "--json")) as Array<Record<string, unknown>>).find((r) => r.name === "driven1");

@@ -82,8 +82,18 @@ test("one source holds at most --max-connections-per-source connections; more ar
   const pid = cluster.head.pid!;
   const before = fds(pid); // with the test's observer connection: 1 of the 8
   // 20 connections that pass the credential check (an unrelated app's token), all from 127.0.0.1.
+  // A burst first: the gate counts the source's established connections, its own pending ones included, so
+  // a burst may be cut below the limit, never above it.
   const flood = sockets.length;
-  const outcomes = await openMany(cluster.endpoint, 20, rawGate(outsider()));
+  const burst = await openMany(cluster.endpoint, 20, rawGate(outsider()));
+  const inBurst = burst.filter((o) => o === "handshake").length;
+  assert.ok(inBurst <= 7, `at most 7 admitted beside the observer in a burst (outcomes: ${JSON.stringify(burst)})`);
+  assert.equal(burst.filter((o) => o === "refused").length, 20 - inBurst, "the rest refused in the handshake");
+  for (const s of sockets.splice(flood)) s.close();
+  await waitFor("the burst's connections to close", async () => ((await cluster.status()) && fds(pid) <= before + 2 ? true : undefined), 10_000);
+  // One after another: exactly the limit is admitted.
+  const outcomes: string[] = [];
+  for (let i = 0; i < 20; i++) outcomes.push(...(await openMany(cluster.endpoint, 1, rawGate(outsider()))));
   const admitted = outcomes.filter((o) => o === "handshake").length;
   assert.equal(admitted, 7, `7 admitted beside the observer (outcomes: ${JSON.stringify(outcomes)})`);
   assert.equal(outcomes.filter((o) => o === "refused").length, 13);
