@@ -26,7 +26,7 @@ def _np_varint_encode(v: np.ndarray) -> np.ndarray:
     big = np.flatnonzero(v >= 0x80)  # (j,)
     if big.size == 0:
         return v.astype(np.uint8)
-    vb = v[big]
+    vb = v[big].astype(np.int64)
     nbb = np.ones(big.size, dtype=np.int64)
     for k in range(1, (int(vb.max()).bit_length() + 6) // 7):
         nbb += vb >= (1 << (7 * k))
@@ -121,15 +121,54 @@ def varint_decode(buf: Tensor) -> Tensor:
     return vals.scatter_add_(0, group, (b & 0x7F) << (7 * shift))
 
 
+def _np_zigzag16(d: np.ndarray) -> np.ndarray:
+    """int16 differences -> their zigzag codes (uint16), with no widening."""
+    return ((d << 1) ^ (d >> 15)).view(np.uint16)
+
+
+def _np_unzigzag16(z: np.ndarray) -> np.ndarray:
+    """Zigzag codes (any integer dtype) -> int16 differences, wrapped to 16 bits."""
+    if z.dtype == np.uint8:  # one-byte codes: the common case, no int64 arrays at all
+        return (z >> 1).astype(np.int16) ^ -(z & 1).astype(np.int16)
+    return ((z >> 1) ^ -(z & 1)).astype(np.int16)
+
+
+def _np_decode_small(b: np.ndarray) -> np.ndarray:
+    """varint bytes -> values; the bytes themselves (uint8) when none continues."""
+    c = b >= 0x80
+    return b if not c.any() else _np_varint_decode(b)
+
+
+def np_encode_deltas(old_bits: np.ndarray, new_bits: np.ndarray) -> np.ndarray:
+    """encode_deltas on numpy int16 arrays: the difference wraps in int16 as the format
+    wants, so the only wide array is none."""
+    return _np_varint_encode(_np_zigzag16(new_bits - old_bits))
+
+
+def np_deltas(buf: np.ndarray, count: int) -> np.ndarray:
+    """Delta bytes -> int16 differences (count of them), checked."""
+    if buf.size and int(buf[-1]) & 0x80:
+        raise EngineError("bad_patch", "delta stream ends inside a varint")
+    d = _np_unzigzag16(_np_decode_small(buf))
+    if d.size != count:
+        raise EngineError("bad_patch", f"{count} indices but {d.size} value deltas")
+    return d
+
+
+def np_decode_indices(buf: np.ndarray) -> np.ndarray:
+    """Varint gap bytes (uint8) -> sorted flat indices (int64)."""
+    if buf.size and int(buf[-1]) & 0x80:
+        raise EngineError("bad_patch", "index stream ends inside a varint")
+    return np.cumsum(_np_decode_small(buf), dtype=np.int64)
+
+
 def encode_deltas(old_bits: Tensor, new_bits: Tensor) -> Tensor:
     """int16 bit patterns (k,) -> varint bytes of the zigzagged wrapped differences.
 
     A bf16 value that an optimizer step moves usually moves by one unit in the last
     place, so its bit pattern changes by +-1: one byte instead of two raw."""
     if new_bits.device.type == "cpu":
-        dn = new_bits.numpy().astype(np.int64) - old_bits.numpy()
-        dn = ((dn + 32768) & 0xFFFF) - 32768  # wrap to [-32768, 32767]
-        return torch.from_numpy(_np_varint_encode((dn << 1) ^ (dn >> 63)))
+        return torch.from_numpy(np_encode_deltas(old_bits.numpy(), new_bits.numpy()))
     d = new_bits.to(torch.int32) - old_bits.to(torch.int32)
     d = ((d + 32768) & 0xFFFF) - 32768  # wrap to [-32768, 32767]
     return varint_encode(((d << 1) ^ (d >> 31)).to(torch.int64))
@@ -137,13 +176,11 @@ def encode_deltas(old_bits: Tensor, new_bits: Tensor) -> Tensor:
 
 def apply_deltas(old_bits: Tensor, buf: Tensor) -> Tensor:
     """Inverse of encode_deltas: old int16 bit patterns (k,) + varint bytes -> new int16 (k,)."""
+    if buf.device.type == "cpu":
+        return torch.from_numpy(old_bits.numpy() + np_deltas(buf.numpy(), old_bits.numel()))
     z = varint_decode(buf)
     if z.numel() != old_bits.numel():
         raise EngineError("bad_patch", f"{old_bits.numel()} indices but {z.numel()} value deltas")
-    if z.device.type == "cpu":
-        zn = z.numpy()
-        dn = (zn >> 1) ^ -(zn & 1)
-        return torch.from_numpy((((old_bits.numpy() + dn + 32768) & 0xFFFF) - 32768).astype(np.int16))
     d = (z >> 1) ^ -(z & 1)
     new = ((old_bits.to(torch.int64) + d + 32768) & 0xFFFF) - 32768
     return new.to(torch.int16)
@@ -158,5 +195,6 @@ def encode_indices(idx: Tensor) -> Tensor:
 
 def decode_indices(buf: Tensor) -> Tensor:
     """Varint gap bytes -> sorted flat indices (int64)."""
-    gaps = varint_decode(buf)
-    return torch.from_numpy(np.cumsum(gaps.numpy())) if gaps.device.type == "cpu" else gaps.cumsum(0)
+    if buf.device.type == "cpu":
+        return torch.from_numpy(np_decode_indices(buf.numpy()))
+    return varint_decode(buf).cumsum(0)

@@ -34,10 +34,12 @@ from . import safetensors
 from .checkpoint import expected_shapes, split_shards
 from .errors import EngineError
 from .model import Transformer
-from .patch_codec import (apply_deltas, decode_indices, encode_deltas, encode_indices,  # noqa: F401 (re-exported)
-                          varint_decode, varint_encode)
+from .patch_codec import (_np_varint_encode, apply_deltas, decode_indices, encode_deltas,  # noqa: F401 (re-exported)
+                          encode_indices, np_deltas, np_encode_deltas, varint_decode, varint_encode)
 
 IDX, VAL, DLT = ":idx", ":val", ":dlt"
+# Indices a patch applies per numpy call on CPU (a slice's gather is still cached at its scatter).
+APPLY_CHUNK = 1 << 16
 
 
 def export_bf16(model: Transformer) -> Dict[str, Tensor]:
@@ -68,23 +70,56 @@ class PatchStats:
 
 
 def changed_indices(a: Tensor, b: Tensor, chunk: int = 1 << 20) -> Tensor:
-    """Sorted flat indices (int64) where int16 bit patterns a (n,) and b (n,) differ.
-
-    On CPU, in chunks through one reused mask: a whole-tensor mask (136 M bools for a
-    0.5B model's embedding) is fresh memory every call, and faulting it in costs more
-    than the comparison."""
+    """Sorted flat indices (int64) where int16 bit patterns a (n,) and b (n,) differ."""
     if a.device.type != "cpu":
         return (a != b).nonzero()[:, 0]
-    an, bn = a.numpy(), b.numpy()
-    mask = np.empty(min(chunk, an.size), dtype=np.bool_)
-    parts = []
-    for s in range(0, an.size, chunk):
-        m = mask[: min(an.size, s + chunk) - s]
-        np.not_equal(an[s: s + m.size], bn[s: s + m.size], out=m)
-        nz = np.flatnonzero(m)
-        if nz.size:
-            parts.append(nz + s)
-    return torch.from_numpy(np.concatenate(parts)) if parts else torch.zeros(0, dtype=torch.int64)
+    return torch.from_numpy(changed_bits(a.numpy(), b.numpy(), advance=False, chunk=chunk)[0])
+
+
+def changed_bits(old: np.ndarray, new: np.ndarray, advance: bool,
+                 chunk: int = 1 << 18) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where int16 bit patterns `old` (n,) and `new` (n,) differ: sorted flat indices
+    (int64) and the old and new patterns there (int16); with `advance`, `old` is brought
+    to `new` on the way (only the changed words are written).
+
+    One pass in chunks of 64-bit words (four values each), so a chunk is still in cache
+    when its changed words are gathered and written back: at a training step's 2-4 %
+    changed values, about a tenth of the words differ, and the search for them (not the
+    comparison) is what costs; it runs over a quarter as many mask entries as a
+    per-value compare would."""
+    n = old.size
+    n4 = n & ~3
+    ow, nw = old[:n4].view(np.uint64), new[:n4].view(np.uint64)
+    mask = np.empty(min(chunk, ow.size), dtype=np.bool_)
+    at: List[np.ndarray] = []
+    was: List[np.ndarray] = []
+    now: List[np.ndarray] = []
+    for s in range(0, ow.size, chunk):
+        a, b = ow[s: s + chunk], nw[s: s + chunk]
+        m = mask[: a.size]
+        np.not_equal(a, b, out=m)
+        w = np.flatnonzero(m)  # (j,) changed words of this chunk
+        if w.size == 0:
+            continue
+        ox, nx = a[w], b[w]
+        if advance:
+            a[w] = nx
+        ol, nl = ox.view(np.int16), nx.view(np.int16)  # (4j,) their values, in memory order
+        p = np.flatnonzero(ol != nl)
+        at.append(((w[p >> 2] + s) << 2) + (p & 3))
+        was.append(ol[p])
+        now.append(nl[p])
+    if n4 < n:  # the last n % 4 values, one by one
+        p = np.flatnonzero(old[n4:] != new[n4:])
+        if p.size:
+            at.append(p + n4)
+            was.append(old[n4:][p])
+            now.append(new[n4:][p])
+            if advance:
+                old[n4:] = new[n4:]
+    if not at:
+        return np.zeros(0, np.int64), np.zeros(0, np.int16), np.zeros(0, np.int16)
+    return np.concatenate(at), np.concatenate(was), np.concatenate(now)
 
 
 def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchStats,
@@ -97,41 +132,43 @@ def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchSta
     keeps one bf16 copy instead of exporting a fresh one per publication."""
     t0 = time.perf_counter()
     stats.elements += sum(b.numel() for b in new.values())
+    cpu = all(t.device.type == "cpu" for t in new.values())
 
-    def find(name: str) -> Tensor:
-        return changed_indices(old[name].view(torch.int16).view(-1), new[name].view(torch.int16).view(-1))  # (k,)
-
-    def encode(item: Tuple[str, Tensor]) -> Dict[str, Tensor]:
-        name, idx = item
+    def one(name: str) -> Tuple[int, Dict[str, Tensor]]:
         a, b = old[name], new[name]
+        a16, b16 = a.view(torch.int16).view(-1), b.view(torch.int16).view(-1)
+        if cpu:  # numpy on the bit patterns, found, gathered and advanced in one pass
+            i, was, now = changed_bits(a16.numpy(), b16.numpy(), advance)
+            if i.size == 0:
+                return 0, {}
+            if i.size * 3 > b.numel():
+                return i.size, {name: b}  # old is already advanced; serialized before the model moves again
+            return i.size, {name + IDX: torch.from_numpy(_np_varint_encode(np.diff(i, prepend=0))),
+                            name + DLT: torch.from_numpy(np_encode_deltas(was, now))}
+        idx = (a16 != b16).nonzero()[:, 0]
+        if idx.numel() == 0:
+            return 0, {}
         if idx.numel() * 3 > b.numel():
             if advance:
                 a.copy_(b)
-            return {name: b}  # serialized before the model moves again
-        a16, b16 = a.view(torch.int16).view(-1), b.view(torch.int16).view(-1)
-        if a16.device.type == "cpu":  # numpy's gather and scatter on the bit patterns: no bf16 kernels
-            an, i = a16.numpy(), idx.numpy()
-            new_bits, old_bits = torch.from_numpy(b16.numpy()[i]), torch.from_numpy(an[i])
-            if advance:
-                an[i] = new_bits.numpy()
-        else:
-            new_bits, old_bits = b16[idx], a16[idx]
-            if advance:
-                a16[idx] = new_bits
-        return {name + IDX: encode_indices(idx), name + DLT: encode_deltas(old_bits, new_bits)}
+            return idx.numel(), {name: b}
+        new_bits, old_bits = b16[idx], a16[idx]
+        if advance:
+            a16[idx] = new_bits
+        return idx.numel(), {name + IDX: encode_indices(idx), name + DLT: encode_deltas(old_bits, new_bits)}
 
-    workers = torch.get_num_threads() if all(t.device.type == "cpu" for t in new.values()) else 1
+    workers = torch.get_num_threads() if cpu else 1
     # numpy releases the GIL in its loops: with more than one engine thread, the tensors are split.
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     try:
         each = pool.map if pool else map
-        found = [(n, i) for n, i in zip(new, each(find, list(new))) if i.numel()]
-        t1 = time.perf_counter()
         entries: Dict[str, Tensor] = {}
-        for (name, idx), part in zip(found, each(encode, found)):
+        for name, (count, part) in zip(new, each(one, list(new))):
+            if not count:
+                continue
             entries.update(part)
             stats.tensors += 1
-            stats.changed += idx.numel()
+            stats.changed += count
             if name in part:
                 stats.dense += 1
             else:
@@ -139,8 +176,8 @@ def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchSta
     finally:
         if pool:
             pool.shutdown()
-    stats.seconds["diff"] = t1 - t0
-    stats.seconds["encode"] = time.perf_counter() - t1
+    stats.seconds["diff"] = time.perf_counter() - t0  # found and encoded in one pass
+    stats.seconds["encode"] = 0.0
     return entries
 
 
@@ -252,9 +289,12 @@ def apply_blob(targets: Dict[str, Tensor], blob, version: Optional[int] = None) 
                     raise EngineError("bad_patch", f"{name}: index out of range for {target.numel()} elements")
                 flat = target.view(-1)
                 if dlt is not None and target.dtype == torch.bfloat16 and target.device.type == "cpu":
-                    # In place on the bit patterns: one gather, one scatter, no casts.
+                    # In place on the bit patterns, in int16 (the format's wrap-around), a
+                    # slice of indices at a time so each scatter finds its gather in cache.
                     bits16, at = flat.view(torch.int16).numpy(), idx.numpy()
-                    bits16[at] = apply_deltas(torch.from_numpy(bits16[at]), dlt).numpy()
+                    d = np_deltas(dlt.numpy(), at.size)
+                    for s in range(0, at.size, APPLY_CHUNK):
+                        bits16[at[s: s + APPLY_CHUNK]] += d[s: s + APPLY_CHUNK]
                 else:
                     if dlt is not None:  # deltas of bit patterns against the values held (base_version)
                         old_bits = flat[idx].to(torch.bfloat16).view(torch.int16)

@@ -3,6 +3,7 @@ steps, with a dense fallback above one third changed (issue test 2)."""
 
 import unittest
 
+import numpy as np
 import torch
 
 from dp_worker import make_batch
@@ -11,7 +12,7 @@ from hearth_engine import safetensors
 from hearth_engine.errors import EngineError
 from hearth_engine.grpo import GRPOConfig, Trainer
 from hearth_engine.model import build_model
-from hearth_engine.weights import (DLT, IDX, VAL, PatchStats, apply_deltas, encode_deltas, perturb_bf16, Publisher, apply_blob, decode_indices, diff_tensors,
+from hearth_engine.weights import (DLT, IDX, VAL, PatchStats, changed_bits, apply_deltas, encode_deltas, perturb_bf16, Publisher, apply_blob, decode_indices, diff_tensors,
                                    encode_indices, export_bf16, model_tensors, varint_decode, varint_encode)
 
 
@@ -53,6 +54,32 @@ class DeltaTest(unittest.TestCase):
         self.assertEqual(encode_deltas(ulp, ulp - 1).numel(), 1000)
         with self.assertRaises(EngineError):
             apply_deltas(old[:3], encode_deltas(old, new))
+
+    def test_word_scan_matches_a_per_value_compare_at_every_tail_and_spread(self):
+        # changed_bits compares four values per 64-bit word, in chunks: every tail length
+        # (n % 4), chunk edges, changes of any size (wide deltas need multi-byte varints),
+        # sparse changes (multi-byte gaps) and dense ones, with and without advancing; the last
+        # trial has more changed values than one APPLY_CHUNK.
+        g = np.random.default_rng(7)
+        for trial, (n, share) in enumerate([(1, 1.0), (3, 0.5), (4, 0.5), (5, 0.3), (7, 1.0), (1001, 0.02),
+                                            (40_003, 0.001), (40_002, 0.9), (70_001, 0.027), (16, 0.0), (3_000_001, 0.05)]):
+            old = g.integers(-32768, 32768, n, dtype=np.int16)
+            new = old.copy()
+            hit = g.random(n) < share
+            new[hit] = g.integers(-32768, 32768, int(hit.sum()), dtype=np.int16)
+            want = np.flatnonzero(old != new)
+            for advance in (False, True):
+                held = old.copy()
+                idx, was, now = changed_bits(held, new, advance=advance, chunk=1000)  # many chunks
+                self.assertTrue(np.array_equal(idx, want), f"trial {trial}")
+                self.assertTrue(np.array_equal(was, old[want]) and np.array_equal(now, new[want]), f"trial {trial}")
+                self.assertTrue(np.array_equal(held, new if advance else old), f"trial {trial} advance={advance}")
+            # and the patch entries apply back exactly through the chunked int16 apply
+            t_old, t_new = torch.from_numpy(old.copy()).view(torch.bfloat16), torch.from_numpy(new.copy()).view(torch.bfloat16)
+            entries = diff_tensors({"w": t_old.clone()}, {"w": t_new}, PatchStats())
+            holder = {"w": t_old.clone()}
+            apply_blob(holder, safetensors.serialize(entries, {"format": "hearth-patch", "version": "2", "base_version": "1"}))
+            self.assertTrue(torch.equal(holder["w"].view(torch.int16), t_new.view(torch.int16)), f"trial {trial}")
 
     def test_perturbed_model_patches_exactly_into_fp32_and_bf16_holders(self):
         model = build_model(tiny_config(), seed=3, dtype=torch.bfloat16)
