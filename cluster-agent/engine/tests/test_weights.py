@@ -59,7 +59,7 @@ class DeltaTest(unittest.TestCase):
         # changed_bits compares four values per 64-bit word, in chunks: every tail length
         # (n % 4), chunk edges, changes of any size (wide deltas need multi-byte varints),
         # sparse changes (multi-byte gaps) and dense ones, with and without advancing; the last
-        # trial has more changed values than one APPLY_CHUNK.
+        # trial has 150k changed values.
         g = np.random.default_rng(7)
         for trial, (n, share) in enumerate([(1, 1.0), (3, 0.5), (4, 0.5), (5, 0.3), (7, 1.0), (1001, 0.02),
                                             (40_003, 0.001), (40_002, 0.9), (70_001, 0.027), (16, 0.0), (3_000_001, 0.05)]):
