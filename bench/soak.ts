@@ -10,7 +10,8 @@
  * /proc/PID/status, and the head's objects (count and bytes from its status,
  * files and bytes in its data dir). It prints, per process, the growth per
  * 1,000 steps of a least-squares line through the samples from step 100 on,
- * as a share of the line's value at step 100 (goal: within 5 %), and the
+ * as a share of the line's value at step 100 (goal: within 5 %; and the same
+ * fit over the second half, where a process that settles is flat), and the
  * objects held against the inspection window (goal: flat at its size).
  * After each run closes it prints what the head still holds.
  */
@@ -137,11 +138,11 @@ function fit(xs: number[], ys: number[]): { slope: number; at: (x: number) => nu
 }
 
 /** Growth per 1,000 steps from step FROM_STEP on: absolute, and as a share of the line's value there. */
-function growth(samples: Sample[], value: (s: Sample) => number | undefined): { first: number; last: number; per1k: number; pct: number } | undefined {
-  const pts = samples.filter((s) => s.step >= FROM_STEP && value(s) !== undefined);
+function growth(samples: Sample[], value: (s: Sample) => number | undefined, from = FROM_STEP): { first: number; last: number; per1k: number; pct: number } | undefined {
+  const pts = samples.filter((s) => s.step >= from && value(s) !== undefined);
   if (pts.length < 2) return undefined;
   const f = fit(pts.map((s) => s.step), pts.map((s) => value(s)!));
-  const base = f.at(FROM_STEP);
+  const base = f.at(from);
   return { first: value(pts[0]!)!, last: value(pts.at(-1)!)!, per1k: f.slope * 1000, pct: base > 0 ? (100 * f.slope * 1000) / base : 0 };
 }
 
@@ -204,6 +205,9 @@ async function soakRun(home: string, work: string, lag: number, steps: number, e
   const row = (what: string, value: (s: Sample) => number | undefined, unit: number, digits: number): void => {
     const g = growth(samples, value);
     if (!g) return;
+    // The same fit over the run's second half: a process that settles (the allocator, V8's heap sizing) is flat there; a leak is not.
+    const half = Math.max(FROM_STEP, Math.floor(steps / 2 / every) * every);
+    const late = growth(samples, value, half);
     const max = Math.max(...samples.filter((s) => s.step >= FROM_STEP).map((s) => value(s) ?? -Infinity));
     rows.push({
       what,
@@ -213,6 +217,7 @@ async function soakRun(home: string, work: string, lag: number, steps: number, e
       "fit / 1k steps": (g.per1k / unit).toFixed(2),
       "% / 1k steps": g.pct.toFixed(1),
       "≤ 5 %": g.pct <= 5 ? "yes" : "NO",
+      [`% / 1k from @${half}`]: late ? late.pct.toFixed(1) : "-",
     });
   };
   for (const label of labels) row(`RSS MiB: ${label}`, (s) => s.rss[label], 1, 1);

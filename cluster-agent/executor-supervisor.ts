@@ -15,6 +15,7 @@ import { APP_TOKEN_ENV, EXECUTOR_TOKEN_ENV, SECRET_FILE_ENV, deriveKey, rendezvo
 import { ProjectSetupError } from "../sdk/errors/index.js";
 import { toWireError } from "../sdk/wire/errors.js";
 import { HearthError } from "../sdk/errors/index.js";
+import { nodeFlags, tunedEnv } from "../sdk/runtime/process-tuning.js";
 import { CURVE_CLIENT_ENV, CURVE_KEYS_ENV, curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ProjectStore } from "./projects.js";
 import type { ExecutorIdentity, ExecutorUsers } from "./executor-users.js";
@@ -174,6 +175,7 @@ export class ExecutorSupervisor {
     const curve = curveClientFromEnv();
     const env: NodeJS.ProcessEnv = {
       ...process.env,
+      ...tunedEnv(),
       // Its own credential and a random routing id, never the cluster secret (nor where the file is).
       [SECRET_FILE_ENV]: undefined,
       // CURVE's client half only, by value: the key file also holds the head's secret key.
@@ -204,7 +206,7 @@ export class ExecutorSupervisor {
     }
     for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
     const as = identity ? { uid: identity.uid, gid: identity.gid, cwd: identity.home } : {};
-    const proc = spawn(process.execPath, [EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"], ...as });
+    const proc = spawn(process.execPath, [...nodeFlags(), EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"], ...as });
     const child: Child = { app: context.app, serviceId: str(h, "serviceId"), rank: context.rank, gpus, ready: false, proc, stderrTail: "" };
     proc.on("message", (m: { t?: unknown } | null) => {
       if (m?.t === "ready") child.ready = true;

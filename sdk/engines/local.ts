@@ -12,6 +12,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { ConnectError } from "../wire/errors.js";
 import { HeadClient } from "../runtime/head-client.js";
+import { nodeFlags, tunedEnv } from "../runtime/process-tuning.js";
 import type { Provisioner } from "../runtime/provisioner.js";
 import { ensureSecret, hearthHome as homeDir } from "../wire/auth.js";
 
@@ -247,7 +248,7 @@ export async function stopLocalCluster(home?: string, timeoutMs = 20_000): Promi
 
 function spawnDetached(args: string[], logFile: string): number {
   const out = openSync(logFile, "a", 0o600);
-  const child = spawn(process.execPath, [CLI, ...args], { detached: true, stdio: ["ignore", out, out] });
+  const child = spawn(process.execPath, [...nodeFlags(), CLI, ...args], { detached: true, stdio: ["ignore", out, out], env: { ...process.env, ...tunedEnv() } });
   closeSync(out);
   child.unref();
   return child.pid!;

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -16,6 +16,9 @@ import { CLI, FIXTURES, pidAlive, waitFor } from "../helpers/cluster.js";
 import type { Counter } from "../fixtures/services.js";
 
 const run = promisify(execFile);
+// The defaults of sdk/runtime/process-tuning.ts are what these tests check.
+delete process.env.HEARTH_NODE_FLAGS;
+delete process.env.MALLOC_ARENA_MAX;
 const home = mkdtempSync(path.join(os.tmpdir(), "hearth-home-"));
 const env: NodeJS.ProcessEnv = { ...process.env, HEARTH_HOME: home };
 delete env.HEARTH_HEAD;
@@ -28,10 +31,18 @@ test("connect() without an endpoint starts the local head and agent, which outli
   const app = await connect({ name: "embedded", local: { home } });
   const counter = await app.service<Counter>({ module: FIXTURES, export: "Counter" }, { resreq: "cpu=0.5" });
   assert.equal(await counter.call("add", 4), 4);
+  const executorPid = (await counter.call("get")).pid;
   await app.disconnect();
   const cluster = findLocalCluster(home)!;
   assert.ok(cluster, "the state file names the running local cluster");
   assert.ok(pidAlive(cluster.headPid) && pidAlive(cluster.agentPid));
+  // hearth's own processes bound V8's young generation and glibc's arenas (long runs hold steady: docs/results.md, soak).
+  for (const [what, pid] of [["head", cluster.headPid], ["agent", cluster.agentPid], ["executor", executorPid]] as const) {
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    const environ = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
+    assert.ok(argv.includes("--max-semi-space-size=2"), `the ${what} runs with --max-semi-space-size=2: ${argv.join(" ")}`);
+    assert.ok(environ.includes("MALLOC_ARENA_MAX=2"), `the ${what} runs with MALLOC_ARENA_MAX=2`);
+  }
 
   const again = await connect({ name: "embedded", local: { home } });
   assert.equal(again.endpoint, cluster.endpoint, "a second connect finds the same head");

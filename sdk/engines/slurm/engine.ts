@@ -18,6 +18,7 @@ import path from "node:path";
 import { mkdirSync } from "node:fs";
 import type { HeadClient } from "../../runtime/head-client.js";
 import { parseResreq } from "../../runtime/resreq.js";
+import { nodeFlags, tunedEnv } from "../../runtime/process-tuning.js";
 import { buildAgentJob, queueWaitMs, sbatch, scancel, squeue, type QueuedJob } from "./commands.js";
 import { HEARTH_CLI } from "./head.js";
 import { CURVE_KEYS_ENV } from "../../wire/curve.js";
@@ -272,7 +273,7 @@ export class SlurmEngine {
       tasks,
       resources,
       defaultMem: this.opts.defaultMem ?? 512 * 1024 * 1024,
-      agentCommand: this.opts.agentCommand ?? [process.execPath, HEARTH_CLI],
+      agentCommand: this.opts.agentCommand ?? [process.execPath, ...nodeFlags(), HEARTH_CLI],
       agentArgs: [
         "--head", this.client.endpoint,
         "--label", `hearth.service=${s.id}`,
@@ -290,7 +291,7 @@ export class SlurmEngine {
       account: this.opts.account,
       extraArgs: this.opts.extraArgs,
       // The cluster secret ships with the job (by path: HEARTH_HOME is on the shared filesystem); the agent reads it and keeps it from its executors.
-      env: { [SECRET_FILE_ENV]: path.join(this.home, "secret"), ...(this.opts.curveKeys ? { [CURVE_KEYS_ENV]: this.opts.curveKeys } : {}) },
+      env: { [SECRET_FILE_ENV]: path.join(this.home, "secret"), ...tunedEnv(), ...(this.opts.curveKeys ? { [CURVE_KEYS_ENV]: this.opts.curveKeys } : {}) },
     });
     const submittedAt = Date.now();
     const id = await sbatch(args, script, this.env);

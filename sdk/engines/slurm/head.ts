@@ -10,6 +10,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, write
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { HeadClient } from "../../runtime/head-client.js";
+import { nodeFlags, tunedEnv } from "../../runtime/process-tuning.js";
 import { ConnectError } from "../../wire/errors.js";
 import { ensureCurveKeys, loadCurveKeys } from "../../wire/curve.js";
 import { ensureSecret } from "../../wire/auth.js";
@@ -89,7 +90,7 @@ async function startHead(opts: SlurmHeadOptions): Promise<SlurmHead> {
   if (opts.agentTimeoutMs !== undefined) args.push("--agent-timeout", `${opts.agentTimeoutMs}ms`);
   const logFile = path.join(opts.home, "logs", "slurm-head.log");
   const out = openSync(logFile, "a", 0o600);
-  const child = spawn(process.execPath, args, { detached: true, stdio: ["ignore", out, out] });
+  const child = spawn(process.execPath, [...nodeFlags(), ...args], { detached: true, stdio: ["ignore", out, out], env: { ...process.env, ...tunedEnv() } });
   closeSync(out);
   child.unref();
   const deadline = Date.now() + timeoutMs;
