@@ -67,13 +67,6 @@ class PatchStats:
     seconds: Dict[str, float] = field(default_factory=dict)
 
 
-def changed_indices(a: Tensor, b: Tensor) -> Tensor:
-    """Sorted flat indices (int64) where int16 bit patterns a (n,) and b (n,) differ."""
-    if a.device.type != "cpu":
-        return (a != b).nonzero()[:, 0]
-    return torch.from_numpy(changed_bits(a.numpy(), b.numpy(), advance=False)[0])
-
-
 def changed_bits(old: np.ndarray, new: np.ndarray, advance: bool,
                  chunk: int = 1 << 16) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where int16 bit patterns `old` (n,) and `new` (n,) differ: sorted flat indices
