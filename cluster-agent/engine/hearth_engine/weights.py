@@ -34,8 +34,8 @@ from . import safetensors
 from .checkpoint import expected_shapes, split_shards
 from .errors import EngineError
 from .model import Transformer
-from .patch_codec import (_np_varint_encode, apply_deltas, decode_indices, encode_deltas,  # noqa: F401 (re-exported)
-                          encode_indices, np_deltas, np_encode_deltas, varint_decode, varint_encode)
+from .patch_codec import (apply_deltas, decode_indices, encode_deltas, encode_indices,  # noqa: F401 (re-exported)
+                          np_deltas, varint_decode, varint_encode)
 
 IDX, VAL, DLT = ":idx", ":val", ":dlt"
 
@@ -134,8 +134,8 @@ def diff_tensors(old: Dict[str, Tensor], new: Dict[str, Tensor], stats: PatchSta
                 return 0, {}
             if i.size * 3 > b.numel():
                 return i.size, {name: b}  # old is already advanced; serialized before the model moves again
-            return i.size, {name + IDX: torch.from_numpy(_np_varint_encode(np.diff(i, prepend=0))),
-                            name + DLT: torch.from_numpy(np_encode_deltas(was, now))}
+            return i.size, {name + IDX: encode_indices(torch.from_numpy(i)),
+                            name + DLT: encode_deltas(torch.from_numpy(was), torch.from_numpy(now))}
         idx = (a16 != b16).nonzero()[:, 0]
         if idx.numel() == 0:
             return 0, {}
