@@ -5,8 +5,8 @@
  * an incremental get through the node cache, then the engine's apply) and
  * says how long the fetch and the apply took, and what it holds.
  */
-import { applyPublications } from "../sdk/searchr1/weights.js";
-import { TensorEngine } from "../sdk/tensor/index.js";
+import { applyPublications, type PublicationRecord, type SyncResult } from "../sdk/searchr1/weights.js";
+import { TensorEngine, type PublicationFile } from "../sdk/tensor/index.js";
 import type { ExecutorContext } from "../sdk/runtime/types.js";
 
 /**
@@ -34,8 +34,14 @@ export interface WeightsSync {
   /** Engine apply of every publication fetched (pipe + decode + write). */
   applyMs: number;
   totalMs: number;
-  /** Bytes this executor's object cache received in this sync. */
+  /** Bytes that crossed a socket to this executor in this sync (a node's files are read in place). */
   bytes: number;
+  /** Bytes of the blobs applied. */
+  appliedBytes: number;
+  /** Wall-clock time (ms since the epoch) the first blob was applied (null: nothing to apply). */
+  firstAppliedAt: number | null;
+  /** Wall-clock time (ms since the epoch) the sync ended: the bench lines it up with the publication's commit. */
+  doneAt: number;
   /** Kinds of what was applied, in order ("full", "patch"). */
   applied: string[];
 }
@@ -44,57 +50,70 @@ export interface WeightsSync {
 export class WeightsRollout {
   private ctx!: ExecutorContext;
   private engine?: TensorEngine;
+  private held: PublicationRecord = { version: 0 };
 
   init(ctx: ExecutorContext): void {
     this.ctx = ctx;
   }
 
-  /** Starts the engine with a random model of `preset` in bf16 (a seed other than the publisher's). */
-  async setup(preset: string, threads: number): Promise<WeightsMemberInfo> {
+  /** Starts the engine with a random model of `config` (a preset, or synthetic weights) in bf16 (a seed other than the publisher's). */
+  async setup(config: string | Record<string, unknown>, threads: number): Promise<WeightsMemberInfo> {
     this.engine ??= await TensorEngine.start({ env: { HEARTH_THREADS: String(threads) }, hangTimeoutMs: HANG_TIMEOUT_MS });
-    await this.engine.initModel({ config: preset, seed: 7, dtype: "bfloat16", device: "cpu", threads }, { timeoutMs: 600_000 });
+    await this.engine.initModel({ config, seed: 7, dtype: "bfloat16", device: "cpu", threads }, { timeoutMs: 600_000 });
+    this.held = { version: 0 };
     return { executorId: this.ctx.executorId, agentId: this.ctx.agentId, pid: process.pid, enginePid: this.engine.pid ?? -1 };
   }
 
-  /** Brings the engine to the latest publication of `key`. */
+  /** Brings the engine to the latest publication of `key` (from the version it holds). */
   async sync(key: string): Promise<WeightsSync> {
     const engine = this.need();
     const received = this.ctx.objects.stats.bytesReceived;
-    const applied: string[] = [];
     let applyMs = 0;
     let firstApply: number | undefined;
-    let lastVersion = -1;
-    // The real path, with the engine's apply timed: everything before the first apply is the fetch.
-    const timed = {
-      apply: async (blobs: readonly Uint8Array[]) => {
-        const t = performance.now();
-        firstApply ??= t;
-        try {
-          const r = await engine.apply(blobs, { timeoutMs: 600_000 });
-          // A base arrives as several shards (one request each): list each publication once.
-          for (const a of r.applied) {
-            if (a.version !== lastVersion) applied.push(a.kind);
-            lastVersion = a.version;
-          }
-          return r;
-        } finally {
-          applyMs += performance.now() - t;
-        }
-      },
+    let firstAppliedAt: number | null = null;
+    // The real path, with the engine's applies timed: everything before the first apply is the fetch.
+    const timed = <A extends unknown[], R>(f: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+      const t = performance.now();
+      firstApply ??= t;
+      try {
+        return await f(...a);
+      } finally {
+        applyMs += performance.now() - t;
+        firstAppliedAt ??= Date.now();
+      }
+    };
+    const wrapped = {
+      apply: timed((blobs: readonly Uint8Array[]) => engine.apply(blobs, { timeoutMs: 600_000 })),
+      applyFiles: timed((files: readonly PublicationFile[]) => engine.applyFiles(files, { timeoutMs: 600_000 })),
     } as unknown as TensorEngine;
     const t0 = performance.now();
-    const record = await applyPublications(this.ctx.objects, key, timed);
+    let r: SyncResult;
+    try {
+      r = await applyPublications(this.ctx.objects, key, wrapped, this.held);
+      this.held = { version: r.version, cache: r.cache };
+    } catch (err) {
+      this.held = { version: 0 };
+      throw err;
+    }
     const t1 = performance.now();
     return {
       executorId: this.ctx.executorId,
       agentId: this.ctx.agentId,
-      version: record.version,
+      version: r.version,
       fetchMs: (firstApply ?? t1) - t0,
       applyMs,
       totalMs: t1 - t0,
+      firstAppliedAt,
+      doneAt: Date.now(),
       bytes: this.ctx.objects.stats.bytesReceived - received,
-      applied,
+      appliedBytes: r.bytes,
+      applied: r.applied,
     };
+  }
+
+  /** What this executor's node cache says of itself: its fetch counters and the copies it installed lately. */
+  async nodeStat(): Promise<Record<string, unknown>> {
+    return this.ctx.objects.stat();
   }
 
   /** sha256 of the engine's bf16 weights (every tensor, sorted by name). */

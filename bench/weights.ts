@@ -1,27 +1,32 @@
 /**
- * `npm run bench -- weights [--shape tiny|0.5b|1.5b] [--threads N] [--publisher-threads N]`: weight
- * sync at a real model's scale. A Qwen2.5-shaped bf16 model in a tensor
- * engine publishes through the real publisher (`WeightPublisher`: engine
- * diff + encode, then a cache `patch`) to a real head; three rollout
- * executors (two on one agent, one on a second) each with a real engine
- * fetch through their node cache and apply. A simulated optimizer step
- * moves a chosen share of the bf16 values by one ulp (2.7 %, 0.5 %, 10 %,
- * and one step where one tensor moves past a third, so it goes dense).
+ * `npm run bench -- weights [--shape tiny|0.5b|1.5b | --bytes 6.2g] [--rollouts N] [--threads N] [--publisher-threads N]`:
+ * weight sync at a real model's scale. A bf16 model in a tensor engine (a
+ * Qwen2.5 shape, or with `--bytes` synthetic tensors of that size and no
+ * model) publishes through the real publisher (`WeightPublisher`: the engine
+ * writes each shard to a file, the publisher streams it to a real head while
+ * the next is written, the write commits when the last is in); rollout
+ * executors on two agents, each with a real engine, bring themselves up to
+ * date through their node caches (one copy per node, passed from node to node
+ * so the head sends a base once) and apply from the node's files in place.
+ * A simulated optimizer step moves a share of the bf16 values by one ulp
+ * (2.7 %, 0.5 %, 10 %, and one step where a tensor moves past a third).
  * Every step ends with the digests of every executor's weights checked
- * against the publisher's; a late joiner catches up through the bounded
- * patch history. In the same run: the full-weights path (every executor
- * fetches the whole model) and a raw ZeroMQ round trip for the ratios.
+ * against the publisher's; a late joiner on a warm node catches up from the
+ * node's copy. In the same run: a raw ZeroMQ stream of the same bytes with
+ * the same chunking, for the ratios.
  */
 import { readFileSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseByteSize } from "../sdk/cache/buffers.js";
 import { connect } from "../sdk/connect.js";
 import type { PoolHandle } from "../sdk/runtime/handles.js";
 import { DEFAULT_REBASE, WeightPublisher } from "../sdk/searchr1/weights.js";
 import { TensorEngine } from "../sdk/tensor/index.js";
 import { startCluster, type TestCluster } from "../test/helpers/cluster.js";
-import { rawRoundTrip } from "./cache.js";
-import { table } from "./stats.js";
+import { rawStream } from "./raw-stream.js";
+import { printWeightsBench } from "./weights-report.js";
 import { HANG_TIMEOUT_MS, type WeightsRollout, type WeightsSync } from "./weights-service.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -43,6 +48,16 @@ export interface WeightsStepSpec {
   full?: boolean;
 }
 
+/** When one node's copy of a step's publication was complete, and where it came from. */
+export interface NodeCopy {
+  agentId: string;
+  /** From the publication's commit to the node's copy installed. */
+  commitToCopyMs: number;
+  /** Where the copy came from: "head", "peer" (another node), "peer+head", "inline". */
+  source: string;
+  bytes: number;
+}
+
 /** What one step published and what it cost on every executor. */
 export interface WeightsStepResult extends WeightsStepSpec {
   kind: string;
@@ -53,21 +68,34 @@ export interface WeightsStepResult extends WeightsStepSpec {
   denseTensors: number;
   sparseTensors: number;
   bytesPerChanged: number;
-  /** Engine publish as the driver saw it: diff + encode in Python plus the pipe to Node. */
+  /** The engine's publish as the driver saw it (diff or export, and the files written). */
   exportMs: number;
-  /** The engine's own split of it (seconds → ms): diff, encode, serialize. */
+  /** The engine's own split of it (seconds → ms). */
   engineMs: Record<string, number>;
-  /** The cache write (patch, or update for a new base) to the head. */
-  putMs: number;
+  /** From the start of the publication to its commit at the head (export and upload overlap). */
+  publishMs: number;
   executors: WeightsSync[];
-  /** From the start of the publication to the last executor's apply returning. */
+  /** Per node: commit → its copy complete. */
+  nodes: NodeCopy[];
+  /** Commit → the first shard applied on the first executor to apply one, and on the last. */
+  commitToFirstAppliedMs: { first: number; last: number } | null;
+  /** Commit → the last executor exact. */
+  commitToLastExactMs: number;
+  /** From the start of the publication to the last executor's apply returning (exact). */
   slowestMs: number;
+  /** Bytes that crossed a socket to executors (their node's files are read in place). */
+  executorTcpBytes: number;
+  /** Object bytes the head sent in this step, and to whom. */
+  headBytesOut: number;
+  headBytesOutTo: Record<string, number>;
   /** Every executor's digest equals the publisher's. */
   identical: boolean;
   /** Peak RSS (MiB) during this step, per process role. */
   peakRssMiB: Record<string, number>;
   /** The head's object bytes after the step (one base plus the patch history). */
   headObjectBytes: number;
+  /** 1-minute load average before and after the step. */
+  load: [number, number];
 }
 
 /** The whole run. */
@@ -75,22 +103,32 @@ export interface WeightsBenchResult {
   shape: string;
   preset: string;
   params: number;
+  /** bf16 bytes of the weights (what a full publication moves, plus headers). */
+  weightBytes: number;
   steps: WeightsStepResult[];
-  lateJoiner: WeightsSync & { identical: boolean };
+  /** A new executor on a warm node (null with synthetic weights). */
+  lateJoiner: (WeightsSync & { identical: boolean }) | null;
+  /** A raw ZeroMQ stream of the weights' bytes with the cache's chunking, into memory and into a file. */
   rawZmqMiBps: number;
+  rawZmqToFileMiBps: number;
   placement: Record<string, string>;
 }
 
 /** Options of runWeightsBench. */
 export interface WeightsBenchOptions {
+  /** A preset (`--shape`), or "synthetic" with `bytes`. */
   shape: string;
+  /** With shape "synthetic": the publication's size in bytes. */
+  bytes?: number;
+  /** Rollout executors (default 3: two on one agent, one on the other; 2: one on each). */
+  rollouts?: number;
   /** Torch threads per rollout engine (1: three of them share 2 cores). */
   threads: number;
   /** Torch threads of the publisher's engine, which works alone while it diffs and encodes. Default 2. */
   publisherThreads?: number;
   /** Progress lines. */
   log?: (line: string) => void;
-  /** Steps to run; default DEFAULT_STEPS(dense tensor). */
+  /** Steps to run; default defaultSteps(dense tensor), or one full publication for synthetic weights. */
   steps?: WeightsStepSpec[];
 }
 
@@ -98,9 +136,8 @@ export interface WeightsBenchOptions {
  * The issue's steps. The full-weights peer is the first publication: every
  * executor (holding other random weights) fetches and applies the whole
  * model, as a full re-publication would make it, without the old base
- * beside the new one in the head and node caches (at the 0.5b shape that
- * second copy everywhere did not fit in this machine's memory beside the
- * other engineers' work; the re-base path is tested at the tiny shape).
+ * beside the new one in the head and node caches (the re-base path is
+ * tested at the tiny shape).
  */
 export function defaultSteps(denseTensor: string): WeightsStepSpec[] {
   return [
@@ -133,50 +170,66 @@ function resetPeak(pid: number): void {
   }
 }
 
+interface NodeStat {
+  recent: Array<{ key: string; version: number; bytes: number; source: string; doneAt: number }>;
+}
+
 /** Runs the bench; throws if any executor ends a step not bit-identical to the publisher. */
 export async function runWeightsBench(opts: WeightsBenchOptions): Promise<WeightsBenchResult> {
   const log = opts.log ?? (() => undefined);
-  const preset = WEIGHT_SHAPES[opts.shape] ?? opts.shape;
-  const rawSize = 32 * MiB;
-  const rawMs = await rawRoundTrip(Buffer.alloc(rawSize, 5), 3);
-  const rawZmqMiBps = (2 * rawSize) / MiB / (rawMs / 1000);
-  log(`raw ZeroMQ loopback: ${rawZmqMiBps.toFixed(0)} MiB/s (32 MiB there and back, best of 3)`);
-
+  const synthetic = opts.shape === "synthetic";
+  const preset = synthetic ? `synthetic ${((opts.bytes ?? 0) / 2 ** 30).toFixed(2)} GiB` : (WEIGHT_SHAPES[opts.shape] ?? opts.shape);
+  const rollouts = opts.rollouts ?? 3;
   let cluster: TestCluster | undefined;
   let publisherEngine: TensorEngine | undefined;
   let app: Awaited<ReturnType<typeof connect>> | undefined;
   try {
-    cluster = await startCluster({ agents: [{ id: "a", cpus: 2 }, { id: "b", cpus: 2 }] });
-    app = await connect({ name: "bench-weights", head: cluster.endpoint });
     const publisherThreads = opts.publisherThreads ?? 2;
-    publisherEngine = await TensorEngine.start({ env: { HEARTH_THREADS: String(publisherThreads) }, hangTimeoutMs: HANG_TIMEOUT_MS });
-    const init = await publisherEngine.initModel({ config: preset, seed: 0, dtype: "bfloat16", device: "cpu", threads: publisherThreads }, { timeoutMs: 600_000 });
-    log(`publisher: ${preset}, ${(init.params / 1e6).toFixed(1)} M params, bf16 (${init.seconds.toFixed(1)} s to build)`);
+    publisherEngine = await TensorEngine.start({ env: { HEARTH_THREADS: String(publisherThreads) }, hangTimeoutMs: HANG_TIMEOUT_MS, requestTimeoutMs: 3_600_000 });
+    const config = synthetic ? { synthetic_bytes: opts.bytes } : preset;
+    const init = await publisherEngine.initModel({ config, seed: 0, dtype: "bfloat16", device: "cpu", threads: publisherThreads }, { timeoutMs: 1_800_000 });
+    const weightBytes = init.params * 2;
+    log(`publisher: ${preset}, ${(init.params / 1e6).toFixed(1)} M params, bf16 ${(weightBytes / MiB).toFixed(0)} MiB (${init.seconds.toFixed(1)} s to build)`);
+
+    // The peer, measured before the cluster starts (the machine otherwise quiet): the same bytes, the same chunks.
+    const rawZmqMiBps = await rawStream(weightBytes, false);
+    const rawZmqToFileMiBps = await rawStream(weightBytes, true);
+    log(`raw ZeroMQ stream of ${(weightBytes / MiB).toFixed(0)} MiB in 8 MiB chunks, 4 in flight: ${rawZmqMiBps.toFixed(0)} MiB/s into memory, ${rawZmqToFileMiBps.toFixed(0)} MiB/s into a file`);
+
+    // Node caches big enough for one copy of the weights plus what a step adds.
+    const cacheLimit = `${Math.ceil(Math.max(os.totalmem() / 4, weightBytes * 1.6) / MiB)}m`;
+    const agentArgs = ["--cache-limit", cacheLimit];
+    // One rollout per node (a, b, c…): each node copies the base once, the head sends it once, the nodes pass it on.
+    const agentIds = Array.from({ length: rollouts }, (_, i) => String.fromCharCode(97 + i));
+    cluster = await startCluster({ agents: agentIds.map((id) => ({ id, cpus: 2, args: agentArgs })) });
+    app = await connect({ name: "bench-weights", head: cluster.endpoint });
     const module = { module: path.join(HERE, "weights-service.js"), export: "WeightsRollout" };
-    const long = { timeoutMs: 900_000 };
-    const pool = (await app.service<WeightsRollout>(module, { name: "rollout", warmup: 3, max: 3, resreq: "cpu=1" })).withOptions(long) as PoolHandle<WeightsRollout>;
+    const long = { timeoutMs: 3_600_000 };
+    // 1.5 of each agent's 2 CPUs: one rollout per agent, and room left on agent a (the first, most free at ties) for the late joiner.
+    const pool = (await app.service<WeightsRollout>(module, { name: "rollout", warmup: rollouts, max: rollouts, resreq: "cpu=1.5" })).withOptions(long) as PoolHandle<WeightsRollout>;
     const members = await pool.members();
-    const infos = await Promise.all(members.map((m) => pool.callMember(m.executorId, "setup", preset, opts.threads)));
-    const perAgent = new Map<string, number>();
-    for (const i of infos) perAgent.set(i.agentId, (perAgent.get(i.agentId) ?? 0) + 1);
-    if (infos.length !== 3 || perAgent.size !== 2) throw new Error(`placement: wanted 2 executors on one agent and 1 on another, got ${JSON.stringify([...perAgent])}`);
+    const readerConfig = synthetic ? { synthetic_bytes: opts.bytes, zeros: true } : preset;
+    const infos = await Promise.all(members.map((m) => pool.callMember(m.executorId, "setup", readerConfig, opts.threads)));
+    const perAgent = new Map<string, string[]>();
+    for (const i of infos) perAgent.set(i.agentId, [...(perAgent.get(i.agentId) ?? []), i.executorId]);
+    if (infos.length !== rollouts || perAgent.size !== rollouts) throw new Error(`placement: wanted one of ${rollouts} executors on each agent, got ${JSON.stringify([...perAgent])}`);
     log(`executors: ${infos.map((i) => `${i.executorId}@${i.agentId}`).join(", ")}`);
 
     const key = "weights";
-    // The publisher's engine publish, timed apart from the cache write.
     let exportMs = 0;
     let engineSeconds: Record<string, number> = {};
     const engine = publisherEngine;
+    // The publisher's engine, its publish timed apart from the upload that overlaps it.
     const timedEngine = {
-      publish: async (maxShard?: number, o?: { full?: boolean }) => {
+      publishFiles: async (dir: string, o: Parameters<TensorEngine["publishFiles"]>[1]) => {
         const t = performance.now();
-        const pub = await engine.publish(maxShard, { ...o, timeoutMs: 600_000 });
+        const pub = await engine.publishFiles(dir, { ...o, timeoutMs: 3_600_000 });
         exportMs = performance.now() - t;
         engineSeconds = pub.seconds;
         return pub;
       },
     } as unknown as TensorEngine;
-    const timedPublisher = new WeightPublisher(app.objects, key, timedEngine);
+    const publisher = new WeightPublisher(app.objects, key, timedEngine, DEFAULT_REBASE, { keepLast: !synthetic });
 
     const pids: Record<string, number[]> = {
       head: [cluster.head.pid!],
@@ -184,23 +237,35 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       executors: infos.map((i) => i.pid),
       "executor engines": infos.map((i) => i.enginePid),
       "publisher engine": [engine.pid!],
+      driver: [process.pid],
     };
     const steps: WeightsStepResult[] = [];
     let seed = 1;
-    for (const spec of opts.steps ?? defaultSteps(DENSE_TENSOR)) {
+    for (const spec of opts.steps ?? (synthetic ? [{ name: "full publication (synthetic)", share: 0, full: true }] : defaultSteps(DENSE_TENSOR))) {
       if (spec.share > 0) await engine.perturb({ share: spec.share, seed: seed++, dense: spec.dense }, { timeoutMs: 600_000 });
       for (const list of Object.values(pids)) list.forEach(resetPeak);
+      const loadBefore = os.loadavg()[0]!;
+      const headBefore = (await cluster.status()).objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
       const t0 = performance.now();
-      const stats = await timedPublisher.publish({ full: spec.full === true });
-      const putMs = performance.now() - t0 - exportMs;
+      const stats = await publisher.publish({ full: spec.full === true });
+      const commitAt = Date.now();
+      const publishMs = performance.now() - t0;
       const executors = await Promise.all(infos.map((i) => pool.callMember(i.executorId, "sync", key)));
       const slowestMs = performance.now() - t0;
       const peakRssMiB: Record<string, number> = {};
       for (const [role, list] of Object.entries(pids)) peakRssMiB[role] = Math.max(...list.map((p) => readKiB(p, "VmHWM"))) / 1024;
-      const want = (await engine.digest({ timeoutMs: 600_000 })).digest;
+      const want = (await engine.digest({ timeoutMs: 1_800_000 })).digest;
       const got = await Promise.all(infos.map((i) => pool.callMember(i.executorId, "digest")));
       const identical = got.every((g) => g.digest === want) && executors.every((e) => e.version === stats.version);
       const status = await cluster.status();
+      const traffic = status.objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
+      const nodes: NodeCopy[] = [];
+      for (const [agentId, ids] of perAgent) {
+        const st = (await pool.callMember(ids[0]!, "nodeStat")) as unknown as NodeStat;
+        const copy = st.recent.filter((f) => f.key === key && f.version === stats.cacheVersion).at(-1);
+        if (copy) nodes.push({ agentId, commitToCopyMs: copy.doneAt - commitAt, source: copy.source, bytes: copy.bytes });
+      }
+      const firsts = executors.map((e) => e.firstAppliedAt).filter((v): v is number => v !== null);
       const r: WeightsStepResult = {
         ...spec,
         kind: stats.kind,
@@ -213,29 +278,51 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
         bytesPerChanged: stats.bytes / Math.max(1, stats.changed),
         exportMs,
         engineMs: Object.fromEntries(Object.entries(engineSeconds).map(([k, v]) => [k, v * 1000])),
-        putMs,
+        publishMs,
         executors,
+        nodes,
+        commitToFirstAppliedMs: firsts.length ? { first: Math.min(...firsts) - commitAt, last: Math.max(...firsts) - commitAt } : null,
+        commitToLastExactMs: Math.max(...executors.map((e) => e.doneAt)) - commitAt,
         slowestMs,
+        executorTcpBytes: executors.reduce((n, e) => n + e.bytes, 0),
+        headBytesOut: traffic.bytesOut - headBefore.bytesOut,
+        headBytesOutTo: Object.fromEntries(Object.entries(traffic.bytesOutTo).map(([k, v]) => [k, v - (headBefore.bytesOutTo[k] ?? 0)])),
         identical,
         peakRssMiB,
         headObjectBytes: status.objects.bytes as number,
+        load: [loadBefore, os.loadavg()[0]!],
       };
       steps.push(r);
-      log(`${spec.name}: ${(r.bytes / MiB).toFixed(1)} MiB, export ${exportMs.toFixed(0)} ms, put ${putMs.toFixed(0)} ms, slowest executor ${slowestMs.toFixed(0)} ms, identical: ${identical}`);
+      log(`${spec.name}: ${(r.bytes / MiB).toFixed(1)} MiB, publish ${publishMs.toFixed(0)} ms, commit → last exact ${r.commitToLastExactMs.toFixed(0)} ms, slowest executor ${slowestMs.toFixed(0)} ms, identical: ${identical}`);
       if (!identical) throw new Error(`${spec.name}: an executor is not bit-identical to the publisher (publisher ${want}, executors ${JSON.stringify(got)})`);
     }
 
-    // A late joiner: a new executor fetches the base and the patches since (the bounded history).
-    const late = (await app.service<WeightsRollout>(module, { name: "late", warmup: 1, max: 1, resreq: "cpu=1" })).withOptions(long) as PoolHandle<WeightsRollout>;
-    const [lateMember] = await late.members();
-    await late.callMember(lateMember!.executorId, "setup", preset, opts.threads);
-    const joined = await late.callMember(lateMember!.executorId, "sync", key);
-    const want = (await engine.digest({ timeoutMs: 600_000 })).digest;
-    const lateDigest = await late.callMember(lateMember!.executorId, "digest");
-    const lateJoiner = { ...joined, identical: lateDigest.digest === want && joined.version === steps.at(-1)!.version };
-    log(`late joiner: ${joined.applied.join(" + ")} (${(joined.bytes / MiB).toFixed(1)} MiB) in ${joined.totalMs.toFixed(0)} ms, identical: ${lateJoiner.identical}`);
-    if (!lateJoiner.identical) throw new Error(`the late joiner is not bit-identical to the publisher (${lateDigest.digest} vs ${want})`);
-    return { shape: opts.shape, preset, params: init.params, steps, lateJoiner, rawZmqMiBps, placement: Object.fromEntries(infos.map((i) => [i.executorId, i.agentId])) };
+    // A late joiner on a warm node (agent a): a new executor that reads the node's copies (base and patches) in place.
+    // (Not with synthetic weights: a fourth engine of a 6 GB publication would not fit beside the others.)
+    let lateJoiner: WeightsBenchResult["lateJoiner"] = null;
+    if (!synthetic) {
+      const late = (await app.service<WeightsRollout>(module, { name: "late", warmup: 1, max: 1, resreq: "cpu=0.5" })).withOptions(long) as PoolHandle<WeightsRollout>;
+      const [lateMember] = await late.members();
+      if (lateMember!.agentId !== "a") throw new Error(`the late joiner landed on agent ${lateMember!.agentId}, not on the warm node a`);
+      await late.callMember(lateMember!.executorId, "setup", readerConfig, opts.threads);
+      const joined = await late.callMember(lateMember!.executorId, "sync", key);
+      const want = (await engine.digest({ timeoutMs: 1_800_000 })).digest;
+      const lateDigest = await late.callMember(lateMember!.executorId, "digest");
+      lateJoiner = { ...joined, identical: lateDigest.digest === want && joined.version === steps.at(-1)!.version };
+      log(`late joiner: ${joined.applied.join(" + ")} (${(joined.appliedBytes / MiB).toFixed(1)} MiB) in ${joined.totalMs.toFixed(0)} ms, identical: ${lateJoiner.identical}`);
+      if (!lateJoiner.identical) throw new Error(`the late joiner is not bit-identical to the publisher (${lateDigest.digest} vs ${want})`);
+    }
+    return {
+      shape: opts.shape,
+      preset,
+      params: init.params,
+      weightBytes,
+      steps,
+      lateJoiner,
+      rawZmqMiBps,
+      rawZmqToFileMiBps,
+      placement: Object.fromEntries(infos.map((i) => [i.executorId, i.agentId])),
+    };
   } finally {
     await publisherEngine?.close();
     await app?.close();
@@ -248,9 +335,14 @@ function parseArgs(args: string[]): WeightsBenchOptions {
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     if (a === "--shape") o.shape = args[++i] ?? o.shape;
+    else if (a === "--bytes") {
+      o.shape = "synthetic";
+      o.bytes = Math.floor(parseByteSize(args[++i] ?? "") / 2) * 2;
+      o.rollouts ??= 2;
+    } else if (a === "--rollouts") o.rollouts = Number(args[++i] ?? 3);
     else if (a === "--threads") o.threads = Number(args[++i] ?? 1);
     else if (a === "--publisher-threads") o.publisherThreads = Number(args[++i] ?? 2);
-    else throw new Error(`bench weights: unknown argument ${a} (--shape tiny|0.5b|1.5b, --threads N, --publisher-threads N)`);
+    else throw new Error(`bench weights: unknown argument ${a} (--shape tiny|0.5b|1.5b, --bytes SIZE, --rollouts N, --threads N, --publisher-threads N)`);
   }
   return o;
 }
@@ -259,48 +351,6 @@ function parseArgs(args: string[]): WeightsBenchOptions {
 export async function benchWeights(args: string[]): Promise<WeightsBenchResult> {
   const o = parseArgs(args);
   const r = await runWeightsBench({ ...o, log: (l) => console.log(l) });
-  const ms = (v: number) => Math.round(v);
-  console.log(`\n${r.preset} (${(r.params / 1e6).toFixed(1)} M params), ${o.threads} torch thread(s) per rollout engine, ${o.publisherThreads ?? 2} in the publisher's; executors ${JSON.stringify(r.placement)}\n`);
-  console.log(
-    table(
-      r.steps.map((s) => ({
-        step: s.name,
-        kind: s.kind,
-        "MiB": s.bytes / MiB,
-        "changed %": (100 * s.changed) / s.elements,
-        dense: s.denseTensors,
-        "B/changed": s.kind === "patch" ? s.bytesPerChanged : 0,
-        "vs ref 6 B": s.kind === "patch" ? s.bytesPerChanged / REFERENCE_BYTES_PER_CHANGE : 0,
-        "export ms": ms(s.exportMs),
-        // The CPU publisher finds, gathers and encodes each tensor in one pass ("diff"); "encode" is then only the blob's serialization.
-        "find+encode": ms(s.engineMs.diff ?? 0),
-        "serialize": ms((s.engineMs.encode ?? 0) + (s.engineMs.serialize ?? 0)),
-        "put ms": ms(s.putMs),
-        "fetch ms (max)": ms(Math.max(...s.executors.map((e) => e.fetchMs))),
-        "apply ms (max)": ms(Math.max(...s.executors.map((e) => e.applyMs))),
-        "slowest ms": ms(s.slowestMs),
-        identical: s.identical ? "yes" : "NO",
-      })),
-    ),
-  );
-  console.log("\nper executor (fetch / apply ms):");
-  for (const s of r.steps) console.log(`  ${s.name}: ${s.executors.map((e) => `${e.executorId}@${e.agentId} ${ms(e.fetchMs)}/${ms(e.applyMs)}`).join(", ")}`);
-  console.log("\npeak RSS (MiB) per step: head / agents / executors (Node) / executor engines / publisher engine; head object bytes");
-  for (const s of r.steps) {
-    const p = s.peakRssMiB;
-    console.log(`  ${s.name}: ${ms(p.head!)} / ${ms(p.agents!)} / ${ms(p.executors!)} / ${ms(p["executor engines"]!)} / ${ms(p["publisher engine"]!)}; ${(s.headObjectBytes / MiB).toFixed(1)} MiB`);
-  }
-  const full = r.steps.find((s) => s.full);
-  const patch = r.steps.find((s) => s.name === "patch 2.7 %");
-  console.log(`\nraw ZeroMQ loopback: ${r.rawZmqMiBps.toFixed(0)} MiB/s`);
-  console.log(`late joiner: ${r.lateJoiner.applied.join(" + ")}, ${(r.lateJoiner.bytes / MiB).toFixed(1)} MiB, ${ms(r.lateJoiner.totalMs)} ms, identical: ${r.lateJoiner.identical ? "yes" : "NO"}`);
-  if (full && patch) {
-    console.log(
-      `\nat 2.7 %: slowest executor bit-identical ${ms(patch.slowestMs)} ms after publication started (goal ≤ ${o.shape === "1.5b" ? 2500 : 1000} ms); ` +
-        `full-weights path ${ms(full.slowestMs)} ms: ${(full.slowestMs / patch.slowestMs).toFixed(1)}× (goal ≥ 20×); ` +
-        `${patch.bytesPerChanged.toFixed(2)} B per changed value = ${(patch.bytesPerChanged / REFERENCE_BYTES_PER_CHANGE).toFixed(2)}× the reference's 6 B (goal ≤ 0.5×)`,
-    );
-  }
-  console.log(`re-base policy: ${DEFAULT_REBASE.maxPatches} patches or ${DEFAULT_REBASE.maxPatchShare} of the base`);
+  printWeightsBench(r, o);
   return r;
 }

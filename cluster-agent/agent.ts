@@ -38,8 +38,17 @@ export interface AgentOptions {
   workDir?: string;
   labels?: Record<string, string>;
   log?: (line: string) => void;
-  /** Memory for the node-local object cache. Default a quarter of this machine's memory. */
+  /** Memory for the node cache's small parts. Default a quarter of this machine's memory. */
   cacheMem?: number;
+  /**
+   * Folder of the node cache's part files (emptied at start). Default
+   * `<work-dir>/cache`, or `<executor-dir>/cache-<id>` when executors run as
+   * their apps' own users (they must be able to reach it). A tmpfs
+   * (`/dev/shm/...`) keeps copies in memory.
+   */
+  cacheDir?: string;
+  /** Bytes of part files the node cache keeps at most. Default a quarter of this machine's memory. */
+  cacheLimit?: number;
   /** Exit after hosting no executor for this long (agents of Slurm jobs: the job ends). Default: never. */
   exitWhenIdleMs?: number;
   /**
@@ -110,13 +119,18 @@ export class Agent {
     });
     this.headRequests = new PendingRequests(this.channel, `head at ${opts.head}`);
     // Only this agent's own executors, each with its own credential, may read the cache.
+    const isolated = users.report.mode === "per-app-uid";
     this.cache = new NodeCache({
       agentId: this.id,
       head: opts.head,
       secret,
       control: this.headRequests,
       memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4),
+      cacheDir: path.resolve(opts.cacheDir ?? (users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${this.id}`) : path.join(this.workDir, "cache"))),
+      fileLimit: opts.cacheLimit ?? Math.floor(os.totalmem() / 4),
+      host: this.host,
       appOf: (executorId) => this.executors.appOf(executorId),
+      groupOf: (app) => (isolated ? users.identityFor(app)?.gid : undefined),
       log: this.log,
     });
     this.executors = new ExecutorSupervisor({
@@ -177,7 +191,7 @@ export class Agent {
     const executors = this.executors.live();
     this.registerSentAt = Date.now();
     this.registered = false;
-    this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {}, isolation: this.users.report, executors })]);
+    this.channel.send([encode({ t: "register", host: this.host, pid: process.pid, cpu: r.cpu, mem: r.mem, gpus: r.gpus, labels: this.opts.labels ?? {}, isolation: this.users.report, cache: this.cache.peerAddress, executors })]);
   }
 
   private onMessage(h: Header, frames: Buffer[]): void {

@@ -43,6 +43,9 @@ commands:
                                 this range (default 2013265920-2080374783); none: as the agent's user (so any
                                 service can read HEARTH_HOME and the cluster secret). Not root: always the agent's user
           [--executor-dir DIR]  root-owned parent of each app's executor files (default <tmpdir>/hearth-executors)
+          [--cache-dir DIR]     the node cache's files, one copy per node (default <work-dir>/cache; a tmpfs such as
+                                /dev/shm/hearth keeps them in memory); emptied at start
+          [--cache-limit 8g]    bytes of files the node cache keeps (default a quarter of this machine's memory)
           [--exit-when-idle 5m] exit after hosting no executor for that long
           [--head-grace 60s]    exit (stopping executors) when the head is silent that long
           [--secret-file F]     the cluster secret (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret)
@@ -155,6 +158,8 @@ async function main(argv: string[]): Promise<number> {
           "secret-file": { type: "string" },
           "executor-uids": { type: "string" },
           "executor-dir": { type: "string" },
+          "cache-dir": { type: "string" },
+          "cache-limit": { type: "string" },
         },
       });
       // Read once here; the agent hands its executors their own credentials, never the secret.
@@ -177,6 +182,8 @@ async function main(argv: string[]): Promise<number> {
         secret,
         executorUids: values["executor-uids"] !== undefined ? parseExecutorUids(values["executor-uids"]) : undefined,
         executorDir: values["executor-dir"],
+        cacheDir: values["cache-dir"],
+        cacheLimit: values["cache-limit"] !== undefined ? parseMem(values["cache-limit"]) : undefined,
         resources: {
           cpu: cpus,
           mem: values.mem !== undefined ? parseMem(values.mem) : undefined,

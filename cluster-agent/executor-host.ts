@@ -110,7 +110,7 @@ export async function runExecutor(headEndpoint: string, launch: ExecutorLaunch, 
     cacheChannel.connect(agentCache);
     const agentRequests = new PendingRequests(cacheChannel, `agent cache at ${agentCache}`);
     void cacheChannel.serve((frames) => void agentRequests.deliver(decodeHeader(frames[0]), frames));
-    objects = new ObjectCache(agentRequests, headRequests);
+    objects = new ObjectCache(agentRequests, headRequests, { local: true });
   }
   const ctx: ExecutorContext = { ...launch, objects };
   let instance: (ServiceInstance & Record<string, unknown>) | undefined;

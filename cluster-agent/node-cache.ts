@@ -1,19 +1,30 @@
 /**
  * The node cache: one per agent. Executors on the node read objects through
- * it, so a version crosses from the head to the node once. It serves every
- * request as its own task: a miss that pulls a large object from the head
- * does not hold up another executor's hit, and concurrent misses for one
- * object share a single fetch.
+ * it, so a version crosses to the node once, and the node keeps one copy:
+ * small parts in memory, large parts as files in its cache dir (one folder
+ * per app, readable by that app's executors only when they run as its own
+ * user), which executors and their engines read in place (`obj-open` answers
+ * with paths, not bytes).
  *
- * A hit still asks the head whether the held version is the latest (a small
- * `obj-get` that answers not-modified). That question rides the agent's own
- * head connection, while the chunks of large objects ride a second, bulk
- * connection: on one TCP stream the check would queue behind the chunks
- * already in flight for someone else's miss.
+ * A copy comes from the head or, for a large object another node already
+ * holds or is receiving, from that node (`peer` in the head's answer): the
+ * head sends a base once, and nodes pass it on in a chain, each serving
+ * chunks while it still receives them. A peer that fails is left for the
+ * head, keeping the chunks already written. A copy is installed only once
+ * whole; until then readers get the last complete version.
+ *
+ * Every request is served as its own task: a miss that pulls a large object
+ * does not hold up another executor's hit, and concurrent misses for one
+ * object share a single fetch. A hit still asks the head whether the held
+ * version is the latest (a small `obj-get`); that question rides the
+ * agent's own head connection, while chunks ride a second, bulk connection.
  */
 import { randomBytes } from "node:crypto";
+import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import path from "node:path";
+import { createHash } from "node:crypto";
 import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
-import { decodeHeader, encode, num, str } from "../sdk/wire/codec.js";
+import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
 import { toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
@@ -21,15 +32,17 @@ import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { credentialFrom, deriveKey, type Role } from "../sdk/wire/auth.js";
 import { checkGateProof, serveZapDomain } from "../sdk/wire/zap.js";
 import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
-import { download } from "../sdk/cache/transfer.js";
-import { ObjectStore } from "./head/object-store.js";
+import { admitObjectBuffer } from "../sdk/cache/buffers.js";
+import { ObjectStore, isFilePart } from "./head/object-store.js";
 import { ObjectService } from "./object-service.js";
+import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js";
+import { NodeFolders, parseFolder } from "./node-folders.js";
 
 /** Largest message on the cache and bulk sockets (a chunk is 8 MiB). */
 const MAX_MESSAGE = 64 * 1024 * 1024;
 /** The ZAP domain of the cache socket's gate. */
 const CACHE_ZAP_DOMAIN = "hearth-agent-cache";
-/** Executors are local: a connection still in the ZeroMQ handshake after this is closed. */
+/** A connection still in the ZeroMQ handshake after this is closed. */
 const HANDSHAKE_MS = 10_000;
 
 /** What the node cache needs from its agent. */
@@ -38,44 +51,50 @@ export interface NodeCacheOptions {
   agentId: string;
   /** The head's endpoint (the bulk connection goes there). */
   head: string;
-  /** The cluster secret: it proves the agent at the head and checks executors here. */
+  /** The cluster secret: it proves the agent at the head and checks executors and peers here. */
   secret: Buffer;
   /** Requests to the head over the agent's own connection (freshness checks go there). */
   control: Requester;
-  /** Memory bound of the cached objects, in bytes. */
+  /** Memory bound of small parts, in bytes. */
   memLimit: number;
+  /** Folder of the node's part files (emptied at start: it is a cache). */
+  cacheDir: string;
+  /** Bytes of part files at most. */
+  fileLimit: number;
+  /** The address other nodes dial for pass-through (the cache also listens on loopback for its executors). */
+  host: string;
   /** The app an executor of this agent runs, or undefined when it runs no executor of that id here. */
   appOf: (executorId: string) => string | undefined;
+  /** The group of an app's executors when they run as that app's own user (its files are made readable to it alone), else undefined. */
+  groupOf: (app: string) => number | undefined;
   log: (line: string) => void;
 }
 
-/** Counters of the node cache's gets and head fetches. */
-export interface NodeCacheFetches {
-  /** `obj-get` requests from executors. */
+/** Counters of the node cache's gets and fetches. */
+export interface NodeCacheFetches extends FetchCounters {
+  /** `obj-get`/`obj-open` requests from executors. */
   gets: number;
-  /** Fetches sent to the head (one per miss or freshness check that found no fetch in flight). */
-  started: number;
-  /** Gets that found a fetch of their object in flight and waited for it instead. */
-  joined: number;
 }
 
 /** A running node cache. */
 export class NodeCache {
-  /** The objects and the `obj-*` protocol served to executors (read-only: writes go to the head). */
+  /** The objects and the `obj-*` protocol served to executors and peers (read-only: writes go to the head). */
   readonly service: ObjectService;
-  readonly fetches: NodeCacheFetches = { gets: 0, started: 0, joined: 0 };
+  private readonly fetcher: NodeFetcher;
+  private readonly folders: NodeFolders;
   private readonly socket: RouterChannel;
   private readonly auth: Authenticator;
   private readonly bulk: DealerChannel;
   private readonly bulkRequests: PendingRequests;
-  /** Routes chunk pulls to the bulk connection and everything else to the agent's. */
-  private readonly head: Requester;
-  private readonly inFlight = new Map<string, Promise<void>>();
+  private readonly appDirs = new Map<string, string>();
+  private gets = 0;
   private endpoint = "";
+  private peerEndpoint = "";
   private stopGate?: () => void;
 
   constructor(private readonly opts: NodeCacheOptions) {
-    this.service = new ObjectService(new ObjectStore({ memLimit: opts.memLimit }), { readOnly: true });
+    const store = new ObjectStore({ memLimit: opts.memLimit, fileLimit: opts.fileLimit, files: { dirFor: (key) => this.appDir(key.slice(0, key.indexOf("/"))) } });
+    this.service = new ObjectService(store, { readOnly: true });
     this.socket = new RouterChannel({
       maxMessageSize: MAX_MESSAGE,
       onError: (err) => opts.log(`cache socket error: ${String(err)}`),
@@ -98,27 +117,38 @@ export class NodeCache {
       onAuthFailed: (err) => opts.log(`the head refused the node cache's credential: ${err.message}`),
     });
     this.bulkRequests = new PendingRequests(this.bulk, `head at ${opts.head} (bulk)`);
-    const bulkRequests = this.bulkRequests;
-    this.head = {
-      request: (op, fields, frames, timeoutMs) => (op === "obj-read" || op === "obj-done" ? bulkRequests : opts.control).request(op, fields, frames, timeoutMs),
-    };
+    this.fetcher = new NodeFetcher({
+      store,
+      control: opts.control,
+      bulk: this.bulkRequests,
+      agentId: opts.agentId,
+      secret: opts.secret,
+      fileMode: (app) => (opts.groupOf(app) === undefined ? 0o600 : 0o640),
+      log: opts.log,
+    });
+    this.folders = new NodeFolders(store, (app, key) => this.fetcher.refresh(app, key), (app) => this.appDir(app));
   }
 
-  /** The key an executor of this node proves, or why the claim may not read here. */
+  /** The key an executor of this node, or another node's cache, proves; or why the claim may not read here. */
   private keyFor(role: Role, id: string, app: string): Buffer | string {
-    if (role !== "executor") return "only executors read an agent's cache";
+    if (role === "agent") return deriveKey(this.opts.secret, "agent", id, app);
+    if (role !== "executor") return "only executors and other nodes' caches read an agent's cache";
     return this.opts.appOf(id) === app ? deriveKey(this.opts.secret, "executor", id, app) : `executor ${id} of app '${app}' does not run on agent ${this.opts.agentId}`;
   }
 
   /**
-   * Binds the executors' socket on loopback, behind the connection gate (a
-   * connection without an executor credential of this node is closed in the
-   * ZeroMQ handshake: sdk/wire/zap.ts), and connects the bulk connection;
-   * returns the endpoint executors dial.
+   * Empties the cache dir (what a previous run left is not known to be
+   * whole), binds the socket on loopback (executors) and on the node's
+   * address (peers), behind the connection gate (sdk/wire/zap.ts), and
+   * connects the bulk connection; returns the endpoint executors dial.
    */
   async start(): Promise<string> {
-    this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => (req.mechanism === "PLAIN" ? checkGateProof(req.credentials, (role, id, app) => this.keyFor(role, id, app)) : "no executor credential in the handshake"));
+    rmSync(this.opts.cacheDir, { recursive: true, force: true });
+    // Traversable, not listable, by the apps' own users when executors run as them; private otherwise.
+    mkdirSync(this.opts.cacheDir, { recursive: true, mode: 0o711 });
+    this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => (req.mechanism === "PLAIN" ? checkGateProof(req.credentials, (role, id, app) => this.keyFor(role, id, app)) : "no credential in the handshake"));
     this.endpoint = await this.socket.bind("tcp://127.0.0.1:0");
+    this.peerEndpoint = /^(127\.|localhost$)/.test(this.opts.host) ? this.endpoint : await this.socket.bind(`tcp://${this.opts.host}:0`);
     void this.socket.serve((id, frames) => this.auth.receive(id, frames));
     this.bulk.connect(this.opts.head);
     void this.bulk.serve((frames) => {
@@ -135,23 +165,34 @@ export class NodeCache {
     return this.endpoint;
   }
 
+  /** Where other nodes' caches dial for pass-through (reported to the head at register). */
+  get peerAddress(): string {
+    return this.peerEndpoint;
+  }
+
   /** Drops stale handshakes and idle transfers; the agent calls it with its heartbeat. */
   sweep(now = Date.now()): void {
     this.auth.sweep(now);
     this.service.expire(now);
+    this.fetcher.sweep(now);
   }
 
   /** Objects and bytes held on this node (the agent's heartbeat reports them; the head's status shows them). */
-  usage(): { objects: number; bytes: number } {
+  usage(): { objects: number; bytes: number; fileBytes: number } {
     const u = this.service.store.usage();
-    return { objects: u.objects, bytes: u.bytes };
+    return { objects: u.objects, bytes: u.bytes, fileBytes: u.fileUsed };
+  }
+
+  /** Fetch counters (obj-stat answers them too). */
+  get fetches(): NodeCacheFetches {
+    return { gets: this.gets, ...this.fetcher.counters };
   }
 
   /**
    * Drops the copies of app `app`'s objects under `prefix` ("": all of
    * them): the head deleted them, or released the app. (A copy whose fetch
    * was in flight when the notice came is installed after it; only the
-   * memory limit's LRU bounds such a copy.)
+   * cache's limits bound such a copy.)
    */
   drop(app: string, prefix: string): number {
     return this.service.store.delete(`${app}/${prefix}`);
@@ -159,55 +200,148 @@ export class NodeCache {
 
   /** The latest bytes of `app/key` (the first part), fetched from the head when needed: project archives. */
   async read(app: string, key: string): Promise<Buffer> {
-    await this.refresh(app, key);
-    const r = this.service.store.read(`${app}/${key}`);
-    if (r.mode === "not-modified") throw new HearthError(`node cache: ${app}/${key} read back as not-modified`);
-    return r.parts[0]!.data!;
+    await this.fetcher.refresh(app, key);
+    const full = `${app}/${key}`;
+    const r = this.service.store.read(full);
+    if (r.mode === "not-modified") throw new HearthError(`node cache: ${full} read back as not-modified`);
+    const part = r.parts[0]!;
+    if (part.data) return part.data;
+    admitObjectBuffer(part.size, { key, app });
+    return readFileSync(this.service.store.pathOf(r.object, part));
   }
 
-  /** One executor request, answered on its own: awaiting the head here never delays another request. */
+  /** One executor or peer request, answered on its own: awaiting the head here never delays another request. */
   private async serve(peer: Peer, frames: Buffer[]): Promise<void> {
     let rid: number | undefined;
     try {
       const h = decodeHeader(frames[0]);
       rid = num(h, "rid");
-      // The executor and app it proved at the handshake (its credential names both).
-      const app = this.opts.appOf(peer.id);
-      if (!app || app !== peer.app) throw new HearthError(`unknown executor '${peer.id}' on agent ${this.opts.agentId}`);
-      const op = str(h, "op");
-      if (op === "obj-get") {
-        this.fetches.gets++;
-        await this.refresh(app, str(h, "key"));
-      }
-      const r = await this.service.serve(op, app, h, frames, "executor", peer.routingId.toString("latin1"));
-      const value = op === "obj-stat" ? { ...(r.value as object), fetches: this.fetches } : r.value;
-      this.socket.sendTo(peer.routingId, [encode({ t: "rep", rid, ok: true, value }), ...(r.frames ?? [])]);
+      const r = peer.role === "agent" ? await this.servePeer(peer, h, frames) : await this.serveExecutor(peer, h, frames);
+      this.socket.sendTo(peer.routingId, [encode({ t: "rep", rid, ok: true, value: r.value }), ...(r.frames ?? [])]);
     } catch (err) {
       const reply = rid !== undefined ? { t: "rep", rid, ok: false, error: toWireError(err) } : { t: "err", error: toWireError(err) };
       this.socket.sendTo(peer.routingId, [encode(reply)]);
     }
   }
 
-  /** Brings the local copy of `app/key` to the head's latest version; concurrent callers share one fetch. */
-  private refresh(app: string, key: string): Promise<void> {
-    const full = `${app}/${key}`;
-    const running = this.inFlight.get(full);
-    if (running) {
-      this.fetches.joined++;
-      return running;
+  private async serveExecutor(peer: Peer, h: Header, frames: Buffer[]): Promise<{ value: unknown; frames?: Buffer[] }> {
+    // The executor and app it proved at the handshake (its credential names both).
+    const app = this.opts.appOf(peer.id);
+    if (!app || app !== peer.app) throw new HearthError(`unknown executor '${peer.id}' on agent ${this.opts.agentId}`);
+    const op = str(h, "op");
+    const conn = peer.routingId.toString("latin1");
+    if (op === "obj-open" && h.progressive === true) {
+      this.gets++;
+      // As soon as the head answered: the parts' paths, each followed with obj-wait while it still arrives.
+      const copy = await this.fetcher.follow(app, str(h, "key"));
+      if (copy) return this.openReceiving(app, str(h, "key"), h, copy);
+      return this.open(app, h);
     }
-    this.fetches.started++;
-    const held = this.service.store.peek(full);
-    const p = download(this.head, { app, key, have: held?.version, haveBase: held?.baseVersion })
-      .then((d) => this.service.store.replicate(full, d))
-      .finally(() => this.inFlight.delete(full));
-    this.inFlight.set(full, p);
-    return p;
+    if (op === "obj-wait") {
+      const key = str(h, "key");
+      const version = num(h, "version");
+      const copy = this.fetcher.receivingAt(app, key, version);
+      const part = copy?.parts[num(h, "part")];
+      if (part) await part.whole;
+      else {
+        // Not arriving any more: it was installed (the file stays while this base is held), or the copy failed.
+        const held = this.service.store.peek(`${app}/${key}`);
+        if (!held || held.baseVersion !== num(h, "baseVersion") || held.version < version) {
+          throw new HearthError(`this node's copy of '${key}' at version ${version} did not complete (it holds ${held ? `version ${held.version}` : "none"}); get it again`);
+        }
+      }
+      return { value: { ok: true } };
+    }
+    if (op === "obj-get" || op === "obj-open") {
+      this.gets++;
+      await this.fetcher.refresh(app, str(h, "key"));
+    }
+    if (op === "obj-open") return this.open(app, h);
+    if (op === "obj-folder") {
+      const f = parseFolder(h.id, h.files);
+      return { value: await this.folders.open(app, f.id, f.files) };
+    }
+    const r = await this.service.serve(op, app, h, frames, "executor", conn);
+    return op === "obj-stat" ? { value: { ...(r.value as object), fetches: this.fetches, recent: this.fetcher.recent } } : r;
   }
 
-  /** Closes both sockets (after what is queued has gone out). */
+  /** Another node's cache: the exact version it was told this node holds or receives, then its chunks. */
+  private async servePeer(peer: Peer, h: Header, frames: Buffer[]): Promise<{ value: unknown; frames?: Buffer[] }> {
+    const op = str(h, "op");
+    const app = str(h, "app");
+    if (op === "obj-get") return { value: this.fetcher.servePeer(this.service, app, str(h, "key"), num(h, "version")) };
+    if (op === "obj-read" || op === "obj-done" || op === "obj-ack") return this.service.serve(op, app, h, frames, "agent", peer.routingId.toString("latin1"));
+    throw new HearthError(`'${op}' is not served to other nodes (agent ${peer.id})`);
+  }
+
+  /** The parts an executor asked for, small ones inline and large ones as this node's files. */
+  private open(app: string, h: Header): { value: unknown; frames: Buffer[] } {
+    const key = str(h, "key");
+    const r = this.service.store.read(`${app}/${key}`, typeof h.have === "number" ? h.have : undefined, typeof h.haveBase === "number" ? h.haveBase : undefined);
+    if (r.mode === "not-modified") return { value: { mode: r.mode, version: r.version, baseVersion: r.baseVersion, parts: [] }, frames: [] };
+    const frames: Buffer[] = [];
+    const parts = r.parts.map((p) => {
+      const meta = { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+      if (isFilePart(p.size)) return { ...meta, file: this.service.store.pathOf(r.object, p) };
+      frames.push(p.data!);
+      return { ...meta, inline: frames.length - 1 };
+    });
+    return { value: { mode: r.mode, version: r.version, baseVersion: r.baseVersion, parts }, frames };
+  }
+
+  /**
+   * A copy still arriving, as `obj-open` answers it: large parts at the
+   * files they are written to in place (`pending` until whole: the executor
+   * waits for each with `obj-wait`), small ones inline once they are here.
+   * Only a full copy is followed (it is the whole answer whatever the
+   * executor holds); patches are small, and answered once installed.
+   */
+  private async openReceiving(app: string, key: string, h: Header, copy: Receiving): Promise<{ value: unknown; frames: Buffer[] }> {
+    if (copy.mode !== "full") {
+      await this.fetcher.refresh(app, key);
+      return this.open(app, h);
+    }
+    const frames: Buffer[] = [];
+    const parts = [];
+    for (const [i, p] of copy.parts.entries()) {
+      const meta = { kind: p.meta.kind, dtype: p.meta.dtype, size: p.meta.size, version: p.meta.version };
+      // In place: the file keeps this name when the copy is installed.
+      if (p.file) parts.push({ ...meta, file: p.file, ...(p.complete ? {} : { pending: i }) });
+      else {
+        await p.whole;
+        frames.push(p.data!);
+        parts.push({ ...meta, inline: frames.length - 1 });
+      }
+    }
+    return { value: { mode: copy.mode, version: copy.version, baseVersion: copy.baseVersion, parts }, frames };
+  }
+
+  /**
+   * The folder of `app`'s part files: `u<gid>` (mode 2750, group the app's,
+   * so its executors read it and no other app's can) when executors run as
+   * the app's own user, else a private `a-<hash>` (0700).
+   */
+  private appDir(app: string): string {
+    const known = this.appDirs.get(app);
+    if (known) return known;
+    const gid = this.opts.groupOf(app);
+    const dir = path.join(this.opts.cacheDir, gid === undefined ? `a-${createHash("sha256").update(app).digest("hex").slice(0, 16)}` : `u${gid}`);
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    if (gid !== undefined) {
+      // Root's, group the app's, setgid: files made here take the app's group, which is how its
+      // executors (and no other app's) read them; they cannot write here.
+      chownSync(dir, 0, gid);
+      chmodSync(dir, 0o2750);
+    }
+    this.appDirs.set(app, dir);
+    return dir;
+  }
+
+  /** Closes both sockets (after what is queued has gone out) and every transfer. */
   async close(): Promise<void> {
+    this.fetcher.close();
     this.bulkRequests.failAll(new HearthError("the node cache closed"));
+    this.service.close();
     await Promise.all([this.bulk.flush(), this.socket.flush()]);
     this.bulk.close();
     this.socket.close();

@@ -1,17 +1,31 @@
 /**
  * The server side of the object protocol (`obj-*` requests), shared by the
- * head (the authoritative store) and agents (node-local read caches). It
- * answers incremental gets inline or through pulled chunks, and accepts
- * inline or chunked writes.
+ * head (the authoritative store) and agents (node caches). It answers
+ * incremental gets inline or through pulled chunks, and accepts inline or
+ * chunked writes.
+ *
+ * Large parts never sit in memory whole: an upload's chunks are written to
+ * the part's file as they arrive (at their offsets, so a window of chunks in
+ * flight may land in any order) and the commit renames the file into place;
+ * a read transfer keeps a descriptor of each large part's file and reads
+ * each chunk from it when it is asked for, after its connection's read
+ * credit admitted it (so a slow reader holds no copies here). A transfer's
+ * parts are `PartSource`s, so a node cache can also serve a copy it is still
+ * receiving (pass-through, node-cache.ts).
  */
 import { randomUUID } from "node:crypto";
+import { closeSync, openSync, read as readCb, rmSync, write as writeCb } from "node:fs";
+import { promisify } from "node:util";
 import { CHUNK, INLINE_LIMIT } from "../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../sdk/cache/values.js";
 import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
 import { ProtocolError } from "../sdk/wire/errors.js";
-import type { ObjectStore, StoredObject, StoredPart, WriteOp } from "./head/object-store.js";
+import { allParts, storageError, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
 import { ReadCredit, type ReadCreditLimits } from "./read-credit.js";
+
+const readAt = promisify(readCb);
+const writeAt = promisify(writeCb);
 
 /** A reply: value plus payload frames. */
 export interface ServiceReply {
@@ -19,12 +33,57 @@ export interface ServiceReply {
   frames?: Buffer[];
 }
 
+/** The bytes of one part of a read transfer, read a chunk at a time. */
+export interface PartSource {
+  readonly size: number;
+  /** `length` bytes at `offset` (the last chunk may be shorter). Rejects when the bytes cannot be had. */
+  read(offset: number, length: number): Promise<Buffer>;
+  /** Frees what the source holds (a descriptor). */
+  close(): void;
+}
+
+/** Reads exactly `length` bytes at `position` of `fd` into a new buffer. */
+export async function readChunk(fd: number, position: number, length: number, what: string): Promise<Buffer> {
+  const buf = Buffer.allocUnsafe(length);
+  let got = 0;
+  while (got < length) {
+    const { bytesRead } = await readAt(fd, buf, got, length - got, position + got);
+    if (bytesRead === 0) throw new HearthError(`${what} ended after ${position + got} bytes, ${length - got} short of the chunk asked for`);
+    got += bytesRead;
+  }
+  return buf;
+}
+
+/** A part in memory or in a file the store holds (the descriptor keeps it readable after a replace or delete). */
+export function storedSource(store: ObjectStore, obj: StoredObject, part: StoredPart): PartSource {
+  if (part.data) {
+    const data = part.data;
+    return { size: part.size, read: async (o, l) => data.subarray(o, o + l), close: () => undefined };
+  }
+  const file = store.pathOf(obj, part);
+  const fd = openSync(file, "r");
+  return {
+    size: part.size,
+    read: (o, l) => readChunk(fd, o, l, file),
+    close: () => closeSync(fd),
+  };
+}
+
 interface ReadTransfer {
   /** The app namespace that opened it: only that app's peers may read or end it. */
   ns: string;
-  parts: StoredPart[];
-  object: StoredObject;
+  parts: PartSource[];
+  /** The stored object it reads (none for a node cache's pass-through of a copy it is receiving). */
+  object?: StoredObject;
   lastActive: number;
+}
+
+/** One part of an upload: the file its chunks go to. */
+interface UploadPart {
+  file: string;
+  fd: number;
+  /** Length of each chunk received, by offset. */
+  chunks: Map<number, number>;
 }
 
 interface WriteTransfer {
@@ -37,16 +96,30 @@ interface WriteTransfer {
   ifVersion?: number;
   pin?: boolean;
   scratch?: boolean;
-  buf: Buffer;
-  /** Bytes of distinct chunks received. */
-  received: number;
-  /** Offsets of the chunks received. */
-  chunks: Set<number>;
+  /** The declared size of a one-part upload; undefined for streams, whose sizes the commit names. */
+  size?: number;
+  /** Its parts by index, made as their first chunk arrives (a base may have many: a publication's shards). */
+  parts: Map<number, UploadPart>;
+  /** Chunk writes still reaching their files. */
+  writing: Set<Promise<unknown>>;
   lastActive: number;
 }
 
+/** Parts one upload may have at most. */
+const MAX_UPLOAD_PARTS = 4096;
+
 const TRANSFER_TTL_MS = 120_000;
 const KINDS = new Set(["bytes", "typed", "msgpack"]);
+
+/** The agent a head request comes from, for pass-through between nodes (the head only). */
+export interface RequestingAgent {
+  id: string;
+  /** Where another agent's node cache listens for other nodes, or undefined if it is gone. */
+  endpointOf(agentId: string): string | undefined;
+}
+
+/** How many of the latest nodes to copy one version are remembered per object. */
+const HOLDERS_KEPT = 16;
 
 /** Byte counters of one service. */
 export interface ObjectTraffic {
@@ -55,14 +128,22 @@ export interface ObjectTraffic {
   /** Bytes sent, by peer kind ("driver", "agent", "executor"). */
   bytesOutTo: Record<string, number>;
   gets: { notModified: number; patches: number; full: number };
+  /** Full gets of large objects answered with another node to copy from instead of the bytes. */
+  peerHints: number;
 }
 
 /** Handles `obj-*` requests against one store. */
 export class ObjectService {
   private readonly reads = new Map<number, ReadTransfer>();
   private readonly writes = new Map<number, WriteTransfer>();
+  /**
+   * The head's record of which nodes hold or are receiving which version of
+   * each large object: the next node to need that version is sent to the
+   * last one that took it (a chain), so the head sends a base once.
+   */
+  private readonly holders = new Map<string, { version: number; agents: string[] }>();
   private nextTid = 1;
-  readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0 } };
+  readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0 }, peerHints: 0 };
 
   /** How much object data each connection holds unread (read-credit.ts). */
   readonly credit: ReadCredit;
@@ -83,12 +164,21 @@ export class ObjectService {
    * Answers one request from connection `conn` (its routing id) with flow
    * control: the acknowledgements it carries (`acks`) are taken first; a
    * reply with object data waits while `conn` holds more unread data than
-   * its limit, and carries the token (`ack`) that acknowledges it.
+   * its limit (a chunk is read from its file only once admitted), and
+   * carries the token (`ack`) that acknowledges it.
    */
-  async serve(op: string, ns: string, h: Header, frames: Buffer[], peer: string, conn: string): Promise<ServiceReply> {
+  async serve(op: string, ns: string, h: Header, frames: Buffer[], peer: string, conn: string, agent?: RequestingAgent): Promise<ServiceReply> {
     this.credit.acknowledge(conn, h.acks);
     if (op === "obj-ack") return { value: {} };
-    const r = this.handle(op, ns, h, frames, peer);
+    if (op === "obj-read") {
+      const { transfer, part, offset, length } = this.readRequest(ns, h);
+      const ack = await this.credit.admit(conn, length);
+      const chunk = await transfer.parts[part]!.read(offset, length);
+      transfer.lastActive = Date.now();
+      this.count(chunk.byteLength, peer);
+      return { value: { ack }, frames: [chunk] };
+    }
+    const r = await this.handle(op, ns, h, frames, peer, agent);
     let bytes = 0;
     for (const f of r.frames ?? []) bytes += f.byteLength;
     if (bytes === 0) return r;
@@ -97,15 +187,20 @@ export class ObjectService {
   }
 
   /**
-   * Answers one request. `ns` is the app namespace of the caller; `peer`
-   * names the caller's kind for the traffic counters.
+   * Answers one request (without read credit: tests and `serve`). `ns` is
+   * the app namespace of the caller; `peer` names the caller's kind for the
+   * traffic counters.
    */
-  handle(op: string, ns: string, h: Header, frames: Buffer[], peer: string): ServiceReply {
+  async handle(op: string, ns: string, h: Header, frames: Buffer[], peer: string, agent?: RequestingAgent): Promise<ServiceReply> {
     switch (op) {
       case "obj-get":
-        return this.get(ns, h, peer);
-      case "obj-read":
-        return this.read(ns, h, peer);
+        return this.get(ns, h, peer, agent);
+      case "obj-read": {
+        const { transfer, part, offset, length } = this.readRequest(ns, h);
+        const chunk = await transfer.parts[part]!.read(offset, length);
+        this.count(chunk.byteLength, peer);
+        return { value: {}, frames: [chunk] };
+      }
       case "obj-done": {
         const tid = num(h, "tid");
         if (this.reads.get(tid)?.ns === ns) this.finishRead(tid);
@@ -121,50 +216,23 @@ export class ObjectService {
         const data = frames[1];
         if (!data || data.byteLength !== w.size) throw new ProtocolError(`obj-write: expected one payload frame of ${w.size} bytes`);
         this.traffic.bytesIn += data.byteLength;
-        return { value: this.commit(w.op, w.key, { kind: w.kind, dtype: w.dtype, data }, w) };
+        return { value: this.result(this.store.write(w.op, w.key, { kind: w.kind, dtype: w.dtype, data }, w)) };
       }
-      case "obj-begin": {
-        const w = this.parseWrite(ns, h);
-        this.store.check(w.op, w.key, w.ifVersion);
-        // A new base counts the old one (and its patches) as freed: they go when it commits. Until then
-        // the upload buffer sits beside them, so nothing published is lost if the upload fails.
-        this.store.makeRoom(w.size, w.key, this.store.freedBy(w.op, w.key));
-        const tid = this.nextTid++;
-        this.writes.set(tid, { ...w, ns, buf: Buffer.allocUnsafe(w.size), received: 0, chunks: new Set(), lastActive: Date.now() });
-        return { value: { tid, chunk: CHUNK } };
-      }
-      case "obj-chunk": {
-        const t = this.writeTransfer(ns, num(h, "tid"));
-        const offset = num(h, "offset");
-        const data = frames[1];
-        if (!data || offset < 0 || offset + data.byteLength > t.buf.byteLength) throw new ProtocolError("obj-chunk: chunk outside the declared size");
-        // Chunks are the CHUNK-sized pieces at multiples of CHUNK (the last one shorter). Counting distinct
-        // pieces, not bytes, means a resent or overlapping chunk cannot make an upload look complete while
-        // part of its buffer (allocated uninitialised) was never written.
-        const expected = Math.min(CHUNK, t.buf.byteLength - offset);
-        if (offset % CHUNK !== 0 || data.byteLength !== expected) {
-          throw new ProtocolError(`obj-chunk: expected ${expected} bytes at a multiple of ${CHUNK} (got ${data.byteLength} at ${offset}); send the object in the chunks obj-begin named`);
-        }
-        data.copy(t.buf, offset);
-        if (!t.chunks.has(offset)) {
-          t.chunks.add(offset);
-          t.received += data.byteLength;
-        }
-        t.lastActive = Date.now();
-        this.traffic.bytesIn += data.byteLength;
-        return { value: { received: t.received } };
-      }
-      case "obj-commit": {
+      case "obj-begin":
+        return { value: this.begin(ns, h) };
+      case "obj-chunk":
+        return { value: await this.chunk(ns, h, frames[1]) };
+      case "obj-commit":
+        return { value: await this.commitUpload(ns, h) };
+      case "obj-abort": {
         const tid = num(h, "tid");
-        const t = this.writeTransfer(ns, tid);
-        // An incomplete upload stays open: the missing chunks can still be sent and the commit retried.
-        if (t.received !== t.buf.byteLength) throw new ProtocolError(`obj-commit: received ${t.received} of ${t.buf.byteLength} bytes; send the missing chunks, then commit again`);
-        this.writes.delete(tid);
-        return { value: this.commit(t.op, t.key, { kind: t.kind, dtype: t.dtype, data: t.buf }, t) };
+        if (this.writes.get(tid)?.ns === ns) this.dropWrite(tid);
+        return { value: { aborted: true } };
       }
       case "obj-delete": {
         const prefix = optStr(h, "prefix") ?? "";
         const deleted = this.store.delete(`${ns}/${prefix}`);
+        for (const k of this.holders.keys()) if (k.startsWith(`${ns}/${prefix}`)) this.holders.delete(k);
         if (deleted > 0) this.opts.onDropped?.(ns, prefix);
         return { value: { deleted } };
       }
@@ -184,12 +252,113 @@ export class ObjectService {
     return deleted;
   }
 
-  private commit(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, o: { ifVersion?: number; pin?: boolean; scratch?: boolean }): unknown {
-    const obj = this.store.write(op, key, value, { ifVersion: o.ifVersion, pin: o.pin, scratch: o.scratch });
-    return { key: key.slice(key.indexOf("/") + 1), version: obj.version, baseVersion: obj.baseVersion, size: totalSize(obj) };
+  /**
+   * Opens a read transfer over `parts` for app `ns` and returns its id: the
+   * reader pulls chunks with `obj-read` and ends it with `obj-done` (or it
+   * expires). The sources are closed when it ends.
+   */
+  openRead(ns: string, parts: PartSource[], object?: StoredObject): number {
+    const tid = this.nextTid++;
+    if (object) object.readers++;
+    this.reads.set(tid, { ns, parts, object, lastActive: Date.now() });
+    return tid;
   }
 
-  private parseWrite(ns: string, h: Header): { op: WriteOp; key: string; kind: ValueKind; dtype?: DType; size: number; ifVersion?: number; pin?: boolean; scratch?: boolean } {
+  private result(obj: StoredObject): unknown {
+    return { key: obj.key.slice(obj.key.indexOf("/") + 1), version: obj.version, baseVersion: obj.baseVersion, size: totalSize(obj) };
+  }
+
+  private begin(ns: string, h: Header): unknown {
+    const w = this.parseWrite(ns, h, true);
+    this.store.check(w.op, w.key, w.ifVersion);
+    // A new base counts the old one (and its patches) as freed: they go when it commits. Until then
+    // the upload's file sits beside them, so nothing published is lost if the upload fails.
+    if (w.size !== undefined) {
+      const pool = this.store.poolFor(w.size);
+      if (pool) this.store.makeRoom(w.size, w.key, this.store.freedBy(w.op, w.key, pool), pool);
+    }
+    const tid = this.nextTid++;
+    this.writes.set(tid, { ...w, ns, parts: new Map(), writing: new Set(), lastActive: Date.now() });
+    return { tid, chunk: CHUNK };
+  }
+
+  /** Part `index` of upload `t`, its file made on first use. */
+  private uploadPart(t: WriteTransfer, index: number): UploadPart {
+    const known = t.parts.get(index);
+    if (known) return known;
+    if (!Number.isInteger(index) || index < 0 || index >= MAX_UPLOAD_PARTS || (t.op === "patch" && index > 0)) {
+      throw new ProtocolError(`obj-chunk: part ${index} is out of range (a patch has one part, a base at most ${MAX_UPLOAD_PARTS})`);
+    }
+    const file = this.store.receivingFile(t.key);
+    let fd: number;
+    try {
+      fd = openSync(file, "w", 0o600);
+    } catch (err) {
+      throw storageError(t.op, t.key, err, "");
+    }
+    const part = { file, fd, chunks: new Map<number, number>() };
+    t.parts.set(index, part);
+    return part;
+  }
+
+  private async chunk(ns: string, h: Header, data: Buffer | undefined): Promise<unknown> {
+    const tid = num(h, "tid");
+    const t = this.writeTransfer(ns, tid);
+    const offset = num(h, "offset");
+    const index = optNum(h, "part") ?? 0;
+    if (t.size !== undefined && index !== 0) throw new ProtocolError(`obj-chunk: this upload declared one part of ${t.size} bytes; part ${index} does not exist`);
+    if (!data || offset < 0 || (t.size !== undefined && offset + data.byteLength > t.size)) throw new ProtocolError("obj-chunk: chunk outside the declared size");
+    // Chunks are the CHUNK-sized pieces at multiples of CHUNK (the last one shorter). Counting distinct
+    // pieces, not bytes, means a resent or overlapping chunk cannot make an upload look complete while
+    // part of its file was never written.
+    const expected = t.size === undefined ? data.byteLength : Math.min(CHUNK, t.size - offset);
+    if (offset % CHUNK !== 0 || data.byteLength !== expected || data.byteLength === 0 || data.byteLength > CHUNK) {
+      throw new ProtocolError(`obj-chunk: expected ${expected} bytes at a multiple of ${CHUNK} (got ${data.byteLength} at ${offset}); send the object in the chunks obj-begin named`);
+    }
+    t.lastActive = Date.now();
+    const part = this.uploadPart(t, index);
+    const writing = writeAt(part.fd, data, 0, data.byteLength, offset);
+    t.writing.add(writing);
+    try {
+      await writing;
+    } catch (err) {
+      // A full or failing disk: the upload is over, its file goes, nothing was committed.
+      this.dropWrite(tid);
+      throw storageError(t.op, t.key, err, " (the upload was dropped)");
+    } finally {
+      t.writing.delete(writing);
+    }
+    part.chunks.set(offset, data.byteLength);
+    this.traffic.bytesIn += data.byteLength;
+    return { received: receivedBytes(t) };
+  }
+
+  private async commitUpload(ns: string, h: Header): Promise<unknown> {
+    const tid = num(h, "tid");
+    const t = this.writeTransfer(ns, tid);
+    await Promise.allSettled([...t.writing]);
+    if (!this.writes.has(tid)) throw new ProtocolError(`obj-commit: upload ${tid} was dropped (a chunk failed to reach the disk)`);
+    const given = Array.isArray(h.sizes) ? (h.sizes as unknown[]) : [t.size ?? optNum(h, "size")];
+    const sizes = given.map((v) => {
+      if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) throw new ProtocolError("obj-commit of a streamed upload needs the size of each part");
+      return v;
+    });
+    if (sizes.length === 0 || sizes.length > MAX_UPLOAD_PARTS) throw new ProtocolError(`obj-commit: an upload has 1 to ${MAX_UPLOAD_PARTS} parts; got ${sizes.length}`);
+    for (const i of t.parts.keys()) if (i >= sizes.length) throw new ProtocolError(`obj-commit: chunks arrived for part ${i}, but the commit names ${sizes.length} part(s)`);
+    // An incomplete upload stays open: the missing chunks can still be sent and the commit retried.
+    const total = sizes.reduce((a, b) => a + b, 0);
+    const missing = sizes.map((size, i) => missingChunks(t.parts.get(i)?.chunks ?? new Map(), size)).filter(Boolean).join(", ");
+    if (missing) throw new ProtocolError(`obj-commit: received ${receivedBytes(t)} of ${total} bytes; send the missing chunks (${missing}), then commit again`);
+    this.writes.delete(tid);
+    const files = sizes.map((size, i) => {
+      const part = this.uploadPart(t, i); // a part that got no chunk (empty) gets its empty file here
+      closeSync(part.fd);
+      return { kind: t.kind, dtype: t.dtype, size, file: part.file };
+    });
+    return this.result(this.store.writeFiles(t.op, t.key, files, t));
+  }
+
+  private parseWrite(ns: string, h: Header, chunked = false): { op: WriteOp; key: string; kind: ValueKind; dtype?: DType; size?: number; ifVersion?: number; pin?: boolean; scratch?: boolean } {
     const op = str(h, "write");
     if (op !== "put" && op !== "update" && op !== "patch") throw new ProtocolError(`object write must be put, update or patch; got '${op}'`);
     const given = optStr(h, "key");
@@ -199,8 +368,8 @@ export class ObjectService {
     if (given === undefined && op !== "put") throw new ProtocolError(`${op} needs a key`);
     const kind = str(h, "kind");
     if (!KINDS.has(kind)) throw new ProtocolError(`object kind must be bytes, typed or msgpack; got '${kind}'`);
-    const size = num(h, "size");
-    if (!Number.isInteger(size) || size < 0) throw new ProtocolError("object size must be a non-negative integer");
+    const size = chunked ? optNum(h, "size") : num(h, "size");
+    if (size !== undefined && (!Number.isSafeInteger(size) || size < 0)) throw new ProtocolError("object size must be a non-negative integer");
     return {
       op,
       key: `${ns}/${given ?? `obj-${randomUUID()}`}`,
@@ -213,8 +382,9 @@ export class ObjectService {
     };
   }
 
-  private get(ns: string, h: Header, peer: string): ServiceReply {
-    const r = this.store.read(`${ns}/${str(h, "key")}`, optNum(h, "have"), optNum(h, "haveBase"));
+  private get(ns: string, h: Header, peer: string, agent?: RequestingAgent): ServiceReply {
+    const full = `${ns}/${str(h, "key")}`;
+    const r = this.store.read(full, optNum(h, "have"), optNum(h, "haveBase"));
     const base = { mode: r.mode, version: r.version, baseVersion: r.baseVersion };
     if (r.mode === "not-modified") {
       this.traffic.gets.notModified++;
@@ -227,25 +397,56 @@ export class ObjectService {
       this.count(total, peer);
       return { value: { ...base, parts }, frames: r.parts.map((p) => p.data!) };
     }
-    const tid = this.nextTid++;
-    r.object.readers++;
-    this.reads.set(tid, { ns, parts: r.parts, object: r.object, lastActive: Date.now() });
-    return { value: { ...base, parts, tid } };
+    if (agent && r.mode === "full") {
+      const from = this.chain(full, r.version, agent, h.peers === true);
+      if (from) {
+        this.traffic.peerHints++;
+        return { value: { ...base, parts, peer: from } };
+      }
+    }
+    const sources: PartSource[] = [];
+    try {
+      for (const p of r.parts) sources.push(storedSource(this.store, r.object, p));
+    } catch (err) {
+      for (const s of sources) s.close();
+      throw new HearthError(`object '${str(h, "key")}' cannot be read: ${(err as Error).message}`, { cause: err });
+    }
+    return { value: { ...base, parts, tid: this.openRead(ns, sources, r.object) } };
   }
 
-  private read(ns: string, h: Header, peer: string): ServiceReply {
+  /**
+   * Records that `agent` is taking version `version` of `key` whole, and
+   * (when it may copy from a peer) names the node that took it last and is
+   * still registered: it holds the copy or is receiving it.
+   */
+  private chain(key: string, version: number, agent: RequestingAgent, peers: boolean): { agentId: string; endpoint: string } | undefined {
+    let rec = this.holders.get(key);
+    if (!rec || rec.version !== version) this.holders.set(key, (rec = { version, agents: [] }));
+    let from: { agentId: string; endpoint: string } | undefined;
+    if (peers) {
+      for (let i = rec.agents.length - 1; i >= 0 && !from; i--) {
+        const id = rec.agents[i]!;
+        const endpoint = id === agent.id ? undefined : agent.endpointOf(id);
+        if (endpoint) from = { agentId: id, endpoint };
+      }
+    }
+    rec.agents = [...rec.agents.filter((a) => a !== agent.id), agent.id].slice(-HOLDERS_KEPT);
+    return from;
+  }
+
+  private readRequest(ns: string, h: Header): { transfer: ReadTransfer; part: number; offset: number; length: number } {
     const tid = num(h, "tid");
     const t = this.reads.get(tid);
     // Another app's transfer answers exactly as a missing one: its existence is not revealed either.
     if (!t || t.ns !== ns) throw new ProtocolError(`no read transfer ${tid} in this app (finished, expired after ${TRANSFER_TTL_MS / 1000} s idle, or never opened by this app)`);
     t.lastActive = Date.now();
-    const part = t.parts[num(h, "part")];
+    const part = num(h, "part");
+    const source = t.parts[part];
     const offset = num(h, "offset");
-    const length = Math.min(num(h, "length"), CHUNK);
-    if (!part || offset < 0 || offset >= part.size) throw new ProtocolError("obj-read: part or offset out of range");
-    const chunk = part.data!.subarray(offset, offset + length);
-    this.count(chunk.byteLength, peer);
-    return { value: {}, frames: [chunk] };
+    if (!source || !Number.isSafeInteger(offset) || offset < 0 || offset >= source.size) throw new ProtocolError("obj-read: part or offset out of range");
+    const length = Math.min(num(h, "length"), CHUNK, source.size - offset);
+    if (!(length > 0)) throw new ProtocolError("obj-read: length must be positive");
+    return { transfer: t, part, offset, length };
   }
 
   private count(bytes: number, peer: string): void {
@@ -257,24 +458,58 @@ export class ObjectService {
     const t = this.reads.get(tid);
     if (!t) return;
     this.reads.delete(tid);
-    t.object.readers--;
+    if (t.object) t.object.readers--;
+    for (const s of t.parts) s.close();
+  }
+
+  private dropWrite(tid: number): void {
+    const t = this.writes.get(tid);
+    if (!t) return;
+    this.writes.delete(tid);
+    for (const p of t.parts.values()) {
+      closeSync(p.fd);
+      rmSync(p.file, { force: true });
+    }
   }
 
   private writeTransfer(ns: string, tid: number): WriteTransfer {
     const t = this.writes.get(tid);
-    if (!t || t.ns !== ns) throw new ProtocolError(`no write transfer ${tid} in this app (committed, expired after ${TRANSFER_TTL_MS / 1000} s idle, or never opened by this app)`);
+    if (!t || t.ns !== ns) throw new ProtocolError(`no write transfer ${tid} in this app (committed, dropped, expired after ${TRANSFER_TTL_MS / 1000} s idle, or never opened by this app)`);
     return t;
   }
 
-  /** Drops transfers idle for too long (a reader or writer that vanished). */
+  /** Drops transfers idle for too long (a reader or writer that vanished); an upload's file goes with it. */
   expire(now: number): void {
     this.credit.expire(now);
     for (const [tid, t] of this.reads) if (now - t.lastActive > TRANSFER_TTL_MS) this.finishRead(tid);
-    for (const [tid, t] of this.writes) if (now - t.lastActive > TRANSFER_TTL_MS) this.writes.delete(tid);
+    for (const [tid, t] of this.writes) if (now - t.lastActive > TRANSFER_TTL_MS && t.writing.size === 0) this.dropWrite(tid);
   }
+
+  /** Ends every transfer (the process is stopping): descriptors closed, uploads' files removed. */
+  close(): void {
+    for (const tid of [...this.reads.keys()]) this.finishRead(tid);
+    for (const tid of [...this.writes.keys()]) this.dropWrite(tid);
+  }
+}
+
+function receivedBytes(t: WriteTransfer): number {
+  let n = 0;
+  for (const p of t.parts.values()) for (const l of p.chunks.values()) n += l;
+  return n;
+}
+
+/** What is missing for chunks to cover `size` bytes exactly (full CHUNKs, the last one shorter), or "" when nothing is. */
+function missingChunks(chunks: Map<number, number>, size: number): string {
+  let missing = 0;
+  for (let at = 0; at < size; at += CHUNK) {
+    const want = Math.min(CHUNK, size - at);
+    if (chunks.get(at) !== want) missing++;
+  }
+  for (const at of chunks.keys()) if (at >= size && size > 0) return `a chunk at ${at} lies past the end`;
+  return missing > 0 ? `${missing} chunk(s) missing` : "";
 }
 
 /** Bytes of an object's base plus patches. */
 export function totalSize(o: StoredObject): number {
-  return o.base.size + o.patches.reduce((n, p) => n + p.size, 0);
+  return allParts(o).reduce((n, p) => n + p.size, 0);
 }

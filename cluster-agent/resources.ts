@@ -3,6 +3,7 @@
  * `hearth agent --cpus/--mem/--gpus` override any of them (tests declare GPU
  * slots on machines without GPUs).
  */
+import { objectBuffers } from "../sdk/cache/buffers.js";
 import { execFileSync } from "node:child_process";
 import os from "node:os";
 import { UsageError } from "../sdk/errors/index.js";
@@ -46,7 +47,8 @@ export function parseGpuFlag(text: string): string[] {
 }
 
 /** This process's memory for a heartbeat (bytes; the head's status shows it): V8's heap apart from the rest. */
-export function memoryReport(): { rss: number; heapTotal: number; heapUsed: number; external: number } {
+export function memoryReport(): { rss: number; heapTotal: number; heapUsed: number; external: number; largestObjectBuffer: number } {
   const m = process.memoryUsage();
-  return { rss: m.rss, heapTotal: m.heapTotal, heapUsed: m.heapUsed, external: m.external };
+  // The largest buffer this process made for an object (sdk/cache/buffers.ts): large ones stream, so it stays small.
+  return { rss: m.rss, heapTotal: m.heapTotal, heapUsed: m.heapUsed, external: m.external, largestObjectBuffer: objectBuffers.largest };
 }

@@ -38,6 +38,7 @@ export { AuthError, ConnectError, MESSAGE_LIMIT, MessageTooLargeError, ProtocolE
 export {
   AgentRequestError,
   BackpressureError,
+  BufferLimitError,
   CacheFullError,
   ClosedError,
   ExecutorLostError,

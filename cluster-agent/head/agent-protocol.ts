@@ -70,7 +70,8 @@ export class AgentProtocol {
       const op = str(h, "op");
       if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an agent`);
       const ns = typeof h.app === "string" ? h.app : "";
-      return answerObject(this.ctx, id, num(h, "rid"), () => this.ctx.objects.serve(op, ns, h, frames, "agent", id.toString("latin1")));
+      const requesting = { id: agentId, endpointOf: (other: string) => sched.agents.get(other)?.cacheEndpoint };
+      return answerObject(this.ctx, id, num(h, "rid"), () => this.ctx.objects.serve(op, ns, h, frames, "agent", id.toString("latin1"), requesting));
     }
     if ((h.t === "start-failed" || h.t === "exit") && !this.reportsOwn(agent, str(h, "executor"))) {
       throw new AuthError(`agent ${agentId} reported '${h.t}' for executor ${str(h, "executor")}, which runs on another agent; ignored`);
@@ -113,6 +114,7 @@ export class AgentProtocol {
       executors: new Set(),
       labels: (h.labels as Record<string, string> | undefined) ?? {},
       isolation: isolationOf(h.isolation),
+      ...(typeof h.cache === "string" && /^tcp:\/\/\S+$/.test(h.cache) ? { cacheEndpoint: h.cache } : {}),
     };
     sched.agents.set(agentId, agent);
     this.ctx.log(`agent ${agentId} registered: host ${agent.host}, cpu ${total.cpu}, mem ${total.mem}, gpus [${gpus.join(",")}], executors run ${agent.isolation?.mode === "per-app-uid" ? "as a user per app" : "as the agent's own user (any service can read what the agent can)"}`);

@@ -232,6 +232,8 @@ export class Head {
     this.channel.close();
     this.stopZap?.();
     await this.serving;
+    this.objects.close();
+    this.objects.store.close();
     this.onShutdown();
   }
 

@@ -1,21 +1,35 @@
 /**
- * The head's object store: versioned objects (a base plus appended patches)
- * in memory under a limit, with LRU eviction of objects that are neither
- * pinned nor being transferred. With a data dir every write and delete
- * reaches the disk first (an object's metadata file is its commit point) and
- * memory follows only if the disk took it, so a refused write leaves no
- * trace, eviction only drops the memory copy, and objects survive a head
- * restart as the writers were told. Files are opened, written or read, and closed per operation, so
- * file descriptors stay bounded whatever the object count.
+ * The object store of the head (the authoritative copy) and of every node
+ * cache (a replica): versioned objects, a base plus appended patches.
+ *
+ * Small parts (up to INLINE_LIMIT, 1 MiB) live in memory under `memLimit`,
+ * with LRU eviction of objects that are neither pinned nor being read. Large
+ * parts never do: each is one file, written chunk by chunk as it arrives and
+ * read chunk by chunk (or mapped by an engine) where it lies, so no process
+ * holds a large object whole and none is bounded by Node's 4 GiB Buffer.
+ * Large parts live in the data dir when there is one, else in `files` (a
+ * node cache's per-app folders) or a private spool folder; files outside a
+ * data dir count against `fileLimit` (or, without one, against `memLimit`:
+ * the head's spool is part of what its limit bounds).
+ *
+ * With a data dir every write and delete reaches the disk first (an object's
+ * metadata file is its commit point) and memory follows only if the disk took
+ * it, so a refused write leaves no trace, eviction only drops the memory copy
+ * of small parts, and objects survive a head restart as the writers were
+ * told. Files are opened, written or read, and closed per operation (a read
+ * transfer keeps one descriptor per large part it serves), so descriptors
+ * stay bounded whatever the object count.
  */
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
+import { INLINE_LIMIT } from "../../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../../sdk/cache/values.js";
-import { CacheFullError, ObjectEvictedError, ObjectNotFoundError, ObjectStorageError, VersionConflictError, type ObjectIds } from "../../sdk/errors/index.js";
+import { CacheFullError, HearthError, ObjectEvictedError, ObjectNotFoundError, ObjectStorageError, VersionConflictError, type ObjectIds } from "../../sdk/errors/index.js";
 import { formatBytes } from "../../sdk/format.js";
 
-/** One stored part: the base or a patch. `data` is undefined while spilled to disk. */
+/** One stored part: the base or a patch. `data` holds a small part's bytes (undefined while spilled, and always for a large part: its bytes are in its file). */
 export interface StoredPart {
   kind: ValueKind;
   dtype?: DType;
@@ -24,18 +38,21 @@ export interface StoredPart {
   data?: Buffer;
 }
 
-/** A versioned object. */
+/** A versioned object: a base of one or more parts (a publication's shards), then appended patches of one part each. */
 export interface StoredObject {
   key: string;
   version: number;
   baseVersion: number;
+  /** The base's first part. */
   base: StoredPart;
+  /** The base's further parts, in order (usually none). */
+  more: StoredPart[];
   patches: StoredPart[];
   pinned: boolean;
   /** Owned by its app's session: deleted when the head releases the app (ObjectService.releaseApp). */
   scratch?: boolean;
   lastUsed: number;
-  /** Transfers in progress that hold this object in memory. */
+  /** Transfers in progress that read this object. */
   readers: number;
 }
 
@@ -44,51 +61,102 @@ export type ReadResult =
   | { mode: "not-modified"; version: number; baseVersion: number; object: StoredObject }
   | { mode: "patches" | "full"; version: number; baseVersion: number; parts: StoredPart[]; object: StoredObject };
 
+/**
+ * Where large parts live outside a data dir (a node cache: one folder per
+ * app, readable by that app's executors). The caller makes the folder with
+ * its owner and mode, and creates received files with theirs (a rename into
+ * place keeps both).
+ */
+export interface PartFiles {
+  /** The folder of `key`'s large parts. */
+  dirFor(key: string): string;
+}
+
 /** Options of the store. */
 export interface ObjectStoreOptions {
-  /** Bytes of object data kept in memory at most. */
+  /** Bytes of small parts kept in memory at most (and of large parts' files when neither a data dir nor fileLimit is set). */
   memLimit: number;
-  /** Folder for write-through persistence; objects reload from it after a restart. */
+  /** Folder for write-through persistence; objects reload from it after a restart. Large parts are files here. */
   dataDir?: string;
+  /** Where large parts live without a data dir (default: a private spool folder made by open()). */
+  files?: PartFiles;
+  /** Bytes of large parts' files at most, outside a data dir (default: they count against memLimit). */
+  fileLimit?: number;
 }
 
 /** A write: create (`put`), replace the base (`update`), or append (`patch`). */
 export type WriteOp = "put" | "update" | "patch";
 
+/** A large part's bytes as they were received into a file, ready to be committed. */
+export interface PartFile {
+  kind: ValueKind;
+  dtype?: DType;
+  size: number;
+  /** The file holding exactly `size` bytes (made by `uploadFile`): committing renames it into place. */
+  file: string;
+}
+
+/** A part handed to `replicate`: small with its bytes, or large in a received file. */
+export type ReplicaPart = Omit<StoredPart, "data"> & ({ data: Buffer; file?: undefined } | { file: string; data?: undefined });
+
 const MAX_TOMBSTONES = 10_000;
+/** Uploads and fetches in progress are files with this suffix; a restarted store removes what a crash left. */
+const RECEIVING = ".receiving";
+
+/** Is a part of `size` bytes a file (larger than what one message carries)? */
+export function isFilePart(size: number): boolean {
+  return size > INLINE_LIMIT;
+}
+
+type Pool = "mem" | "file";
 
 export class ObjectStore {
   private readonly objects = new Map<string, StoredObject>();
   private readonly evicted = new Map<string, string>();
-  private memUsed = 0;
+  private readonly used: Record<Pool, number> = { mem: 0, file: 0 };
   /** A logical clock for LRU order (milliseconds can tie). */
   private clock = 0;
   /** The objects folder of the data dir, once open() ran; until then (or without a data dir) the store is memory-only. */
   private dir?: string;
+  /** The spool folder this store made for large parts (no data dir, no `files`). */
+  private spool?: string;
+  private receivingSeq = 0;
   readonly stats = { evictions: 0, spills: 0, reloads: 0 };
 
-  /** Records the options only (no I/O): with a data dir, open() creates its folder and reloads what it holds. */
+  /** Records the options only (no I/O): open() creates the folders and reloads what a data dir holds. */
   constructor(private readonly opts: ObjectStoreOptions) {}
 
   /**
-   * With a data dir: creates its objects folder and reloads the index a
-   * previous instance persisted; from then on writes go through to disk.
-   * Without one it does nothing. Idempotent; returns this store.
+   * With a data dir: creates its objects folder, removes uploads a crash
+   * left unfinished and reloads the index a previous instance persisted;
+   * from then on writes go through to disk. Without one, makes the spool
+   * folder for large parts (unless `files` names where they go). Idempotent.
    */
   open(): this {
-    if (this.opts.dataDir === undefined || this.dir !== undefined) return this;
-    const dir = path.join(this.opts.dataDir, "objects");
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    this.dir = dir;
-    this.loadIndex();
+    if (this.dir !== undefined || this.spool !== undefined) return this;
+    if (this.opts.dataDir !== undefined) {
+      const dir = path.join(this.opts.dataDir, "objects");
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      this.dir = dir;
+      for (const f of readdirSync(dir)) if (f.endsWith(RECEIVING) || f.endsWith(".tmp")) rmSync(path.join(dir, f), { force: true });
+      this.loadIndex();
+    } else if (!this.opts.files) {
+      this.spool = mkdtempSync(path.join(os.tmpdir(), "hearth-spool-"));
+    }
     return this;
   }
 
-  /** Object count and bytes (base plus patches, in memory or not), current memory use and limits. */
-  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; persistent: boolean; evictions: number; spills: number; reloads: number } {
+  /** Removes the spool folder this store made (its files go with it). */
+  close(): void {
+    if (this.spool) rmSync(this.spool, { recursive: true, force: true });
+  }
+
+  /** Object count and bytes (base plus patches, in memory or not), memory and file use, and limits. */
+  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; fileUsed: number; fileLimit: number | null; persistent: boolean; evictions: number; spills: number; reloads: number } {
     let bytes = 0;
     for (const o of this.objects.values()) bytes += sizeOf(o);
-    return { objects: this.objects.size, bytes, memUsed: this.memUsed, memLimit: this.opts.memLimit, persistent: this.dir !== undefined, ...this.stats };
+    const fileLimit = this.dir ? null : (this.opts.fileLimit ?? null);
+    return { objects: this.objects.size, bytes, memUsed: this.used.mem, memLimit: this.opts.memLimit, fileUsed: this.used.file, fileLimit, persistent: this.dir !== undefined, ...this.stats };
   }
 
   /** Checks a write's preconditions without writing. Throws VersionConflictError or ObjectNotFoundError. */
@@ -108,68 +176,154 @@ export class ObjectStore {
   }
 
   /**
-   * Applies a write and returns the object. With a data dir the write reaches
-   * the disk before memory changes: if the disk refuses it (ENOSPC, EROFS…)
-   * its files are removed and the store is as it was, so the same write can be
-   * retried and a restarted head reloads exactly what writes reported.
+   * A new file for a large part of `key` being received (an upload, a node's
+   * fetch): fill it, then commit it with `writeFile` or `replicate`, or
+   * remove it. It lies where the part will live, so committing is a rename.
+   */
+  receivingFile(key: string): string {
+    const dir = this.partDir(key);
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    return path.join(dir, `${this.hash(key)}.${process.pid}-${++this.receivingSeq}${RECEIVING}`);
+  }
+
+  /** Applies a write of bytes in memory (a large one is written to its file here). See writeFiles. */
+  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean } = {}): StoredObject {
+    const size = value.data.byteLength;
+    if (!isFilePart(size)) return this.commit(op, key, [{ kind: value.kind, dtype: value.dtype, size, data: value.data }], opts);
+    const file = this.receivingFile(key);
+    try {
+      writeFileSync(file, value.data, { mode: 0o600 });
+    } catch (err) {
+      rmSync(file, { force: true });
+      throw storageError(op, key, err, "");
+    }
+    return this.writeFiles(op, key, [{ kind: value.kind, dtype: value.dtype, size, file }], opts);
+  }
+
+  /**
+   * Commits parts received into files (from receivingFile) as the write
+   * `op`: one or more base parts for `put`/`update`, one part for `patch`.
+   * With a data dir the disk takes them before memory changes: if it
+   * refuses (ENOSPC, EROFS…) the files are removed and the store is as it
+   * was, so the same write can be retried and a restarted head reloads
+   * exactly what writes reported. The received files are consumed either way.
    * Throws VersionConflictError, ObjectNotFoundError, CacheFullError or ObjectStorageError.
    */
-  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean } = {}): StoredObject {
+  writeFiles(op: WriteOp, key: string, parts: PartFile[], opts: { ifVersion?: number; pin?: boolean; scratch?: boolean } = {}): StoredObject {
+    try {
+      // A streamed part that turned out small is kept in memory like any small part.
+      return this.commit(op, key, parts.map((p) => (isFilePart(p.size) ? p : { ...p, file: undefined, data: readFileSync(p.file) })), opts);
+    } finally {
+      for (const p of parts) rmSync(p.file, { force: true });
+    }
+  }
+
+  /** One write of `parts` (each in memory, or in a received file to rename into place). */
+  private commit(op: WriteOp, key: string, incoming: Array<{ kind: ValueKind; dtype?: DType; size: number; data?: Buffer; file?: string }>, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean }): StoredObject {
     this.check(op, key, opts.ifVersion);
+    if (incoming.length === 0 || (op === "patch" && incoming.length !== 1)) throw new HearthError(`${op} of '${userKey(key)}' has ${incoming.length} parts: a base has one or more, a patch exactly one`);
     const existing = this.objects.get(key);
     const version = (existing?.version ?? 0) + 1;
+    const parts: StoredPart[] = incoming.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version, ...(p.data ? { data: p.data } : {}) }));
     // A new base replaces the old one and its patches at once: their bytes count as free, so an
     // object that fits as one base plus its history can always be re-based.
-    this.makeRoom(value.data.byteLength, key, this.freedBy(op, key));
-    const part: StoredPart = { kind: value.kind, dtype: value.dtype, size: value.data.byteLength, version, data: value.data };
+    for (const pool of ["mem", "file"] as const) {
+      const bytes = parts.filter((p) => this.poolOf(p) === pool).reduce((n, p) => n + p.size, 0);
+      if (bytes > 0) this.makeRoom(bytes, key, op === "patch" ? 0 : this.freedBy(op, key, pool), pool);
+    }
     const next: ObjectMeta =
       op === "patch"
-        ? { key, version, baseVersion: existing!.baseVersion, pinned: existing!.pinned, ...(existing!.scratch ? { scratch: true } : {}), base: strip(existing!.base), patches: [...existing!.patches.map(strip), strip(part)] }
-        : { key, version, baseVersion: version, pinned: opts.pin ?? existing?.pinned ?? false, ...((opts.scratch ?? existing?.scratch) ? { scratch: true } : {}), base: strip(part), patches: [] };
-    this.persist(op, next, part);
-    // On disk: now memory follows.
+        ? { key, version, baseVersion: existing!.baseVersion, pinned: existing!.pinned, ...(existing!.scratch ? { scratch: true } : {}), base: strip(existing!.base), ...moreMeta(existing!.more), patches: [...existing!.patches.map(strip), strip(parts[0]!)] }
+        : { key, version, baseVersion: version, pinned: opts.pin ?? existing?.pinned ?? false, ...((opts.scratch ?? existing?.scratch) ? { scratch: true } : {}), base: strip(parts[0]!), ...moreMeta(parts.slice(1)), patches: [] };
+    const targets = op === "patch" ? [this.patchFile(key, version)] : parts.map((_, i) => this.baseFile(key, version, i));
+    this.persist(op, next, targets, incoming);
+    // On disk (or in place): now memory follows.
     let obj: StoredObject;
     if (op === "patch") {
       obj = existing!;
-      obj.patches.push(part);
+      obj.patches.push(parts[0]!);
       obj.version = version;
     } else {
       if (existing) {
         this.release(existing);
-        if (this.dir) this.removeFiles(this.filesOf(existing));
+        this.removeFiles(this.filesOf(existing).filter((f) => !targets.includes(f)));
       }
-      obj = { key, version, baseVersion: version, base: part, patches: [], pinned: next.pinned, lastUsed: 0, readers: 0 };
+      obj = { key, version, baseVersion: version, base: parts[0]!, more: parts.slice(1), patches: [], pinned: next.pinned, lastUsed: 0, readers: 0 };
       if (next.scratch) obj.scratch = true;
       this.objects.set(key, obj);
     }
     obj.lastUsed = ++this.clock;
-    this.memUsed += part.size;
+    for (const p of parts) {
+      const pool = this.poolOf(p);
+      if (pool) this.used[pool] += p.size;
+    }
     this.evicted.delete(key);
     return obj;
   }
 
   /**
    * Installs what another store answered to an incremental get, so this copy
-   * matches it version for version (agents keep node-local replicas this way).
+   * matches it version for version (node caches keep replicas this way).
+   * Large parts arrive in received files (receivingFile) and are renamed into
+   * place; on a refusal (CacheFullError, a storage error) they are removed
+   * and the replica is as it was.
    */
-  replicate(key: string, d: { mode: "not-modified" | "patches" | "full"; version: number; baseVersion: number; parts: Array<Omit<StoredPart, "data"> & { data: Buffer }> }): void {
-    const existing = this.objects.get(key);
-    if (d.mode === "not-modified") return;
-    const bytes = d.parts.reduce((n, p) => n + p.size, 0);
-    this.makeRoom(bytes, key);
-    const parts = d.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, data: p.data }));
-    if (d.mode === "patches") {
-      if (!existing || existing.baseVersion !== d.baseVersion) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`, objectIds(key));
-      existing.patches.push(...parts);
-      existing.version = d.version;
-      existing.lastUsed = ++this.clock;
-    } else {
-      if (existing) this.release(existing);
-      const [base, ...patches] = parts;
-      this.objects.set(key, { key, version: d.version, baseVersion: d.baseVersion, base: base!, patches, pinned: false, lastUsed: ++this.clock, readers: 0 });
+  replicate(key: string, d: { mode: "not-modified" | "patches" | "full"; version: number; baseVersion: number; parts: ReplicaPart[] }): void {
+    const received = d.parts.flatMap((p) => (p.file ? [p.file] : []));
+    let installed = false;
+    try {
+      if (d.mode === "not-modified") return;
+      const existing = this.objects.get(key);
+      if (d.mode === "patches" && (!existing || existing.baseVersion !== d.baseVersion)) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`, objectIds(key));
+      const parts: StoredPart[] = d.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.data ? { data: p.data } : {}) }));
+      for (const pool of ["mem", "file"] as const) {
+        const bytes = parts.filter((p) => this.poolOf(p) === pool).reduce((n, p) => n + p.size, 0);
+        if (bytes > 0) this.makeRoom(bytes, key, d.mode === "full" && existing ? charged(existing, pool, this) : 0, pool);
+      }
+      const targets = this.replicaFiles(key, d);
+      d.parts.forEach((p, i) => {
+        // Received at its place already (a copy others could follow while it arrived), or renamed there now.
+        if (p.file && p.file !== targets[i]) renameSync(p.file, targets[i]!);
+      });
+      const baseCount = d.mode === "full" ? parts.filter((p) => p.version === d.baseVersion).length : 0;
+      if (d.mode === "patches") {
+        existing!.patches.push(...parts);
+        existing!.version = d.version;
+        existing!.lastUsed = ++this.clock;
+      } else {
+        if (existing) {
+          this.release(existing);
+          this.removeFiles(this.filesOf(existing).filter((f) => !targets.includes(f)));
+        }
+        this.objects.set(key, { key, version: d.version, baseVersion: d.baseVersion, base: parts[0]!, more: parts.slice(1, baseCount), patches: parts.slice(baseCount), pinned: false, lastUsed: ++this.clock, readers: 0 });
+      }
+      for (const p of parts) {
+        const pool = this.poolOf(p);
+        if (pool) this.used[pool] += p.size;
+      }
+      this.evicted.delete(key);
+      installed = true;
+    } finally {
+      if (!installed) for (const f of received) rmSync(f, { force: true });
     }
-    this.memUsed += bytes;
-    this.evicted.delete(key);
+  }
+
+  /**
+   * Where the parts of an incremental answer `d` live once installed: in a
+   * full answer the base's parts come first (all at the base version), then
+   * the patches. A fetch may write them there directly when none exists yet
+   * (`freeReplicaFiles`), so its files keep their names when it completes.
+   */
+  replicaFiles(key: string, d: { mode: string; baseVersion: number; parts: Array<{ version: number }> }): string[] {
+    const baseCount = d.mode === "full" ? d.parts.filter((p) => p.version === d.baseVersion).length : 0;
+    if (d.mode === "full" && baseCount === 0) throw new HearthError(`replica of '${userKey(key)}': a full answer without its base`);
+    return d.parts.map((p, i) => (i < baseCount ? this.baseFile(key, d.baseVersion, i) : this.patchFile(key, p.version)));
+  }
+
+  /** replicaFiles, when none of them exists yet (no copy this store holds uses them); else undefined. */
+  freeReplicaFiles(key: string, d: { mode: string; baseVersion: number; parts: Array<{ version: number }> }): string[] | undefined {
+    const files = this.replicaFiles(key, d);
+    return files.some((f) => existsSync(f)) ? undefined : files;
   }
 
   /** Reads relative to the version the caller holds: not-modified, patches after it, or everything. */
@@ -186,9 +340,16 @@ export class ObjectStore {
     }
     // Patches bridge the gap only if the caller holds this base and a version inside its patch history.
     const bridge = have !== undefined && have >= obj.baseVersion && have < obj.version && (haveBase === undefined || haveBase === obj.baseVersion);
-    const parts = bridge ? obj.patches.filter((p) => p.version > have) : [obj.base, ...obj.patches];
+    const parts = bridge ? obj.patches.filter((p) => p.version > have) : allParts(obj);
     this.load(obj, parts);
     return { mode: bridge ? "patches" : "full", version: obj.version, baseVersion: obj.baseVersion, parts, object: obj };
+  }
+
+  /** The file of a large part of `obj` (its bytes are there, not in memory). */
+  pathOf(obj: StoredObject, part: StoredPart): string {
+    if (part === obj.base) return this.baseFile(obj.key, obj.baseVersion, 0);
+    const i = obj.more.indexOf(part);
+    return i >= 0 ? this.baseFile(obj.key, obj.baseVersion, i + 1) : this.patchFile(obj.key, part.version);
   }
 
   /** Count and bytes of the objects whose keys start with `prefix`, and (with `keys`) their keys without the app part, sorted, at most `keys`. */
@@ -215,10 +376,11 @@ export class ObjectStore {
   /**
    * Deletes every object whose key starts with `prefix` (with `scratchOnly`,
    * only scratch objects); returns how many. A transfer still reading one
-   * finishes from the buffers it holds. With a data dir each object leaves the disk (its metadata file first: the
-   * commit point) before it leaves memory; if the disk refuses, the objects
-   * not yet deleted stay whole and an ObjectStorageError says how many went,
-   * so a retry finishes the job.
+   * finishes from what it holds (the buffers of small parts, an open
+   * descriptor of each large part's file). With a data dir each object
+   * leaves the disk (its metadata file first: the commit point) before it
+   * leaves memory; if the disk refuses, the objects not yet deleted stay
+   * whole and an ObjectStorageError says how many went, so a retry finishes the job.
    */
   delete(prefix: string, opts: { scratchOnly?: boolean } = {}): number {
     let n = 0;
@@ -230,8 +392,8 @@ export class ObjectStore {
         } catch (err) {
           throw storageError("delete", key, err, n > 0 ? ` (${n} other object${n === 1 ? " was" : "s were"} deleted before it)` : "");
         }
-        this.removeFiles(this.filesOf(obj));
       }
+      this.removeFiles(this.filesOf(obj));
       this.release(obj);
       this.objects.delete(key);
       n++;
@@ -239,39 +401,51 @@ export class ObjectStore {
     return n;
   }
 
-  /** Bytes in memory that a write of `op` to `key` releases when it commits: a new base frees the old one and its patches. */
-  freedBy(op: WriteOp, key: string): number {
+  /** Bytes in `pool` that a write of `op` to `key` releases when it commits: a new base frees the old one and its patches. */
+  freedBy(op: WriteOp, key: string, pool: Pool = "mem"): number {
     const existing = this.objects.get(key);
-    return op !== "patch" && existing ? inMemory(existing) : 0;
+    return op !== "patch" && existing ? charged(existing, pool, this) : 0;
+  }
+
+  /** The pool a part of `size` bytes is charged to (null: not bounded here, a large part in the data dir). */
+  poolFor(size: number): Pool | null {
+    if (!isFilePart(size)) return "mem";
+    if (this.dir) return null;
+    return this.opts.fileLimit !== undefined ? "file" : "mem";
   }
 
   /**
-   * Makes sure `bytes` more fit in memory (`freed`: bytes the write itself
+   * Makes sure `bytes` more fit in `pool` (`freed`: bytes the write itself
    * releases, an old base and its patches), evicting least recently used
    * objects; throws CacheFullError naming the object and the limit, with
    * nothing changed.
    */
-  makeRoom(bytes: number, forKey: string, freed = 0): void {
-    const limit = this.opts.memLimit;
-    if (this.memUsed - freed + bytes <= limit) return;
+  makeRoom(bytes: number, forKey: string, freed = 0, pool: Pool = "mem"): void {
+    const limit = pool === "mem" ? this.opts.memLimit : this.opts.fileLimit!;
+    if (this.used[pool] - freed + bytes <= limit) return;
     const what = `'${userKey(forKey)}'`;
+    const which = pool === "mem" ? "memory limit" : "file limit";
     if (bytes > limit) {
-      throw new CacheFullError(`cannot store ${formatBytes(bytes)} for ${what}: larger than the cache's memory limit of ${formatBytes(limit)}; start the head with a larger --mem-limit`, { ...objectIds(forKey), size: bytes, limit });
+      throw new CacheFullError(`cannot store ${formatBytes(bytes)} for ${what}: larger than the cache's ${which} of ${formatBytes(limit)}; ${pool === "mem" ? "start the head with a larger --mem-limit" : "raise the agent's --cache-limit"}`, { ...objectIds(forKey), size: bytes, limit });
     }
     const victims = [...this.objects.values()]
-      .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && inMemory(o) > 0)
+      .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && charged(o, pool, this) > 0)
       .sort((a, b) => a.lastUsed - b.lastUsed);
     for (const v of victims) {
-      if (this.memUsed - freed + bytes <= limit) break;
+      if (this.used[pool] - freed + bytes <= limit) break;
       this.evict(v);
     }
-    if (this.memUsed - freed + bytes > limit) {
+    if (this.used[pool] - freed + bytes > limit) {
       throw new CacheFullError(
-        `cannot store ${formatBytes(bytes)} for ${what}: the cache holds ${formatBytes(this.memUsed)} of its ${formatBytes(limit)} limit in pinned or in-transfer objects; ` +
+        `cannot store ${formatBytes(bytes)} for ${what}: the cache holds ${formatBytes(this.used[pool])} of its ${formatBytes(limit)} ${which} in pinned or in-transfer objects; ` +
           `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
         { ...objectIds(forKey), size: bytes, limit },
       );
     }
+  }
+
+  private poolOf(p: StoredPart): Pool | null {
+    return this.poolFor(p.size);
   }
 
   private evict(o: StoredObject): void {
@@ -281,53 +455,59 @@ export class ObjectStore {
       this.dropData(o); // still on disk; read() reloads it
       return;
     }
-    this.dropData(o);
+    this.release(o);
+    this.removeFiles(this.filesOf(o));
     this.objects.delete(o.key);
     this.evicted.set(o.key, `the cache needed room (limit ${formatBytes(this.opts.memLimit)}) and the head has no --data-dir; pin objects you need to keep`);
     if (this.evicted.size > MAX_TOMBSTONES) this.evicted.delete(this.evicted.keys().next().value!);
   }
 
   /**
-   * A replaced version leaves the accounting, but its buffers stay with it: a reader
-   * still pulling its chunks holds the parts and finishes that version; the memory
-   * goes with the last reference.
+   * A replaced version leaves the accounting, but what a reader holds stays
+   * with it: the buffers of its small parts, an open descriptor of each large
+   * part's file; the memory goes with the last reference.
    */
   private release(o: StoredObject): void {
-    for (const p of [o.base, ...o.patches]) if (p.data) this.memUsed -= p.size;
+    for (const pool of ["mem", "file"] as const) this.used[pool] -= charged(o, pool, this);
   }
 
   private dropData(o: StoredObject): void {
-    for (const p of [o.base, ...o.patches]) {
-      if (p.data) this.memUsed -= p.size;
+    for (const p of allParts(o)) {
+      if (p.data) this.used.mem -= p.size;
       p.data = undefined;
     }
   }
 
   private load(o: StoredObject, parts: StoredPart[]): void {
-    const missing = parts.filter((p) => !p.data);
+    const missing = parts.filter((p) => !p.data && !isFilePart(p.size));
     if (missing.length === 0) return;
     if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`, objectIds(o.key));
     this.makeRoom(missing.reduce((n, p) => n + p.size, 0), o.key);
     for (const p of missing) {
-      p.data = readFileSync(p === o.base ? this.baseFile(o.key, o.baseVersion) : this.patchFile(o.key, p.version));
-      this.memUsed += p.size;
+      p.data = readFileSync(this.pathOf(o, p));
+      this.used.mem += p.size;
     }
     this.stats.reloads++;
   }
 
-  // ---- persistence --------------------------------------------------------------
+  // ---- files --------------------------------------------------------------------
 
   private hash(key: string): string {
     return createHash("sha256").update(key).digest("hex").slice(0, 40);
   }
 
-  private patchFile(key: string, version: number): string {
-    return path.join(this.dir!, `${this.hash(key)}.${version}.patch`);
+  /** The folder of `key`'s part files: the data dir, the caller's per-app folder, or the spool. */
+  private partDir(key: string): string {
+    return this.dir ?? this.opts.files?.dirFor(key) ?? this.spool ?? this.open().spool!;
   }
 
-  /** A base's file carries its version, so writing a new base never touches the one the metadata on disk names. */
-  private baseFile(key: string, baseVersion: number): string {
-    return path.join(this.dir!, `${this.hash(key)}.${baseVersion}.base`);
+  private patchFile(key: string, version: number): string {
+    return path.join(this.partDir(key), `${this.hash(key)}.${version}.patch`);
+  }
+
+  /** A base's files carry its version (and part index past the first), so writing a new base never touches the one the metadata on disk names. */
+  private baseFile(key: string, baseVersion: number, index = 0): string {
+    return path.join(this.partDir(key), `${this.hash(key)}.${baseVersion}.base${index === 0 ? "" : `.${index}`}`);
   }
 
   /** The metadata file: the commit point of every write and delete of its object. */
@@ -335,26 +515,35 @@ export class ObjectStore {
     return path.join(this.dir!, `${this.hash(key)}.json`);
   }
 
+  /** The files an object has: all of its parts with a data dir, its large parts without. */
   private filesOf(o: StoredObject): string[] {
-    return [this.baseFile(o.key, o.baseVersion), ...o.patches.map((p) => this.patchFile(o.key, p.version))];
+    return allParts(o).filter((p) => this.dir || isFilePart(p.size)).map((p) => this.pathOf(o, p));
   }
 
   /**
-   * Writes the new part's file, then the metadata (temporary file + rename),
-   * the commit point: a crash before the rename leaves the previous version
-   * on disk whole. On any failure the files this write made are removed and
-   * an ObjectStorageError is thrown; memory has not been touched yet.
+   * Puts the new part in place (a small one written from memory, a large one
+   * renamed from its received file), then, with a data dir, the metadata
+   * (temporary file + rename), the commit point: a crash before the rename
+   * leaves the previous version on disk whole. On any failure the files this
+   * write made are removed and an ObjectStorageError is thrown; memory has
+   * not been touched yet.
    */
-  private persist(op: WriteOp, meta: ObjectMeta, part: StoredPart): void {
-    if (!this.dir) return;
-    const partFile = op === "patch" ? this.patchFile(meta.key, part.version) : this.baseFile(meta.key, part.version);
-    const metaFile = this.metaFile(meta.key);
+  private persist(op: WriteOp, meta: ObjectMeta, targets: string[], parts: Array<{ data?: Buffer; file?: string }>): void {
+    const metaFile = this.dir ? this.metaFile(meta.key) : undefined;
+    const made: string[] = [];
     try {
-      writeFileSync(partFile, part.data!, { mode: 0o600 });
-      writeFileSync(`${metaFile}.tmp`, JSON.stringify(meta), { mode: 0o600 });
-      renameSync(`${metaFile}.tmp`, metaFile);
+      parts.forEach((p, i) => {
+        if (p.file) renameSync(p.file, targets[i]!);
+        else if (this.dir) writeFileSync(targets[i]!, p.data!, { mode: 0o600 });
+        else return;
+        made.push(targets[i]!);
+      });
+      if (metaFile) {
+        writeFileSync(`${metaFile}.tmp`, JSON.stringify(meta), { mode: 0o600 });
+        renameSync(`${metaFile}.tmp`, metaFile);
+      }
     } catch (err) {
-      this.removeFiles([partFile, `${metaFile}.tmp`]);
+      this.removeFiles([...made, ...(metaFile ? [`${metaFile}.tmp`] : [])]);
       throw storageError(op, meta.key, err, "");
     }
   }
@@ -379,7 +568,11 @@ export class ObjectStore {
         const unversioned = path.join(this.dir!, `${this.hash(meta.key)}.base`); // the layout before base files carried their version
         if (!existsSync(base) && existsSync(unversioned)) renameSync(unversioned, base);
         if (!existsSync(base)) continue;
-        this.objects.set(meta.key, { ...meta, lastUsed: 0, readers: 0 });
+        const more = meta.more ?? [];
+        // A large part whose file is missing or short (a disk that lost it) is not served as if it were whole.
+        const whole = [meta.base, ...more].every((p, i) => !isFilePart(p.size) || (existsSync(this.baseFile(meta.key, meta.baseVersion, i)) && statSync(this.baseFile(meta.key, meta.baseVersion, i)).size === p.size));
+        if (!whole) continue;
+        this.objects.set(meta.key, { ...meta, more, lastUsed: 0, readers: 0 });
       } catch {
         // A torn or foreign file: skip it rather than refuse to start.
       }
@@ -387,14 +580,24 @@ export class ObjectStore {
   }
 }
 
-/** An object's metadata file: what a restarted head reloads. */
-type ObjectMeta = Pick<StoredObject, "key" | "version" | "baseVersion" | "pinned" | "scratch"> & { base: Omit<StoredPart, "data">; patches: Array<Omit<StoredPart, "data">> };
+/** An object's metadata file: what a restarted head reloads (the manifest of its parts; writing it commits a write). */
+type ObjectMeta = Pick<StoredObject, "key" | "version" | "baseVersion" | "pinned" | "scratch"> & { base: Omit<StoredPart, "data">; more?: Array<Omit<StoredPart, "data">>; patches: Array<Omit<StoredPart, "data">> };
+
+/** The `more` entry of a manifest (left out when the base is one part, as older heads wrote it). */
+function moreMeta(more: StoredPart[]): { more?: Array<Omit<StoredPart, "data">> } {
+  return more.length > 0 ? { more: more.map(strip) } : {};
+}
+
+/** Every part of an object in order: the base's, then the patches. */
+export function allParts(o: StoredObject): StoredPart[] {
+  return [o.base, ...o.more, ...o.patches];
+}
 
 /** What the disk refused, as the error the writer gets: nothing changed, retry when there is room. */
-function storageError(op: string, key: string, err: unknown, note: string): ObjectStorageError {
+export function storageError(op: string, key: string, err: unknown, note: string, where = "the head's data dir"): ObjectStorageError {
   const code = (err as NodeJS.ErrnoException).code ?? "EIO";
   return new ObjectStorageError(
-    `${op} of '${userKey(key)}' failed: the head's data dir refused it (${(err as Error).message})${note}; nothing changed, retry once the disk has room`,
+    `${op} of '${userKey(key)}' failed: ${where} refused it (${(err as Error).message})${note}; nothing changed, retry once the disk has room`,
     { ...objectIds(key), op, code, cause: err },
   );
 }
@@ -404,14 +607,18 @@ function strip(p: StoredPart): Omit<StoredPart, "data"> {
 }
 
 function sizeOf(o: StoredObject): number {
-  let n = o.base.size;
-  for (const p of o.patches) n += p.size;
+  let n = 0;
+  for (const p of allParts(o)) n += p.size;
   return n;
 }
 
-function inMemory(o: StoredObject): number {
+/** Bytes of `o` charged to `pool` now (small parts in memory, large parts' files outside a data dir). */
+function charged(o: StoredObject, pool: Pool, store: ObjectStore): number {
   let n = 0;
-  for (const p of [o.base, ...o.patches]) if (p.data) n += p.size;
+  for (const p of allParts(o)) {
+    if (store.poolFor(p.size) !== pool) continue;
+    if (isFilePart(p.size) || p.data) n += p.size;
+  }
   return n;
 }
 

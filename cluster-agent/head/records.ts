@@ -28,6 +28,8 @@ export interface AgentRecord {
   suspectSince?: number;
   /** Its node cache's objects and bytes, as its last heartbeat reported them. */
   cache?: { objects: number; bytes: number };
+  /** Where its node cache listens for other nodes (pass-through copies), as it registered; undefined from an agent that did not say. */
+  cacheEndpoint?: string;
   /** Its process's memory, as its last heartbeat reported it. */
   memory?: MemoryReport;
 }
@@ -141,6 +143,8 @@ export interface MemoryReport {
   heapTotal: number;
   heapUsed: number;
   external: number;
+  /** The largest buffer the process made for an object (0 when it never made one; absent from older processes). */
+  largestObjectBuffer?: number;
 }
 
 /** The memory figures of a heartbeat, or undefined when absent or malformed. */
@@ -149,7 +153,8 @@ export function parseMemoryReport(raw: unknown): MemoryReport | undefined {
   if (typeof m !== "object" || m === null) return undefined;
   const keys = ["rss", "heapTotal", "heapUsed", "external"] as const;
   if (!keys.every((k) => typeof m[k] === "number" && Number.isFinite(m[k]))) return undefined;
-  return { rss: m.rss as number, heapTotal: m.heapTotal as number, heapUsed: m.heapUsed as number, external: m.external as number };
+  const largest = typeof m.largestObjectBuffer === "number" && Number.isFinite(m.largestObjectBuffer) ? { largestObjectBuffer: m.largestObjectBuffer } : {};
+  return { rss: m.rss as number, heapTotal: m.heapTotal as number, heapUsed: m.heapUsed as number, external: m.external as number, ...largest };
 }
 
 /** One tensor engine as an executor's heartbeat reports it (sdk/tensor/liveness.ts). */

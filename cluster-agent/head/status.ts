@@ -1,6 +1,7 @@
 /**
  * The head's status document: what `app.status()` and `hearth status` show.
  */
+import { objectBuffers } from "../../sdk/cache/buffers.js";
 import type { LogSinkStats } from "../log-sink.js";
 import type { ObjectService } from "../object-service.js";
 import type { AppRecord } from "./records.js";
@@ -24,8 +25,8 @@ export interface StatusSource {
   releaseAt(app: AppRecord): number | undefined;
 }
 
-function memoryOf(m: NodeJS.MemoryUsage): { rss: number; heapTotal: number; heapUsed: number; external: number } {
-  return { rss: m.rss, heapTotal: m.heapTotal, heapUsed: m.heapUsed, external: m.external };
+function memoryOf(m: NodeJS.MemoryUsage): { rss: number; heapTotal: number; heapUsed: number; external: number; largestObjectBuffer: number } {
+  return { rss: m.rss, heapTotal: m.heapTotal, heapUsed: m.heapUsed, external: m.external, largestObjectBuffer: objectBuffers.largest };
 }
 
 /** What a status request may ask for beyond the default document. */

@@ -2,24 +2,23 @@
  * Folders (model checkpoints, trainer state) shipped to executors without
  * ever becoming one object or one buffer. A folder is described by its files'
  * names, sizes and modification times. Executors on the driver's host read it
- * in place; elsewhere each file travels as its own cache objects (parts of at
- * most `PART_BYTES`, since a 4 GB shard is larger than a Node buffer may be),
- * fetched through the agent's node-local cache (the head sends each byte once
- * per node) and written once per node into a content-keyed folder that the
- * node's other executors, and later runs of the same folder, reuse (under
- * `<tmpdir>/hearth-folders`; delete it to reclaim the space). One part is in
- * memory at a time.
+ * in place; elsewhere each file travels as cache objects (streamed from the
+ * file: one object per file by default, or parts of `partBytes`), and the
+ * node cache makes the folder from its own copies of them (one copy per
+ * node: its files are hard links to the cached objects), which the node's
+ * executors read in place. A client without a node cache writes the files
+ * where it is told (`fetchFolder`), a chunk at a time.
  */
 import { createHash } from "node:crypto";
-import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { HearthError, TimeoutError } from "../errors/index.js";
 import { tryLock, unlock } from "./dir-lock.js";
-import type { ObjectCache, ObjectRef } from "./object-cache.js";
+import { fromFile, type ObjectCache, type ObjectRef } from "./object-cache.js";
 
-/** Bytes per cache object of a shipped file. */
-export const PART_BYTES = 256 * 1024 * 1024;
+/** Bytes per cache object of a shipped file: objects stream, so a file of any size is one object by default. */
+export const PART_BYTES = Number.MAX_SAFE_INTEGER;
 
 /** One file of a shipped folder. */
 export interface FolderFile {
@@ -78,25 +77,13 @@ export async function shipFolder(objects: ObjectCache, dir: string, opts: ShipFo
 }
 
 async function putParts(objects: ObjectCache, file: string, size: number, partBytes: number): Promise<ObjectRef[]> {
-  const fd = openSync(file, "r");
-  try {
-    const parts: ObjectRef[] = [];
-    for (let at = 0; at < size || (size === 0 && parts.length === 0); at += partBytes) {
-      const buf = Buffer.allocUnsafe(Math.min(partBytes, size - at));
-      let got = 0;
-      while (got < buf.length) {
-        const n = readSync(fd, buf, got, buf.length - got, at + got);
-        if (n === 0) throw new HearthError(`${file} shrank while it was being shipped`);
-        got += n;
-      }
-      // Scratch: dropFolder deletes them once the folder is read; if the shipper vanishes first, the head does with the app.
-      parts.push(await objects.put(buf, { scratch: true }));
-      if (size === 0) break;
-    }
-    return parts;
-  } finally {
-    closeSync(fd);
+  const parts: ObjectRef[] = [];
+  for (let at = 0; at < size || (size === 0 && parts.length === 0); at += partBytes) {
+    // Streamed from the file; scratch: dropFolder deletes them once the folder is read, and if the shipper vanishes first, the head does with the app.
+    parts.push(await objects.put(fromFile(file, { offset: at, length: Math.min(partBytes, size - at) }), { scratch: true }));
+    if (size === 0) break;
   }
+  return parts;
 }
 
 /**
@@ -131,9 +118,10 @@ export interface OpenFolderOptions {
 }
 
 /**
- * Makes a shipped folder readable here: in place when visible, else the
- * node-local copy (written by the first executor that needs it, under a lock;
- * the others wait for it).
+ * Makes a shipped folder readable here: in place when visible; on an
+ * executor, the folder its node cache makes from its own copies of the
+ * objects (once per node); else a copy under `cacheRoot` (written by the
+ * first process that needs it, under a lock; the others wait for it).
  */
 export async function openFolder(objects: ObjectCache, ref: FolderRef, opts: OpenFolderOptions = {}): Promise<OpenedFolder> {
   if (ref.inPlaceOk && visibleInPlace(ref)) return { dir: ref.dir, inPlace: true, fetchedBytes: 0 };
@@ -142,6 +130,8 @@ export async function openFolder(objects: ObjectCache, ref: FolderRef, opts: Ope
       `${ref.dir} (on ${ref.host}) is not readable from ${os.hostname()} and was shipped without its files: ship it with objects (modelTransfer "objects")`,
     );
   }
+  const onNode = await objects.nodeFolder(ref.id, ref.files.map((f) => ({ name: f.name, size: f.size, parts: f.parts!.map((p) => p.key) })));
+  if (onNode !== undefined) return { dir: onNode.dir, inPlace: false, fetchedBytes: onNode.built ? ref.files.reduce((n, f) => n + f.size, 0) : 0 };
   const root = opts.cacheRoot ?? path.join(os.tmpdir(), "hearth-folders");
   const dir = path.join(root, ref.id);
   const done = path.join(dir, ".complete");
@@ -173,7 +163,7 @@ async function fetchInto(objects: ObjectCache, ref: FolderRef, dir: string): Pro
   return bytes;
 }
 
-/** Writes a folder shipped as objects into `target` (made if missing), one part in memory at a time; returns the bytes fetched. */
+/** Writes a folder shipped as objects into `target` (made if missing), a chunk at a time; returns the bytes fetched. */
 export async function fetchFolder(objects: ObjectCache, ref: FolderRef, target: string): Promise<number> {
   mkdirSync(target, { recursive: true, mode: 0o700 });
   let bytes = 0;
@@ -183,10 +173,10 @@ export async function fetchFolder(objects: ObjectCache, ref: FolderRef, target: 
     const fd = openSync(file, "w", 0o600);
     try {
       for (const part of f.parts) {
-        const data = await objects.get<Buffer>(part);
-        writeSync(fd, data);
-        bytes += data.length;
-        objects.forget(part);
+        for await (const chunk of objects.getStream(part)) {
+          writeSync(fd, chunk);
+          bytes += chunk.length;
+        }
       }
     } finally {
       closeSync(fd);

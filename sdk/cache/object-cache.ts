@@ -9,10 +9,23 @@
  * the whole object. Writes take an optional `ifVersion` precondition (compare
  * and swap): the write happens only if the key is at that version, else it
  * fails with VersionConflictError and nothing is lost.
+ *
+ * Objects of any size: `put(fromFile(path))` and `put(fromStream(chunks))`
+ * write without holding the value whole; `getToFile`, `getStream` and
+ * `getParts` read that way. On an executor (`local`: reads go to its node
+ * cache) a large part is read where the node keeps its one copy, a file the
+ * executor (or its engine) reads in place: no bytes cross a socket for it.
+ * `get` assembles a value in memory and refuses one over this process's
+ * buffer limit (BufferLimitError, buffers.ts).
  */
+import { mkdirSync, readFileSync } from "node:fs";
+import { open } from "node:fs/promises";
+import path from "node:path";
 import { HearthError } from "../errors/index.js";
 import type { Requester } from "../wire/requests.js";
-import { download, upload, type WriteResult } from "./transfer.js";
+import { admitObjectBuffer } from "./buffers.js";
+import { fileSink, OrderedChunks } from "./sinks.js";
+import { INLINE_LIMIT, download, fileSource, upload, type PartMeta, type UploadSource, type WriteResult } from "./transfer.js";
 import { decodeValue, encodeValue } from "./values.js";
 
 /** A reference to a cached object; small enough to pass in any call. */
@@ -56,6 +69,83 @@ export interface GetOptions<T> {
   fold?: Fold<T>;
 }
 
+/** Bytes to write without holding them whole: made by `fromFile` or `fromStream`. */
+export interface StreamedValue {
+  readonly $streamed: true;
+  /** Opens the source (a file is opened and sized here). */
+  open(): Promise<UploadSource>;
+}
+
+/** Writes the bytes of `file` (or `range.length` of them from `range.offset`) as raw bytes, read a chunk at a time. */
+export function fromFile(file: string, range: { offset?: number; length?: number } = {}): StreamedValue {
+  return { $streamed: true, open: () => fileSource(file, range) };
+}
+
+/** Writes the bytes a stream yields (as raw bytes), in CHUNK-sized pieces as they come; its length is known at the end. */
+export function fromStream(chunks: AsyncIterable<Uint8Array>): StreamedValue {
+  return { $streamed: true, open: async () => ({ kind: "bytes", chunks }) };
+}
+
+/**
+ * Writes a base of several parts (e.g. a publication's shards), each from a
+ * file or a stream, sent in order as each arrives (a producer may still be
+ * making the next one); `getParts` reads them back one by one. Committed
+ * when the last is in: readers never see some of the parts.
+ */
+export function fromParts(parts: Iterable<StreamedValue> | AsyncIterable<StreamedValue>): StreamedValue {
+  return {
+    $streamed: true,
+    open: async () => ({
+      kind: "bytes",
+      parts: (async function* () {
+        for await (const p of parts) {
+          const source = await p.open();
+          if ("parts" in source) throw new HearthError("a part of fromParts cannot itself have parts");
+          yield source;
+        }
+      })(),
+    }),
+  };
+}
+
+function isStreamed(v: unknown): v is StreamedValue {
+  return typeof v === "object" && v !== null && (v as StreamedValue).$streamed === true;
+}
+
+/** One part of an object as `getParts` hands it over: small ones in memory, large ones as a file to read in place. */
+export interface LocalPart extends PartMeta {
+  data?: Buffer;
+  /** The file holding exactly this part's `size` bytes. */
+  file?: string;
+  /** With `progressive`: the file is still being written by the node; read it once this resolves (it rejects if the node's copy failed). */
+  ready?: () => Promise<void>;
+}
+
+/** What `getParts` returns: like an incremental get, with each part's bytes where they lie. */
+export interface LocalParts {
+  mode: "not-modified" | "patches" | "full";
+  version: number;
+  baseVersion: number;
+  parts: LocalPart[];
+}
+
+/** Options of `getParts`. */
+export interface GetPartsOptions {
+  /** Where a client without a node cache (a driver) writes large parts; an executor reads its node's copy and ignores it. */
+  dir?: string;
+  /** Ignore what this client got before: every part of the latest version. */
+  full?: boolean;
+  /** The version (and base version) the caller holds, instead of what this client got before. */
+  have?: { version: number; baseVersion: number };
+  /**
+   * On an executor: answer as soon as the node knows the parts of a whole
+   * copy it is still receiving, each large part with `ready()` to await
+   * before reading it, so the first part can be used while later ones
+   * still arrive. Elsewhere (a driver) it changes nothing.
+   */
+  progressive?: boolean;
+}
+
 interface Held {
   version: number;
   baseVersion: number;
@@ -67,11 +157,19 @@ export function isObjectRef(v: unknown): v is ObjectRef {
   return typeof v === "object" && v !== null && (v as ObjectRef).$ref === "hearth.object" && typeof (v as ObjectRef).key === "string";
 }
 
+/** Options of the client. */
+export interface ObjectCacheOptions {
+  /** Reads go to this node's cache, which hands large parts over as files of this node (executors). */
+  local?: boolean;
+}
+
 /** The client. Drivers get one from `app.objects`, executors from `ctx.objects`. */
 export class ObjectCache {
   private readonly held = new Map<string, Held>();
-  /** What this client's gets did, for benchmarks and tests. */
-  readonly stats = { notModified: 0, patches: 0, full: 0, bytesReceived: 0, bytesSent: 0 };
+  /** Versions handed out by getParts, per key. */
+  private readonly partsHeld = new Map<string, { version: number; baseVersion: number }>();
+  /** What this client's gets did, for benchmarks and tests: bytes over a socket, and bytes read from its node's files. */
+  readonly stats = { notModified: 0, patches: 0, full: 0, bytesReceived: 0, bytesSent: 0, bytesReadLocal: 0 };
 
   /**
    * @param reads where gets go (the head, or an executor's node-local agent)
@@ -80,9 +178,10 @@ export class ObjectCache {
   constructor(
     private readonly reads: Requester,
     private readonly writes: Requester = reads,
+    private readonly opts: ObjectCacheOptions = {},
   ) {}
 
-  /** Stores a new object (version 1). */
+  /** Stores a new object (version 1): a value, or `fromFile`/`fromStream` bytes. */
   async put(value: unknown, opts: PutOptions = {}): Promise<ObjectRef> {
     return this.write("put", opts.key, value, { pin: opts.pin, scratch: opts.scratch });
   }
@@ -100,31 +199,109 @@ export class ObjectCache {
   /** Deletes every object whose key starts with `prefix` in this app; returns how many. */
   async delete(prefix: string): Promise<number> {
     for (const k of this.held.keys()) if (k.startsWith(prefix)) this.held.delete(k);
+    for (const k of this.partsHeld.keys()) if (k.startsWith(prefix)) this.partsHeld.delete(k);
     return (await this.writes.request<{ deleted: number }>("obj-delete", { prefix })).value.deleted;
   }
 
-  /** The latest value of an object, fetching only what this client has not seen. */
+  /** The latest value of an object, fetching only what this client has not seen; assembled in memory (BufferLimitError past the limit). */
   async get<T = unknown>(ref: ObjectRef | string, opts: GetOptions<T> = {}): Promise<T> {
     const key = keyOf(ref);
     const held = this.held.get(key);
-    const d = await download(this.reads, { key, have: held?.version, haveBase: held?.baseVersion });
-    this.stats.bytesReceived += d.bytes;
+    let d: { mode: "not-modified" | "patches" | "full"; version: number; baseVersion: number; parts: Array<PartMeta & { data?: Buffer }> };
+    if (this.opts.local) {
+      const local = await this.openLocal(key, held?.version, held?.baseVersion);
+      d = { ...local, parts: local.parts.map((p) => ({ ...p, data: p.data ?? this.readWhole(key, p) })) };
+    } else {
+      const got = await download(this.reads, { key, have: held?.version, haveBase: held?.baseVersion });
+      this.stats.bytesReceived += got.bytes;
+      d = got;
+    }
     if (d.mode === "not-modified") {
       this.stats.notModified++;
       return held!.value as T;
     }
     this.stats[d.mode === "full" ? "full" : "patches"]++;
-    const decoded = d.parts.map((p) => decodeValue(p.kind, p.data, p.dtype));
+    const decoded = d.parts.map((p) => decodeValue(p.kind, p.data ?? Buffer.alloc(0), p.dtype));
     const fold = opts.fold ?? (defaultFold as Fold<T>);
     let value: unknown;
     if (d.mode === "patches") {
       value = await fold(held!.value as T, decoded);
     } else {
-      const [base, ...patches] = decoded;
+      // The base may be several parts (fromParts): they come first, all at the base version.
+      const n = Math.max(1, d.parts.filter((p) => p.version === d.baseVersion).length);
+      const patches = decoded.slice(n);
+      const base = n === 1 ? decoded[0] : joinParts(key, decoded.slice(0, n));
       value = patches.length > 0 || opts.fold ? await fold(base as T, patches) : base;
     }
     this.held.set(key, { version: d.version, baseVersion: d.baseVersion, value });
     return value as T;
+  }
+
+  /**
+   * The parts of an object since the version this client last got with
+   * getParts (or all of them with `full`): small parts in memory, large ones
+   * as files. On an executor the files are its node's one copy, to read in
+   * place soon (the node may evict it later; a missing file means: get it
+   * again); a driver's are downloaded into `dir` and are the caller's.
+   */
+  async getParts(ref: ObjectRef | string, opts: GetPartsOptions = {}): Promise<LocalParts> {
+    const key = keyOf(ref);
+    const held = opts.full ? undefined : (opts.have ?? this.partsHeld.get(key));
+    let r: LocalParts;
+    if (this.opts.local) r = await this.openLocal(key, held?.version, held?.baseVersion, opts.progressive === true);
+    else {
+      if (!opts.dir) throw new HearthError(`getParts of '${key}' on a client without a node cache needs { dir } to write its large parts to`);
+      const dir = opts.dir;
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const files: string[] = [];
+      const got = await download(this.reads, { key, have: held?.version, haveBase: held?.baseVersion }, (m, i) => {
+        if (m.size <= INLINE_LIMIT) return undefined;
+        const file = path.join(dir, `${safeName(key)}.${m.version}.${i}`);
+        files[i] = file;
+        return fileSink(file);
+      });
+      this.stats.bytesReceived += got.bytes;
+      r = { mode: got.mode, version: got.version, baseVersion: got.baseVersion, parts: got.parts.map((p, i) => ({ ...p, ...(files[i] ? { file: files[i] } : {}) })) };
+    }
+    this.partsHeld.set(key, { version: r.version, baseVersion: r.baseVersion });
+    return r;
+  }
+
+  /** Writes the latest version's bytes (base, then patches) into `file`; returns its version and size. Nothing is held whole. */
+  async getToFile(ref: ObjectRef | string, file: string): Promise<{ version: number; size: number }> {
+    const fh = await open(file, "w", 0o600);
+    let size = 0;
+    let version = 0;
+    try {
+      for await (const chunk of this.streamParts(keyOf(ref), (v) => (version = v))) {
+        await fh.write(chunk, 0, chunk.byteLength, size);
+        size += chunk.byteLength;
+      }
+    } finally {
+      await fh.close();
+    }
+    return { version, size };
+  }
+
+  /** The latest version's bytes (base, then patches) as a stream of chunks, in order; at most a few chunks are held at once. */
+  getStream(ref: ObjectRef | string): AsyncIterable<Buffer> {
+    return this.streamParts(keyOf(ref), () => undefined);
+  }
+
+  /**
+   * On an executor: has its node make a folder of these objects (one file
+   * per entry, its parts' bytes in order) from the node's own copies, once
+   * per node, and returns its path to read in place. Undefined for a client
+   * without a node cache (a driver).
+   */
+  async nodeFolder(id: string, files: Array<{ name: string; size: number; parts: string[] }>): Promise<{ dir: string; built: boolean } | undefined> {
+    if (!this.opts.local) return undefined;
+    return (await this.reads.request<{ dir: string; built: boolean }>("obj-folder", { id, files }, [], null)).value;
+  }
+
+  /** What the store this client reads from says of itself (`obj-stat`: the head's or, on an executor, its node cache's counters). */
+  async stat(): Promise<Record<string, unknown>> {
+    return (await this.reads.request<Record<string, unknown>>("obj-stat", {})).value;
   }
 
   /** The version this client holds for `key`, if any. */
@@ -135,12 +312,89 @@ export class ObjectCache {
   /** Drops this client's copy of `key` (the next get fetches everything). */
   forget(ref: ObjectRef | string): void {
     this.held.delete(keyOf(ref));
+    this.partsHeld.delete(keyOf(ref));
+  }
+
+  private async *streamParts(key: string, onVersion: (v: number) => void): AsyncGenerator<Buffer> {
+    if (this.opts.local) {
+      const local = await this.openLocal(key);
+      onVersion(local.version);
+      for (const p of local.parts) {
+        if (p.data) {
+          this.stats.bytesReadLocal += p.data.byteLength;
+          yield p.data;
+          continue;
+        }
+        const fh = await open(p.file!, "r");
+        try {
+          for (let at = 0; at < p.size; ) {
+            const buf = Buffer.allocUnsafe(Math.min(8 * 1024 * 1024, p.size - at));
+            const { bytesRead } = await fh.read(buf, 0, buf.byteLength, at);
+            if (bytesRead === 0) throw new HearthError(`${p.file} (a part of '${key}') ended after ${at} of ${p.size} bytes`);
+            at += bytesRead;
+            this.stats.bytesReadLocal += bytesRead;
+            yield bytesRead === buf.byteLength ? buf : buf.subarray(0, bytesRead);
+          }
+        } finally {
+          await fh.close();
+        }
+      }
+      return;
+    }
+    const ordered = new OrderedChunks();
+    let sizes: number[] = [];
+    const fetching = download(this.reads, { key }, (m, i) => {
+      if (i === 0) sizes = [];
+      sizes[i] = m.size;
+      return ordered.sinkFor(i, () => sizes.slice(0, i).reduce((a, b) => a + b, 0));
+    }).then(
+      (d) => {
+        this.stats.bytesReceived += d.bytes;
+        onVersion(d.version);
+        ordered.finish(sizes.reduce((a, b) => a + b, 0));
+      },
+      (err: unknown) => ordered.fail(err),
+    );
+    try {
+      for await (const chunk of ordered) yield chunk;
+    } finally {
+      ordered.fail(new HearthError("the reader stopped"));
+      await fetching;
+    }
+  }
+
+  /** Asks the node cache for the parts since `have`: small ones inline, large ones as this node's files. */
+  private async openLocal(key: string, have?: number, haveBase?: number, progressive = false): Promise<LocalParts> {
+    const { value, frames } = await this.reads.request("obj-open", { key, have, haveBase, ...(progressive ? { progressive } : {}) }, [], null);
+    const v = value as { mode: LocalParts["mode"]; version: number; baseVersion: number; parts: Array<PartMeta & { file?: string; inline?: number; pending?: number }> };
+    const ready = (part: number) => async (): Promise<void> => {
+      await this.reads.request("obj-wait", { key, version: v.version, baseVersion: v.baseVersion, part }, [], null);
+    };
+    const parts: LocalPart[] = v.parts.map((p) => ({
+      kind: p.kind,
+      dtype: p.dtype,
+      size: p.size,
+      version: p.version,
+      ...(p.file !== undefined ? { file: p.file } : { data: frames[p.inline ?? 0] ?? Buffer.alloc(0) }),
+      ...(p.pending !== undefined ? { ready: ready(p.pending) } : {}),
+    }));
+    for (const p of parts) if (p.data) this.stats.bytesReceived += p.data.byteLength;
+    return { mode: v.mode, version: v.version, baseVersion: v.baseVersion, parts };
+  }
+
+  /** A large part's bytes read whole from its file (under the buffer limit). */
+  private readWhole(key: string, p: LocalPart): Buffer {
+    admitObjectBuffer(p.size, { key });
+    const data = readFileSync(p.file!);
+    if (data.byteLength !== p.size) throw new HearthError(`${p.file} (a part of '${key}') holds ${data.byteLength} bytes, not ${p.size}`);
+    this.stats.bytesReadLocal += data.byteLength;
+    return data;
   }
 
   private async write(op: "put" | "update" | "patch", key: string | undefined, value: unknown, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean }): Promise<ObjectRef> {
-    const enc = encodeValue(value);
-    const r: WriteResult = await upload(this.writes, op, key, enc, opts);
-    this.stats.bytesSent += enc.data.byteLength;
+    const source = isStreamed(value) ? await value.open() : encodeValue(value);
+    const r: WriteResult = await upload(this.writes, op, key, source, opts);
+    this.stats.bytesSent += r.size;
     return { $ref: "hearth.object", key: r.key, version: r.version, size: r.size };
   }
 }
@@ -149,6 +403,19 @@ function keyOf(ref: ObjectRef | string): string {
   if (typeof ref === "string") return ref;
   if (isObjectRef(ref)) return ref.key;
   throw new HearthError("expected an ObjectRef (from put/update/patch) or a key string");
+}
+
+/** A base of several byte parts, as one value (getParts reads them one by one instead). */
+function joinParts(key: string, parts: unknown[]): Buffer {
+  if (!parts.every((p) => Buffer.isBuffer(p))) throw new HearthError(`'${key}' has a base of ${parts.length} parts that are not all bytes; read it with getParts`);
+  const size = (parts as Buffer[]).reduce((n, p) => n + p.byteLength, 0);
+  admitObjectBuffer(size, { key });
+  return Buffer.concat(parts as Buffer[]);
+}
+
+/** A key as part of a file name. */
+function safeName(key: string): string {
+  return key.replace(/[^A-Za-z0-9._-]/g, "_").slice(0, 120);
 }
 
 /** Arrays and byte strings concatenate; other values cannot take patches without a fold. */

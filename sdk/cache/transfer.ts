@@ -1,13 +1,18 @@
 /**
  * Moving object bytes. Small objects ride in one message; large ones are
  * streamed in chunks that the receiver pulls with a few requests in flight,
- * so a 6 GB object never needs a 6 GB frame and a slow reader never stalls
- * the head for others.
+ * so no frame ever holds a whole object and a slow reader never stalls the
+ * head for others. Neither side needs the object whole: an upload reads its
+ * chunks from a source (a buffer, a file, a stream), a download hands each
+ * chunk to a sink (a buffer, a file, an ordered stream) as it arrives.
  */
+import { open } from "node:fs/promises";
 import type { Reply, Requester } from "../wire/requests.js";
+import { HearthError } from "../errors/index.js";
+import { allocObjectBuffer } from "./buffers.js";
 import type { DType, EncodedValue, ValueKind } from "./values.js";
 
-/** Objects up to this size travel in one message. */
+/** Objects up to this size travel in one message (and parts up to it stay in memory). */
 export const INLINE_LIMIT = 1024 * 1024;
 /** Chunk size of streamed transfers. */
 export const CHUNK = 8 * 1024 * 1024;
@@ -31,7 +36,7 @@ const owed = new WeakMap<Requester, Owed>();
 const ACK_DELAY_MS = 20;
 
 /** Notes the token of a reply just read. */
-function noteRead(req: Requester, value: { ack?: unknown }): void {
+export function noteRead(req: Requester, value: { ack?: unknown }): void {
   if (typeof value.ack !== "number") return;
   let o = owed.get(req);
   if (!o) owed.set(req, (o = { acks: [] }));
@@ -52,10 +57,10 @@ function acksFor(req: Requester): { acks?: number[] } {
  * owed again (the head ignores a token it already took), so a lost request
  * never leaves its connection charged for data it did read.
  */
-async function requestAcking(req: Requester, op: string, fields: Record<string, unknown>): Promise<Reply> {
+export async function requestAcking(req: Requester, op: string, fields: Record<string, unknown>, timeoutMs?: number | null): Promise<Reply> {
   const owedNow = acksFor(req);
   try {
-    return await req.request(op, { ...fields, ...owedNow });
+    return await req.request(op, { ...fields, ...owedNow }, [], timeoutMs);
   } catch (err) {
     if (owedNow.acks) {
       for (const t of owedNow.acks) noteRead(req, { ack: t });
@@ -66,7 +71,7 @@ async function requestAcking(req: Requester, op: string, fields: Record<string, 
 }
 
 /** Hands back what is still owed shortly, unless a request carries it first. */
-function ackSoon(req: Requester): void {
+export function ackSoon(req: Requester): void {
   const o = owed.get(req);
   if (!o || o.acks.length === 0 || o.timer) return;
   o.timer = setTimeout(() => {
@@ -76,13 +81,42 @@ function ackSoon(req: Requester): void {
   o.timer.unref?.();
 }
 
-/** A part as it arrives: the base or a patch, with its bytes. */
-export interface ReceivedPart {
+/** A part as announced: the base or a patch, without its bytes. */
+export interface PartMeta {
   kind: ValueKind;
   dtype?: DType;
   size: number;
   version: number;
-  data: Buffer;
+}
+
+/** A part as it arrived: its bytes in memory when it went to a buffer sink. */
+export interface ReceivedPart extends PartMeta {
+  data?: Buffer;
+}
+
+/** Where one part's bytes go as they arrive (chunks may come in any order inside a window). */
+export interface PartSink {
+  write(chunk: Buffer, offset: number): void | Promise<void>;
+  /** Every byte of the part arrived. */
+  end(): void | Promise<void>;
+  /** The transfer failed: drop what was written. */
+  abort(err: unknown): void | Promise<void>;
+  /** The part's bytes in memory, for a buffer sink (read after end). */
+  readonly data?: Buffer;
+}
+
+/** Chooses the sink of each part (index in the reply's order); undefined: a buffer. */
+export type SinkFor = (part: PartMeta, index: number) => PartSink | undefined;
+
+/** A sink that assembles a part in one buffer (under this process's buffer limit, buffers.ts). */
+export function bufferSink(part: PartMeta, what: { key: string; app?: string }): PartSink {
+  const data = allocObjectBuffer(part.size, what);
+  return {
+    data,
+    write: (chunk, offset) => void chunk.copy(data, offset),
+    end: () => undefined,
+    abort: () => undefined,
+  };
 }
 
 /** The answer to an incremental get. */
@@ -95,42 +129,86 @@ export interface Download {
   bytes: number;
 }
 
-/** Fetches `key` relative to the version held (if any). */
-export async function download(req: Requester, fields: { key: string; have?: number; haveBase?: number; app?: string }): Promise<Download> {
+/** The fields of an incremental get. */
+export interface DownloadFields {
+  key: string;
+  have?: number;
+  haveBase?: number;
+  /** The app the object belongs to (an agent reading for one of its apps names it). */
+  app?: string;
+  [extra: string]: unknown;
+}
+
+/**
+ * Fetches `key` relative to the version held (if any). Each part goes to the
+ * sink `sinkFor` gives it (default: a buffer under this process's limit); a
+ * failure aborts every sink and rethrows.
+ */
+export async function download(req: Requester, fields: DownloadFields, sinkFor?: SinkFor): Promise<Download> {
   const { value: head, frames } = await requestAcking(req, "obj-get", fields);
   noteRead(req, head);
-  const metas = head.parts as Array<Omit<ReceivedPart, "data">>;
+  const metas = head.parts as PartMeta[];
   if (head.mode === "not-modified") {
     ackSoon(req);
     return { mode: "not-modified", version: head.version, baseVersion: head.baseVersion, parts: [], bytes: 0 };
   }
+  const what = { key: fields.key, app: fields.app };
+  const sinks: PartSink[] = [];
   let bytes = 0;
-  let parts: ReceivedPart[];
-  if (head.tid === undefined) {
-    parts = metas.map((m, i) => ({ ...m, data: frames[i] ?? Buffer.alloc(0) }));
-    bytes = parts.reduce((n, p) => n + p.size, 0);
-  } else {
-    parts = metas.map((m) => ({ ...m, data: Buffer.allocUnsafe(m.size) }));
-    // A transfer belongs to the app that opened it: an agent reading for an app names it on every request.
-    const app = fields.app === undefined ? {} : { app: fields.app };
-    const jobs: Array<{ part: number; offset: number; length: number }> = [];
-    parts.forEach((p, part) => {
-      for (let offset = 0; offset < p.size; offset += CHUNK) jobs.push({ part, offset, length: Math.min(CHUNK, p.size - offset) });
-    });
-    try {
-      await inWindow(jobs, async (job) => {
-        const r = await requestAcking(req, "obj-read", { tid: head.tid, ...job, ...app });
-        noteRead(req, r.value);
-        const chunk = r.frames[0]!;
-        chunk.copy(parts[job.part]!.data, job.offset);
-        bytes += chunk.byteLength;
-      });
-    } finally {
-      await requestAcking(req, "obj-done", { tid: head.tid, ...app }).catch(() => undefined);
+  try {
+    for (const [i, m] of metas.entries()) sinks.push(sinkFor?.(m, i) ?? bufferSink(m, what));
+    if (head.tid === undefined) {
+      for (const [i, s] of sinks.entries()) {
+        const f = frames[i] ?? Buffer.alloc(0);
+        if (f.byteLength > 0) await s.write(f, 0);
+        bytes += f.byteLength;
+      }
+    } else {
+      bytes = await pullChunks(req, head.tid as number, metas, sinks, fields.app);
     }
+    for (const s of sinks) await s.end();
+  } catch (err) {
+    for (const s of sinks) await s.abort(err);
+    throw err;
   }
   ackSoon(req);
-  return { mode: head.mode, version: head.version, baseVersion: head.baseVersion, parts, bytes };
+  return {
+    mode: head.mode,
+    version: head.version,
+    baseVersion: head.baseVersion,
+    parts: metas.map((m, i) => ({ ...m, ...(sinks[i]?.data ? { data: sinks[i]!.data } : {}) })),
+    bytes,
+  };
+}
+
+/**
+ * Pulls every chunk of read transfer `tid` into the sinks (WINDOW in flight),
+ * except those `skip` says are already there, then ends the transfer;
+ * returns the bytes pulled.
+ */
+export async function pullChunks(req: Requester, tid: number, metas: readonly PartMeta[], sinks: readonly PartSink[], app?: string, skip?: (part: number, offset: number) => boolean): Promise<number> {
+  // A transfer belongs to the app that opened it: an agent reading for an app names it on every request.
+  const named = app === undefined ? {} : { app };
+  const jobs: Array<{ part: number; offset: number; length: number }> = [];
+  metas.forEach((p, part) => {
+    for (let offset = 0; offset < p.size; offset += CHUNK) if (!skip?.(part, offset)) jobs.push({ part, offset, length: Math.min(CHUNK, p.size - offset) });
+  });
+  let bytes = 0;
+  try {
+    await inWindow(jobs, async (job) => {
+      const r = await requestAcking(req, "obj-read", { tid, ...job, ...named });
+      noteRead(req, r.value);
+      const chunk = r.frames[0];
+      if (!chunk || chunk.byteLength !== job.length) throw new HearthError(`a chunk of ${job.length} bytes at ${job.offset} of part ${job.part} arrived with ${chunk?.byteLength ?? 0}`);
+      await sinks[job.part]!.write(chunk, job.offset);
+      bytes += chunk.byteLength;
+    });
+  } finally {
+    // Not awaited: ending the transfer is the server's bookkeeping (it also expires idle ones), and a
+    // peer that died would hold this caller for a request deadline.
+    requestAcking(req, "obj-done", { tid, ...named }).catch(() => undefined);
+  }
+  return bytes;
 }
 
 /** What a write returns. */
@@ -141,30 +219,142 @@ export interface WriteResult {
   size: number;
 }
 
-/** Writes one value (`put` creates, `update` replaces the base, `patch` appends). */
+/** The bytes of one part to write, read a chunk at a time: a buffer, a file (random access), or a stream of unknown length. */
+export type PartSource =
+  | { kind: ValueKind; dtype?: DType; data: Buffer }
+  | { kind: ValueKind; dtype?: DType; size: number; read(offset: number, length: number): Promise<Buffer>; close?(): Promise<void> | void }
+  | { kind: ValueKind; dtype?: DType; chunks: AsyncIterable<Uint8Array> };
+
+/** What a write sends: one part, or (a base) several parts in order, each opened when its turn comes. */
+export type UploadSource = PartSource | { kind: ValueKind; dtype?: DType; parts: AsyncIterable<PartSource> };
+
+/**
+ * An upload source reading `file`, or `range.length` bytes of it from
+ * `range.offset` (its size taken now; a file that shrinks while it is read
+ * fails the write).
+ */
+export async function fileSource(file: string, range: { offset?: number; length?: number } = {}, kind: ValueKind = "bytes"): Promise<PartSource> {
+  const fh = await open(file, "r");
+  const start = range.offset ?? 0;
+  const size = range.length ?? (await fh.stat()).size - start;
+  return {
+    kind,
+    size,
+    read: async (offset, length) => {
+      const buf = Buffer.allocUnsafe(length);
+      let got = 0;
+      while (got < length) {
+        const { bytesRead } = await fh.read(buf, got, length - got, start + offset + got);
+        if (bytesRead === 0) throw new HearthError(`${file} shrank while it was being written to the cache (expected ${size} bytes)`);
+        got += bytesRead;
+      }
+      return buf;
+    },
+    close: () => fh.close(),
+  };
+}
+
+/**
+ * Writes one value (`put` creates, `update` replaces the base, `patch`
+ * appends) from a buffer, a file, a stream, or several parts (a base of
+ * shards: each part goes as it comes, so a producer can still be writing
+ * the next one). The write commits only once every part arrived.
+ */
 export async function upload(
   req: Requester,
   op: "put" | "update" | "patch",
   key: string | undefined,
-  value: EncodedValue,
+  value: EncodedValue | UploadSource,
   opts: { ifVersion?: number; pin?: boolean; scratch?: boolean },
 ): Promise<WriteResult> {
-  const fields = { write: op, key, kind: value.kind, dtype: value.dtype, size: value.data.byteLength, ifVersion: opts.ifVersion, pin: opts.pin, scratch: opts.scratch };
-  if (value.data.byteLength <= INLINE_LIMIT) return (await req.request<WriteResult>("obj-write", fields, [value.data])).value;
-  const { value: begun } = await req.request<{ tid: number }>("obj-begin", fields);
-  const jobs: number[] = [];
-  for (let offset = 0; offset < value.data.byteLength; offset += CHUNK) jobs.push(offset);
-  await inWindow(jobs, async (offset) => {
-    await req.request("obj-chunk", { tid: begun.tid, offset }, [value.data.subarray(offset, offset + CHUNK)]);
-  });
-  return (await req.request<WriteResult>("obj-commit", { tid: begun.tid }, [], 120_000)).value;
+  const base = { write: op, key, kind: value.kind, dtype: value.dtype, ifVersion: opts.ifVersion, pin: opts.pin, scratch: opts.scratch };
+  if ("data" in value && value.data.byteLength <= INLINE_LIMIT) return (await req.request<WriteResult>("obj-write", { ...base, size: value.data.byteLength }, [value.data])).value;
+  const known = "data" in value ? value.data.byteLength : "size" in value ? value.size : undefined;
+  const { value: begun } = await req.request<{ tid: number }>("obj-begin", { ...base, size: known });
+  const tid = begun.tid;
+  try {
+    const sizes: number[] = [];
+    if ("parts" in value) {
+      for await (const part of value.parts) sizes.push(await sendPart(req, tid, sizes.length, part));
+      if (sizes.length === 0) throw new HearthError("a write of parts gave none; a base has at least one");
+    } else sizes.push(await sendPart(req, tid, 0, value));
+    return (await req.request<WriteResult>("obj-commit", { tid, sizes }, [], 120_000)).value;
+  } catch (err) {
+    // The head would drop it after its idle time; saying so frees its files now.
+    req.request("obj-abort", { tid }).catch(() => undefined);
+    throw err;
+  }
+}
+
+/** Sends one part's chunks (WINDOW in flight); returns its size. The source is closed after. */
+async function sendPart(req: Requester, tid: number, part: number, source: PartSource): Promise<number> {
+  try {
+    if ("chunks" in source) return await sendStream(req, tid, part, source.chunks);
+    const size = "data" in source ? source.data.byteLength : source.size;
+    const read = "data" in source ? async (o: number, l: number) => source.data.subarray(o, o + l) : source.read;
+    const jobs: number[] = [];
+    for (let offset = 0; offset < size; offset += CHUNK) jobs.push(offset);
+    await inWindow(jobs, async (offset) => {
+      const chunk = await read(offset, Math.min(CHUNK, size - offset));
+      await req.request("obj-chunk", { tid, offset, part }, [chunk]);
+    });
+    return size;
+  } finally {
+    if ("close" in source && source.close) await source.close();
+  }
+}
+
+/** Sends a stream as CHUNK-sized chunks in order, WINDOW in flight (so at most WINDOW + 1 chunks are held); returns its length. */
+async function sendStream(req: Requester, tid: number, part: number, chunks: AsyncIterable<Uint8Array>): Promise<number> {
+  const inFlight = new Set<Promise<unknown>>();
+  let failed: unknown;
+  let offset = 0;
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  const send = async (chunk: Buffer): Promise<void> => {
+    while (inFlight.size >= WINDOW) await Promise.race(inFlight);
+    if (failed !== undefined) throw failed;
+    const p = req.request("obj-chunk", { tid, offset, part }, [chunk]).catch((err: unknown) => {
+      failed ??= err;
+    });
+    offset += chunk.byteLength;
+    inFlight.add(p);
+    void p.finally(() => inFlight.delete(p));
+  };
+  for await (const piece of chunks) {
+    let buf = Buffer.isBuffer(piece) ? piece : Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
+    while (pendingBytes + buf.byteLength >= CHUNK) {
+      const take = CHUNK - pendingBytes;
+      pending.push(buf.subarray(0, take));
+      await send(pending.length === 1 ? pending[0]! : Buffer.concat(pending));
+      buf = buf.subarray(take);
+      pending = [];
+      pendingBytes = 0;
+    }
+    if (buf.byteLength > 0) {
+      pending.push(Buffer.from(buf)); // the producer may reuse its buffer
+      pendingBytes += buf.byteLength;
+    }
+  }
+  if (pendingBytes > 0) await send(Buffer.concat(pending));
+  await Promise.all(inFlight);
+  if (failed !== undefined) throw failed;
+  return offset;
 }
 
 /** Runs `work` over `jobs` with at most WINDOW in flight; the first failure stops the rest. */
-async function inWindow<J>(jobs: J[], work: (job: J) => Promise<void>): Promise<void> {
+export async function inWindow<J>(jobs: J[], work: (job: J) => Promise<void>, window = WINDOW): Promise<void> {
   let next = 0;
-  const lanes = Array.from({ length: Math.min(WINDOW, jobs.length) }, async () => {
-    while (next < jobs.length) await work(jobs[next++]!);
+  let failed = false;
+  const lanes = Array.from({ length: Math.min(window, jobs.length) }, async () => {
+    while (!failed && next < jobs.length) {
+      try {
+        await work(jobs[next++]!);
+      } catch (err) {
+        failed = true;
+        throw err;
+      }
+    }
   });
   await Promise.all(lanes);
 }

@@ -97,3 +97,22 @@ export class ObjectStorageError extends HearthError {
     super(message, fields, { key: fields.key, app: fields.app, op: fields.op, code: fields.code });
   }
 }
+
+/**
+ * An object (or a part of one) is larger than this process may hold in one
+ * buffer (`HEARTH_MAX_BUFFER_BYTES`, default the largest Node Buffer, 4 GiB):
+ * it must be read as a stream (`getStream`, `getToFile`, `getParts`) or
+ * written from one (`fromFile`, `fromStream`), never whole in memory.
+ */
+export class BufferLimitError extends HearthError {
+  override name = "BufferLimitError";
+  declare readonly key: string;
+  declare readonly app?: string;
+  /** Bytes the buffer would have held. */
+  declare readonly size: number;
+  /** This process's limit in bytes. */
+  declare readonly limit: number;
+  constructor(message: string, fields: ObjectIds & { size: number; limit: number } & ErrorOptions) {
+    super(message, fields, { key: fields.key, app: fields.app, size: fields.size, limit: fields.limit });
+  }
+}

@@ -18,7 +18,7 @@ import { buildPrompt, runEpisodes, type ProtocolOptions, type ProtocolText } fro
 import type { ModelShape } from "./recipe.js";
 import { tokenizerFromFiles, type TextTokenizer, type TokenizerFiles } from "./tokenizer.js";
 import type { Passage } from "./synthetic.js";
-import { applyPublications, type PublicationRecord } from "./weights.js";
+import { applyPublications, type PublicationRecord, type SyncResult } from "./weights.js";
 
 /** Everything a rollout executor needs to set itself up; shipped once by reference. */
 export interface RolloutSetup {
@@ -98,7 +98,6 @@ export class SearchR1Rollout {
   private text!: ProtocolText;
   private index!: Bm25Index;
   private weights: PublicationRecord = { version: 0 };
-  private weightsKeyHeld?: string;
   private syncsToSkip = 0;
   /** The call running on this executor: the next one waits for it (weights change only between calls). */
   private turn: Promise<unknown> = Promise.resolve();
@@ -121,7 +120,6 @@ export class SearchR1Rollout {
     this.index = Bm25Index.build(corpus, s.bm25);
     this.ctx.objects.forget(s.corpus);
     // A fresh model needs the full publication again.
-    if (this.weightsKeyHeld) this.ctx.objects.forget(this.weightsKeyHeld);
     this.weights = { version: 0 };
     this.setupKey = key;
   }
@@ -142,12 +140,10 @@ export class SearchR1Rollout {
     const tCall = performance.now();
     await this.setup(req.setup);
     const t0 = performance.now();
-    const before = this.ctx.objects.stats.bytesReceived;
-    this.weightsKeyHeld = req.weights;
+    let syncBytes = 0;
     if (this.syncsToSkip > 0) this.syncsToSkip--;
-    else this.weights = await applyPublications(this.ctx.objects, req.weights, this.engine!);
+    else syncBytes = (await this.syncWeights(req.weights)).bytes;
     const syncSeconds = (performance.now() - t0) / 1000;
-    const syncBytes = this.ctx.objects.stats.bytesReceived - before;
     const prompts: number[][] = [];
     const seeds: number[] = [];
     for (const item of req.items) {
@@ -190,13 +186,23 @@ export class SearchR1Rollout {
   async sync(setup: ObjectRef, weights: string): Promise<{ executorId: string; version: number; bytes: number }> {
     const run = this.turn.then(async () => {
       await this.setup(setup);
-      const before = this.ctx.objects.stats.bytesReceived;
-      this.weightsKeyHeld = weights;
-      this.weights = await applyPublications(this.ctx.objects, weights, this.engine!);
-      return { executorId: this.ctx.executorId, version: this.weights.version, bytes: this.ctx.objects.stats.bytesReceived - before };
+      const r = await this.syncWeights(weights);
+      return { executorId: this.ctx.executorId, version: this.weights.version, bytes: r.bytes };
     });
     this.turn = run.catch(() => undefined);
     return run;
+  }
+
+  /** Applies what was published since the version held; a sync that failed midway leaves the engine holding no known version (the next applies the base whole). */
+  private async syncWeights(weights: string): Promise<SyncResult> {
+    try {
+      const r = await applyPublications(this.ctx.objects, weights, this.engine!, this.weights);
+      this.weights = { version: r.version, cache: r.cache };
+      return r;
+    } catch (err) {
+      this.weights = { version: 0 };
+      throw err;
+    }
   }
 
   /**

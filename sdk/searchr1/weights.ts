@@ -1,24 +1,39 @@
 /**
- * Weight publication through the object cache. Rank 0 of the trainers puts
- * the first publication (full bf16 shards) as the base of one object and
- * appends every later publication (an exact patch) with `patch`. A rollout
- * holding version v fetches only the patches after v and applies them in
- * order; the engine touches only the changed tensors.
+ * Weight publication through the object cache. Rank 0 of the trainers
+ * publishes into one cache object per run: a full publication is its base,
+ * one part per shard; every later publication (an exact patch) is an
+ * appended part; past the re-base policy a fresh full base replaces the
+ * object (its commit frees the old base and patches). Nothing of a
+ * publication is ever one buffer: the engine writes each blob to a file
+ * (tensor by tensor), the publisher streams each shard to the head while the
+ * engine writes the next, the write commits when the last shard is in (the
+ * object's manifest: readers never see part of a publication), and each node
+ * keeps one copy of each part as a file that its rollouts' engines map and
+ * copy straight into their tensors. A rollout holding version v reads only
+ * the parts after v and applies them in order.
  */
-import type { ObjectCache } from "../cache/object-cache.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fromFile, fromParts, type ObjectCache, type ObjectRef, type StreamedValue } from "../cache/object-cache.js";
+import { HearthError } from "../errors/index.js";
 import type { TensorEngine } from "../tensor/index.js";
-import type { Publication } from "../tensor/types.js";
+import type { FilePublication, PublishedFile } from "../tensor/types.js";
 
-/** One publication as stored: its version and its safetensors blobs. */
-export interface StoredPublication {
+/** What a rollout holds: the publication version applied to its engine, and the cache version it came from. */
+export interface PublicationRecord {
+  /** The publication version (the trainers' policy version; 0: none yet). */
   version: number;
-  kind: "full" | "patch";
-  blobs: Buffer[];
+  /** The weights object's cache version and base version the engine holds (undefined: none). */
+  cache?: { version: number; baseVersion: number };
 }
 
-/** What a rollout holds: the publication version applied to its engine. */
-export interface PublicationRecord {
-  version: number;
+/** What one sync applied. */
+export interface SyncResult extends PublicationRecord {
+  /** Bytes of the parts applied (read where the node keeps them). */
+  bytes: number;
+  /** Kinds applied, in order, one per publication. */
+  applied: Array<"full" | "patch">;
 }
 
 /** When the published object gets a fresh base instead of another patch. */
@@ -32,17 +47,29 @@ export interface RebasePolicy {
 /** Re-base after 20 patches, or once they outweigh half the base. */
 export const DEFAULT_REBASE: RebasePolicy = { maxPatches: 20, maxPatchShare: 0.5 };
 
-/** Shard size of full publications (256 MiB): a 1 GB base is applied in four engine requests. */
+/** Shard size of full publications (256 MiB): a base travels and is applied a shard at a time. */
 export const DEFAULT_SHARD_BYTES = 256 * 1024 * 1024;
 
 /** What one publication wrote. */
-export type PublishStats = Omit<Publication, "blobs"> & { cacheVersion: number; rebased: boolean };
+export type PublishStats = Omit<FilePublication, "files"> & { cacheVersion: number; rebased: boolean };
+
+/** Options of WeightPublisher beyond the policy. */
+export interface PublisherOptions {
+  /** Shard size of a full publication (default DEFAULT_SHARD_BYTES). */
+  maxShardBytes?: number;
+  /** Where the engine writes a publication's files before they are shipped (default the OS temp folder). */
+  scratchDir?: string;
+  /** Keep the engine's last-published bf16 copy for patches (default true; false: every publication is full, in half the memory). */
+  keepLast?: boolean;
+  /** Called as each shard has reached the head (benchmarks time the pipeline). */
+  onShard?: (shard: { shard: number; size: number }) => void;
+}
 
 /**
  * Rank 0's publisher: the first publication is the base of the weights
  * object, later ones are appended patches, and past the re-base policy a
- * fresh full base replaces the object (`update` frees the old base and its
- * patches), so a rollout that joins late fetches one base and a few patches.
+ * fresh full base replaces the object, so a rollout that joins late fetches
+ * one base and a few patches.
  */
 export class WeightPublisher {
   private patches = 0;
@@ -56,8 +83,7 @@ export class WeightPublisher {
     private readonly key: string,
     private readonly engine: TensorEngine,
     private readonly policy: RebasePolicy = DEFAULT_REBASE,
-    /** Shard size of a full publication: every rollout engine then holds one shard at a time while applying. */
-    private readonly maxShardBytes = DEFAULT_SHARD_BYTES,
+    private readonly opts: PublisherOptions = {},
   ) {}
 
   /**
@@ -68,83 +94,148 @@ export class WeightPublisher {
   async publish(options: { full?: boolean; version?: number } = {}): Promise<PublishStats> {
     const rebase =
       this.mustRebase ||
+      this.opts.keepLast === false ||
       options.version !== undefined ||
       (this.baseBytes > 0 && (options.full === true || this.patches >= this.policy.maxPatches || this.patchBytes > this.policy.maxPatchShare * this.baseBytes));
-    const pub = await this.engine.publish(this.maxShardBytes, { full: rebase, version: options.version });
-    const record = encodePublication({ version: pub.version, kind: pub.kind, blobs: pub.blobs });
-    pub.blobs = []; // the engine's frame can go as soon as the record holds the bytes
-    let version: number;
-    // The engine diffs against what it published last, so a patch the cache refused (CacheFullError
+    const dir = mkdtempSync(path.join(this.opts.scratchDir ?? os.tmpdir(), "hearth-publish-"));
+    // The engine diffs against what it published last, so a publication the cache refused (CacheFullError
     // past its limit, a storage error) would leave the cache a version behind the engine: the cache
     // keeps what it had (readers still get the last good version) and the next publication re-bases.
     this.mustRebase = true;
-    if (pub.kind === "full") {
-      version = (this.baseBytes === 0 ? await putOrReplace(this.objects, this.key, record) : await this.objects.update(this.key, record)).version;
-      this.baseBytes = pub.bytes;
-      this.patches = 0;
-      this.patchBytes = 0;
-    } else {
-      version = (await this.objects.patch(this.key, record)).version;
-      this.patches++;
-      this.patchBytes += pub.bytes;
+    const shards = new FileQueue((f) => this.opts.onShard?.({ shard: f.shard, size: f.size }));
+    let writing: Promise<ObjectRef> | undefined;
+    let pub: FilePublication;
+    try {
+      const engineDone = this.engine.publishFiles(dir, {
+        maxShardBytes: this.opts.maxShardBytes ?? DEFAULT_SHARD_BYTES,
+        full: rebase,
+        version: options.version,
+        keepLast: this.opts.keepLast,
+        onFile: (f) => {
+          // A full publication's shards go to the head as the engine writes them, the next while this one travels.
+          if (f.kind !== "full") return;
+          writing ??= this.writeBase(shards);
+          shards.push(f);
+        },
+      });
+      pub = await engineDone.finally(() => shards.end());
+      if (pub.kind === "full") {
+        if (!writing) throw new HearthError(`publication v${pub.version}: the engine wrote a full publication nobody shipped`);
+      } else {
+        const file = pub.files[0];
+        if (!file || pub.files.length !== 1) throw new HearthError(`publication v${pub.version}: a patch is one file; the engine wrote ${pub.files.length}`);
+        writing = this.objects.patch(this.key, fromFile(file.path));
+      }
+      const ref = await writing;
+      if (pub.kind === "full") {
+        this.baseBytes = pub.bytes;
+        this.patches = 0;
+        this.patchBytes = 0;
+      } else {
+        this.patches++;
+        this.patchBytes += pub.bytes;
+      }
+      this.mustRebase = false;
+      const { files: _files, ...stats } = pub;
+      return { ...stats, cacheVersion: ref.version, rebased: rebase };
+    } catch (err) {
+      shards.fail(err);
+      await writing?.catch(() => undefined);
+      throw err;
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
-    this.mustRebase = false;
-    const { blobs: _blobs, ...stats } = pub;
-    return { ...stats, cacheVersion: version, rebased: rebase };
+  }
+
+  /** A fresh base made of the shards as they come (put the first time, else update: its commit frees the old base and patches). */
+  private async writeBase(shards: FileQueue): Promise<ObjectRef> {
+    if (this.baseBytes === 0) {
+      try {
+        return await this.objects.put(fromParts(shards), { key: this.key, pin: true });
+      } catch (err) {
+        // The object exists (a publisher that took over from a lost one): the put was refused before
+        // any shard was read, so the same shards go as an update.
+        if ((err as Error).name !== "VersionConflictError") throw err;
+      }
+    }
+    return this.objects.update(this.key, fromParts(shards));
   }
 }
 
-async function putOrReplace(objects: ObjectCache, key: string, record: Buffer) {
-  try {
-    return await objects.put(record, { key, pin: true });
-  } catch {
-    return objects.update(key, record);
+/** The shard files of one publication as the engine announces them, read by the upload in order; each file goes once it is sent. */
+class FileQueue implements AsyncIterable<StreamedValue> {
+  private readonly files: PublishedFile[] = [];
+  private done = false;
+  private failure?: unknown;
+  private wake?: () => void;
+
+  constructor(private readonly onSent: (f: PublishedFile) => void) {}
+
+  push(f: PublishedFile): void {
+    this.files.push(f);
+    this.wake?.();
+  }
+
+  end(): void {
+    this.done = true;
+    this.wake?.();
+  }
+
+  fail(err: unknown): void {
+    this.failure ??= err;
+    this.wake?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<StreamedValue> {
+    let previous: PublishedFile | undefined;
+    for (;;) {
+      if (this.failure !== undefined) throw this.failure;
+      const f = this.files.shift();
+      if (previous) {
+        // Asked for the next part: the previous one reached the head whole.
+        rmSync(previous.path, { force: true });
+        this.onSent(previous);
+        previous = undefined;
+      }
+      if (f) {
+        previous = f;
+        yield fromFile(f.path);
+        continue;
+      }
+      if (this.done) return;
+      await new Promise<void>((r) => (this.wake = r));
+      this.wake = undefined;
+    }
   }
 }
-
-const MAGIC = Buffer.from("HWP1");
 
 /**
- * A publication as one byte string, stored as raw bytes (never re-encoded):
- * "HWP1", a u32 LE length, a JSON header {version, kind, sizes}, then the
- * blobs. Packing a 1 GB base with msgpack copied it into the packer's
- * reusable buffer, which then stayed allocated in the publisher's process.
+ * Brings an engine from `held` to the latest publication: the base again
+ * (every part) when the engine holds none or another one, else only the
+ * patches after it, each part read where this node keeps it. On failure the
+ * engine may hold part of a publication: the caller must treat it as holding
+ * none (`{ version: 0 }`), so that the next sync applies the base whole.
  */
-export function encodePublication(p: StoredPublication): Buffer {
-  const json = Buffer.from(JSON.stringify({ version: p.version, kind: p.kind, sizes: p.blobs.map((b) => b.byteLength) }));
-  const len = Buffer.alloc(4);
-  len.writeUInt32LE(json.byteLength);
-  return Buffer.concat([MAGIC, len, json, ...p.blobs]);
-}
-
-/** Inverse of encodePublication (blobs are views into `b`); msgpack records of older publishers pass through. */
-export function decodePublication(b: unknown): StoredPublication {
-  if (!Buffer.isBuffer(b)) return b as StoredPublication;
-  if (b.byteLength < 8 || !b.subarray(0, 4).equals(MAGIC)) throw new Error("not a weights publication (no HWP1 header)");
-  const n = b.readUInt32LE(4);
-  const head = JSON.parse(b.subarray(8, 8 + n).toString("utf8")) as { version: number; kind: "full" | "patch"; sizes: number[] };
-  let at = 8 + n;
-  const blobs = head.sizes.map((size) => b.subarray(at, (at += size)));
-  if (at !== b.byteLength) throw new Error(`a weights publication of ${b.byteLength} bytes announces ${at}`);
-  return { version: head.version, kind: head.kind, blobs };
-}
-
-/** Brings an engine to the latest publication, applying only what it has not seen. */
-export function applyPublications(objects: ObjectCache, key: string, engine: TensorEngine): Promise<PublicationRecord> {
-  return objects.get<PublicationRecord>(key, {
-    fold: async (acc, patches) => {
-      // First time (or after a new base) `acc` is the full publication itself; later it is what we applied.
-      const isBase = Buffer.isBuffer(acc) || "blobs" in (acc as object);
-      const pending: StoredPublication[] = [];
-      if (isBase) pending.push(decodePublication(acc));
-      pending.push(...patches.map(decodePublication));
-      let version = isBase ? 0 : (acc as PublicationRecord).version;
-      for (const p of pending) {
-        if (p.version <= version && p.kind === "patch") continue;
-        // One engine request per blob: the engine reads one shard of a base at a time, not the whole model.
-        for (const blob of p.blobs) version = (await engine.apply([blob])).version;
-      }
-      return { version };
-    },
-  });
+export async function applyPublications(objects: ObjectCache, key: string, engine: TensorEngine, held: PublicationRecord = { version: 0 }): Promise<SyncResult> {
+  // A client without a node cache (a driver) downloads large parts here; an executor reads its node's copies in place.
+  const scratch = mkdtempSync(path.join(os.tmpdir(), "hearth-sync-"));
+  try {
+    // Progressive: a base still arriving at this node is applied a part at a time as each part lands.
+    const r = await objects.getParts(key, { dir: scratch, have: held.version === 0 ? undefined : held.cache, progressive: true });
+    if (r.mode === "not-modified") return { ...held, bytes: 0, applied: [] };
+    let version = r.mode === "full" ? 0 : held.version;
+    let bytes = 0;
+    const applied: Array<"full" | "patch"> = [];
+    for (const part of r.parts) {
+      await part.ready?.();
+      const done = part.file ? await engine.applyFiles([{ path: part.file }]) : await engine.apply([part.data!]);
+      for (const a of done.applied) if (applied.length === 0 || version !== a.version) applied.push(a.kind as "full" | "patch");
+      version = done.version;
+      bytes += part.size;
+      if (part.file?.startsWith(scratch)) rmSync(part.file, { force: true });
+    }
+    return { version, cache: { version: r.version, baseVersion: r.baseVersion }, bytes, applied };
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
 }

@@ -25,7 +25,7 @@ import { firstLine, processCpu, reportEngineChange, trackEngine, untrackEngine, 
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
 import type {
   ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
-  InitModelResult, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
+  InitModelResult, FilePublication, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";
 
 /** How to start an engine. */
@@ -67,12 +67,15 @@ export interface RequestOptions {
   signal?: AbortSignal;
   /** Past this the engine is killed (it is wedged: later requests queue behind this one) and the request fails with code `timeout`; null: no deadline. */
   timeoutMs?: number | null;
+  /** Events the engine sends while it serves this request (e.g. a publication's shard written), before its reply. */
+  onEvent?: (event: Record<string, unknown>) => void;
 }
 
 interface Pending {
   op: string;
   resolve: (value: unknown) => void;
   reject: (error: EngineError) => void;
+  onEvent?: (event: Record<string, unknown>) => void;
 }
 
 type EngineProcess = ChildProcessByStdio<Writable, Readable, Readable>;
@@ -249,6 +252,16 @@ export class TensorEngine {
       const id = frame.header.id as number;
       const entry = this.pending.get(id);
       if (!entry) continue; // a reply to a request that timed out or was aborted
+      if (frame.header.event !== undefined) {
+        // An event of a request still being served: its reply comes later.
+        try {
+          entry.onEvent?.(frame.header.event as Record<string, unknown>);
+        } catch (err) {
+          this.pending.delete(id);
+          entry.reject(new EngineError({ code: "event_handler", message: `the handler of an event of '${entry.op}' threw: ${(err as Error).message}` }, { op: entry.op, cause: err }));
+        }
+        continue;
+      }
       this.pending.delete(id);
       if (frame.header.ok !== true) {
         entry.reject(new EngineError(frame.header.error as EngineErrorInfo, { op: entry.op }));
@@ -337,6 +350,7 @@ export class TensorEngine {
         op,
         resolve: (v) => finish(() => resolve(v as T)),
         reject: (e) => finish(() => reject(e)),
+        onEvent: options.onEvent,
       });
       if (options.signal?.aborted) return onAbort();
       options.signal?.addEventListener("abort", onAbort, { once: true });
@@ -431,6 +445,25 @@ export class TensorEngine {
    */
   publish(maxShardBytes?: number, options?: RequestOptions & { full?: boolean; version?: number }): Promise<Publication> {
     return this.request("publish", { max_shard_bytes: maxShardBytes, full: options?.full === true, version: options?.version }, options);
+  }
+
+  /**
+   * Publish as `publish` does, but write each blob to a file in `outDir`
+   * (streamed: no blob is whole in any process) and call `onFile` as each is
+   * complete, so it can be shipped while the next is written. Without
+   * `keepLast` a full publication keeps no bf16 copy (the next one is full).
+   */
+  publishFiles(outDir: string, options: RequestOptions & { maxShardBytes?: number; full?: boolean; version?: number; keepLast?: boolean; onFile?: (f: PublishedFile) => void } = {}): Promise<FilePublication> {
+    const { maxShardBytes, full, version, keepLast, onFile, ...rest } = options;
+    return this.request("publish", { max_shard_bytes: maxShardBytes, full: full === true, version, out_dir: outDir, keep_last: keepLast !== false }, {
+      ...rest,
+      onEvent: (e) => onFile?.({ path: String(e.file), size: Number(e.size), shard: Number(e.shard), version: Number(e.version), kind: e.kind === "patch" ? "patch" : "full" }),
+    });
+  }
+
+  /** Apply publications held in files (a node cache's copy, read in place: the pipe carries only their paths), in order. */
+  applyFiles(files: readonly PublicationFile[], options?: RequestOptions): Promise<ApplyResult> {
+    return this.request("apply", { files: files.map((f) => ({ path: f.path, offset: f.offset ?? 0, length: f.length ?? null })) }, options);
   }
 
   /**

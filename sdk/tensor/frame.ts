@@ -21,10 +21,16 @@ export interface Frame {
 export const MAX_HEADER_BYTES = 64 * 1024 * 1024;
 
 /**
- * Largest sum of payload bytes one frame may announce by default: the
- * largest Buffer this Node.js can allocate (a frame is joined into one).
+ * Largest sum of payload bytes one frame may announce by default (the
+ * engine's own bound, 64 GiB). Each payload becomes its own buffer, never
+ * the frame as one, so only a single payload is held to Node's Buffer limit
+ * (MAX_ONE_PAYLOAD_BYTES); large data (a publication, a checkpoint) travels
+ * as files whose paths the frame carries.
  */
-export const MAX_PAYLOAD_BYTES = buffer.constants.MAX_LENGTH;
+export const MAX_PAYLOAD_BYTES = 2 ** 36;
+
+/** Largest single payload: the largest Buffer this Node.js can allocate. */
+export const MAX_ONE_PAYLOAD_BYTES = buffer.constants.MAX_LENGTH;
 
 /** Bounds of a FrameDecoder. */
 export interface FrameLimits {
@@ -81,19 +87,36 @@ export class FrameDecoder {
     this.pending ??= this.readHeader();
     const frame = this.pending;
     if (!frame || this.buffered < frame.total) return undefined;
-    // Joined once, when the whole frame is here (not on every chunk of a large one).
-    const all = this.flatten();
-    const payloads: Buffer[] = [];
-    let at = frame.total - frame.sizes.reduce((a, b) => a + b, 0);
-    for (const size of frame.sizes) {
-      payloads.push(all.subarray(at, at + size));
-      at += size;
-    }
-    const rest = all.subarray(frame.total);
-    this.chunks = rest.byteLength ? [rest] : [];
-    this.buffered = rest.byteLength;
+    // Each payload is cut from the chunks when the whole frame is here: a view when it lies in one
+    // chunk, else joined on its own (never the frame as one buffer).
+    this.take(frame.total - frame.sizes.reduce((a, b) => a + b, 0));
+    const payloads = frame.sizes.map((size) => this.take(size));
     this.pending = undefined;
     return { header: frame.header, payloads };
+  }
+
+  /** The next `n` buffered bytes, consumed: a view of one chunk, or those chunks' bytes joined. */
+  private take(n: number): Buffer {
+    this.buffered -= n;
+    const first = this.chunks[0];
+    if (n === 0) return Buffer.alloc(0);
+    if (first && first.byteLength >= n) {
+      const out = first.subarray(0, n);
+      if (first.byteLength === n) this.chunks.shift();
+      else this.chunks[0] = first.subarray(n);
+      return out;
+    }
+    const out = Buffer.allocUnsafe(n);
+    let at = 0;
+    while (at < n) {
+      const c = this.chunks[0]!;
+      const k = Math.min(c.byteLength, n - at);
+      c.copy(out, at, 0, k);
+      at += k;
+      if (k === c.byteLength) this.chunks.shift();
+      else this.chunks[0] = c.subarray(k);
+    }
+    return out;
   }
 
   /** Reads and checks the next header once its bytes are here. */
@@ -118,6 +141,7 @@ export class FrameDecoder {
       if (payloadBytes > this.limits.maxPayloadBytes) {
         throw frameError(`a frame announces ${payloadBytes} payload bytes (payload ${i} alone ${size}), over the limit of ${this.limits.maxPayloadBytes}`);
       }
+      if (size > MAX_ONE_PAYLOAD_BYTES) throw frameError(`payload ${i} of a frame is ${size} bytes, over the largest buffer (${MAX_ONE_PAYLOAD_BYTES}); large data travels as files (publishFiles, applyFiles)`);
     });
     return { header: header as Record<string, unknown>, sizes: raw as number[], total: 4 + headerLen + payloadBytes };
   }
@@ -131,10 +155,6 @@ export class FrameDecoder {
     return this.chunks[0]!.subarray(0, n);
   }
 
-  private flatten(): Buffer {
-    if (this.chunks.length > 1) this.chunks = [Buffer.concat(this.chunks)];
-    return this.chunks[0] ?? Buffer.alloc(0);
-  }
 }
 
 function frameError(message: string): EngineError {

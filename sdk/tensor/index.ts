@@ -38,5 +38,5 @@ export type { ModelFolderInfo } from "./model-check.js";
 export type { TokenizerJson } from "./vocab.js";
 export type {
   ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions,
-  InitFolderResult, InitModelOptions, InitModelResult, PatchStats, Publication, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
+  InitFolderResult, InitModelOptions, InitModelResult, FilePublication, PatchStats, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";

@@ -170,6 +170,30 @@ export interface Publication extends PatchStats {
   blobs: Buffer[];
 }
 
+/** One blob of a publication written to a file (`publishFiles`). */
+export interface PublishedFile {
+  path: string;
+  size: number;
+  /** The publication's version. */
+  version: number;
+  /** A shard of a full publication, or a patch. */
+  kind: "full" | "patch";
+  /** Its index in the publication (shard i of a full one; 0 for a patch). */
+  shard: number;
+}
+
+/** What `publishFiles` wrote: the stats and the files, in order. */
+export interface FilePublication extends PatchStats {
+  files: PublishedFile[];
+}
+
+/** A blob of a publication in a file: `length` bytes at `offset` (default the whole file). */
+export interface PublicationFile {
+  path: string;
+  offset?: number;
+  length?: number;
+}
+
 /** Result of applying publications to this engine's model. */
 export interface ApplyResult {
   version: number;

@@ -184,6 +184,16 @@ export class DealerChannel extends Channel<Dealer> {
   private readonly onAuthFailed: (err: AuthError) => void;
   /** Resolves when the credential was accepted the first time (at once without `auth`). */
   readonly authenticated: Promise<void>;
+
+  /**
+   * Calls `handler` each time the connection to the peer drops (ZeroMQ will
+   * reconnect, but a request in flight on the lost connection is never
+   * answered): a caller that cannot wait for a request deadline (a node
+   * copying from another node) fails its pending requests at once.
+   */
+  onDisconnect(handler: () => void): void {
+    this.socket.events.on("disconnect", () => handler());
+  }
   private markAuthenticated: () => void = () => {};
 
   constructor(routingId: string, opts: ChannelOptions = {}) {

@@ -9,6 +9,7 @@
 import {
   AgentRequestError,
   BackpressureError,
+  BufferLimitError,
   CacheFullError,
   ClosedError,
   ExecutorLostError,
@@ -175,6 +176,7 @@ const DECODE: Record<string, Decode> = {
   ObjectEvictedError: (w, o) => new ObjectEvictedError(w.message, { key: s(w.key), app: os(w.app), ...o }),
   ObjectStorageError: (w, o) => new ObjectStorageError(w.message, { key: s(w.key), app: os(w.app), op: s(w.op), code: s(w.code), ...o }),
   BackpressureError: (w, o) => new BackpressureError(w.message, { unread: n(w.unread), limit: n(w.limit), ...o }),
+  BufferLimitError: (w, o) => new BufferLimitError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),
   CacheFullError: (w, o) => new CacheFullError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),
   StateFileError: (w, o) => new StateFileError(w.message, { file: s(w.file), ...o }),
   AgentRequestError: (w, o) => new AgentRequestError(w.message, { agentId: s(w.agentId), op: s(w.op), ...o }),

@@ -19,7 +19,7 @@ test("bench weights at the tiny shape: bit-identical executors, late joiner, byt
   const r = await runWeightsBench({ shape: "tiny", threads: 1 });
   const agents = new Set(Object.values(r.placement));
   assert.equal(Object.keys(r.placement).length, 3);
-  assert.equal(agents.size, 2, "executors on two agents");
+  assert.equal(agents.size, 3, "one executor on each of three agents");
 
   for (const s of r.steps) {
     assert.ok(s.identical, `${s.name}: every executor's digest equals the publisher's`);
@@ -51,9 +51,15 @@ test("bench weights at the tiny shape: bit-identical executors, late joiner, byt
   const patchesSinceBase = r.steps.slice(r.steps.indexOf(full) + 1).reduce((n, s) => n + s.bytes, 0);
   assert.ok(last.headObjectBytes <= full.bytes + patchesSinceBase + 1024 * 1024, `head holds ${last.headObjectBytes} bytes`);
 
-  assert.ok(r.lateJoiner.identical, "the late joiner is bit-identical to the publisher");
-  assert.deepEqual(r.lateJoiner.applied, ["full", "patch", "patch", "patch", "patch"], "base plus every patch since");
+  assert.ok(r.lateJoiner?.identical, "the late joiner is bit-identical to the publisher");
+  assert.deepEqual(r.lateJoiner!.applied, ["full", "patch", "patch", "patch", "patch"], "base plus every patch since");
+  assert.ok(r.lateJoiner!.bytes < full.bytes / 10, "the late joiner on a warm node read the base from the node's copy, not over a socket");
   assert.ok(r.rawZmqMiBps > 0);
+
+  // One copy per node, the head sending the base once: the other nodes took it from a node.
+  assert.deepEqual(full.nodes.map((n) => n.source).sort(), ["head", "peer", "peer"], "one node from the head, two from other nodes");
+  assert.ok(full.headBytesOut < 1.1 * full.bytes, `the head sent ${full.headBytesOut} bytes for a ${full.bytes}-byte base to three nodes`);
+  assert.ok(full.executorTcpBytes < full.bytes / 10, "executors read the base from their nodes' files");
 });
 
 test("a publication past the cache's limit fails naming the object and the limit, and loses nothing published", { timeout: 180_000 }, async () => {

@@ -14,7 +14,7 @@ import { ObjectService } from "../../cluster-agent/object-service.js";
 
 const bytes = (n: number, fill = 1) => ({ kind: "bytes" as const, data: Buffer.alloc(n, fill) });
 
-test("releasing an app deletes its scratch objects and keeps the rest; node caches are told", () => {
+test("releasing an app deletes its scratch objects and keeps the rest; node caches are told", async () => {
   const dropped: Array<[string, string]> = [];
   const svc = new ObjectService(new ObjectStore({ memLimit: 1 << 20 }), { onDropped: (ns, prefix) => dropped.push([ns, prefix]) });
   svc.store.write("put", "a/weights", bytes(100));
@@ -31,10 +31,10 @@ test("releasing an app deletes its scratch objects and keeps the rest; node cach
   assert.equal(svc.store.summary("b/").objects, 1, "another app's scratch objects stay");
   assert.deepEqual(dropped, [["a", ""]], "node caches drop every copy of the released app's objects");
 
-  const r = svc.handle("obj-delete", "b", { t: "req", prefix: "steps/" }, [], "driver") as { value: { deleted: number } };
+  const r = (await svc.handle("obj-delete", "b", { t: "req", prefix: "steps/" }, [], "driver")) as { value: { deleted: number } };
   assert.equal(r.value.deleted, 1);
   assert.deepEqual(dropped.at(-1), ["b", "steps/"], "a delete is passed on to the node caches");
-  svc.handle("obj-delete", "b", { t: "req", prefix: "steps/" }, [], "driver");
+  await svc.handle("obj-delete", "b", { t: "req", prefix: "steps/" }, [], "driver");
   assert.equal(dropped.length, 2, "a delete that found nothing is not");
   assert.equal(svc.store.usage().memUsed, 100);
 });

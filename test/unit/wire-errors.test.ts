@@ -7,6 +7,7 @@ import * as errors from "../../sdk/errors/index.js";
 import {
   AgentRequestError,
   BackpressureError,
+  BufferLimitError,
   CacheFullError,
   ClosedError,
   ExecutorLostError,
@@ -57,6 +58,7 @@ const samples: HearthError[] = [
   new ObjectNotFoundError("missing", { key: "k2", app: "a2", cause: root }),
   new ObjectEvictedError("evicted", { key: "k3", app: "a3", cause: root }),
   new CacheFullError("full", { key: "k4", app: "a4", size: 1024, limit: 512, cause: root }),
+  new BufferLimitError("too big for a buffer", { key: "k7", app: "a7", size: 2048, limit: 1024, cause: root }),
   new ObjectStorageError("disk full", { key: "k5", app: "a5", op: "put", code: "ENOSPC", cause: root }),
   new BackpressureError("behind", { unread: 300 * 1024 * 1024, limit: 256 * 1024 * 1024, cause: root }),
   new StateFileError("bad state", { file: "/d/runtime/state.json", cause: new SyntaxError("Unexpected token") }),

@@ -26,7 +26,8 @@ from .generate import RowResult, SamplingParams, Session, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
-from .weights import Publisher, apply_blob, export_bf16, model_tensors, perturb_bf16
+from .synthetic import build_synthetic
+from .weights import Publisher, apply_blob, apply_file, model_tensors, perturb_bf16
 
 # Every collective (and the rendezvous) of a trainer's process group fails after this, so a
 # rank whose peer died or hangs is not stuck for torch's default of 30 min. The head fails a
@@ -93,6 +94,8 @@ class Engine:
         self.trainer: Optional[Trainer] = None
         self.publisher = Publisher()
         self.version = 0
+        # Sends an event of the request being served (a shard written) before its reply; set by serve().
+        self.emit: Callable[[dict], None] = lambda event: None
         self.ops: Dict[str, Callable[[Dict[str, Any]], Any]] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
 
@@ -118,6 +121,8 @@ class Engine:
         dtype = DTYPE_NAMES[dtype_name]
         path = args.get("checkpoint")
         spec = args.get("config", path)
+        if isinstance(spec, dict) and "synthetic_bytes" in spec:
+            return self._init_synthetic(spec, int(args.get("seed", 0)), device, threads)
         if spec is None:
             raise EngineError("bad_request", "init_model needs config (preset, path or dict) or checkpoint")
         cfg = config_mod.resolve(spec, args.get("overrides"))
@@ -131,6 +136,20 @@ class Engine:
         self.sessions.clear()
         self.trainer, self.publisher, self.version = None, Publisher(), 0
         return {"config": cfg.to_hf(), "params": cfg.num_params(), "device": device, "dtype": dtype_name,
+                "threads": threads, "seconds": time.perf_counter() - t0, "blas": blas_library()}
+
+    def _init_synthetic(self, spec: Dict[str, Any], seed: int, device: str, threads: int) -> Any:
+        """Named bf16 tensors of `synthetic_bytes` in all, random from `seed` or, with
+        `"zeros": true`, zeros (a reader about to receive them): the weight path at a
+        model's size without the model (synthetic.py)."""
+        t0 = time.perf_counter()
+        extra = {"tensor_elements": int(spec["tensor_elements"])} if spec.get("tensor_elements") else {}
+        self.model = build_synthetic(int(spec["synthetic_bytes"]), seed, device, not spec.get("zeros"), **extra)
+        self.source_config = {}
+        self.sessions.clear()
+        self.trainer, self.publisher, self.version = None, Publisher(), 0
+        cfg = self.model.config
+        return {"config": cfg.to_hf(), "params": cfg.num_params(), "device": device, "dtype": "bfloat16",
                 "threads": threads, "seconds": time.perf_counter() - t0, "blas": blas_library()}
 
     def op_set_vocab(self, args: Dict[str, Any]) -> Any:
@@ -230,6 +249,11 @@ class Engine:
             # goes on at the version its readers hold: a fresh base of the same weights.
             self.publisher.version = int(args["version"]) - 1
             full = True
+        if args.get("out_dir"):
+            # Each blob is written to a file and announced as it is complete: nothing large crosses the pipe.
+            files, stats = self.publisher.publish_files(model, full, args["out_dir"], self.emit,
+                                                        keep_last=args.get("keep_last", True) is not False)
+            return {**asdict(stats), "files": files}
         blobs, stats = self.publisher.publish(model, full)
         return {**asdict(stats), "blobs": blobs}
 
@@ -240,11 +264,20 @@ class Engine:
                             args.get("dense"), float(args.get("dense_share", 0.4)))
 
     def op_apply(self, args: Dict[str, Any]) -> Any:
+        """Applies publications in order: `blobs` (bytes in the request) and/or `files`
+        ({path, offset, length}: a node's copy, mapped and read in place)."""
         model = self.need_model()
         targets = model_tensors(model)
         results = []
-        for blob in args["blobs"]:
+        for blob in args.get("blobs") or []:
             stats = apply_blob(targets, blob, self.version if self.version else None)
+            self.version = stats.version
+            results.append(asdict(stats))
+        for f in args.get("files") or []:
+            if not isinstance(f, dict) or not isinstance(f.get("path"), str):
+                raise EngineError("bad_request", f"each of files must be {{path, offset?, length?}}; got {f!r}")
+            stats = apply_file(targets, f["path"], int(f.get("offset") or 0), f.get("length"),
+                               self.version if self.version else None)
             self.version = stats.version
             results.append(asdict(stats))
         self.sessions.clear()
@@ -275,10 +308,13 @@ class Engine:
     def op_digest(self, args: Dict[str, Any]) -> Any:
         """sha256 of the bf16 weights (sorted HF names): equal digests mean bit-identical policies."""
         h = hashlib.sha256()
-        tensors = export_bf16(self.need_model())
+        tensors = model_tensors(self.need_model())
         for name in sorted(tensors):
+            # One tensor at a time, cast only when it is not bf16 already: no copy of the model.
+            t = tensors[name].detach()
+            t = t if t.dtype == torch.bfloat16 else t.to(torch.bfloat16)
             h.update(name.encode())
-            h.update(tensors[name].contiguous().view(torch.int16).cpu().numpy().tobytes())
+            h.update(memoryview(t.contiguous().view(torch.int16).cpu().numpy()))
         return {"digest": h.hexdigest(), "tensors": len(tensors), "version": self.version}
 
     def op_state_digest(self, args: Dict[str, Any]) -> Any:
@@ -336,6 +372,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
             return 0
         header, payloads = frame
         rid = header.get("id")
+        engine.emit = lambda event, rid=rid: write_frame(out, {"id": rid, "event": event}, [])
         try:
             payload_out: List[Any] = []
             result = encode_value(engine.handle(header, payloads), payload_out)

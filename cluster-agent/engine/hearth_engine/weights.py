@@ -21,10 +21,12 @@ value, against 4 + 2 bytes for int32 indices and raw bf16 values.
 from __future__ import annotations
 
 import math
+import mmap
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -209,13 +211,70 @@ def full_blobs(tensors: Dict[str, Tensor], version: int, max_shard_bytes: int) -
             for i, s in enumerate(shards)]
 
 
+def _publication_dir(out_dir: str) -> str:
+    if not isinstance(out_dir, str) or not out_dir or "\0" in out_dir:
+        raise EngineError("bad_request", f"out_dir must be a folder path; got {out_dir!r}")
+    os.makedirs(out_dir, mode=0o700, exist_ok=True)
+    return out_dir
+
+
 class Publisher:
-    """Keeps the last published bf16 weights; each publish returns blobs to ship."""
+    """Keeps the last published bf16 weights; each publish returns blobs to ship (or
+    writes them to files, `publish_files`)."""
 
     def __init__(self, max_shard_bytes: int = 1 << 30):
         self.last: Optional[Dict[str, Tensor]] = None
         self.version = 0
         self.max_shard_bytes = max_shard_bytes
+
+    def publish_files(self, model, full: bool, out_dir: str, emit: Callable[[dict], None],
+                      keep_last: bool = True) -> Tuple[List[Dict[str, object]], PatchStats]:
+        """Like publish, but each blob is written to a file in `out_dir` (streamed tensor by
+        tensor: no blob is ever whole in memory) and announced with `emit` as soon as it is
+        complete, so the caller ships shard i while shard i + 1 is written. Without
+        `keep_last` a full publication writes the live tensors and keeps no bf16 copy (the
+        next publication is full again): a publisher whose memory holds one model, not two."""
+        t0 = time.perf_counter()
+        out_dir = _publication_dir(out_dir)
+        self.version += 1
+        stats = PatchStats(version=self.version)
+        files: List[Dict[str, object]] = []
+
+        def write(i: int, entries: Dict[str, Tensor], meta: Dict[str, str]) -> None:
+            path = os.path.join(out_dir, f"v{self.version}-{i}.safetensors")
+            size = safetensors.save_file(entries, path, meta)
+            kind = "full" if meta["format"] == "hearth-full" else "patch"
+            files.append({"path": path, "size": size, "shard": i, "version": self.version, "kind": kind})
+            emit({"file": path, "size": size, "shard": i, "version": self.version, "kind": kind})
+
+        if self.last is None or full:
+            new = export_bf16(model) if keep_last else {
+                n: (t.detach() if t.dtype == torch.bfloat16 else t.detach().to(torch.bfloat16))
+                for n, t in model_tensors(model).items()}
+            _sync(next(iter(new.values())))
+            t1 = time.perf_counter()
+            stats.kind = "full"
+            stats.elements = stats.changed = sum(t.numel() for t in new.values())
+            stats.tensors = stats.dense = len(new)
+            shards = split_shards(new, self.max_shard_bytes)
+            for i, shard in enumerate(shards):
+                write(i, shard, {"format": "hearth-full", "version": str(self.version),
+                                 "shard": str(i), "shards": str(len(shards))})
+            self.last = new if keep_last else None
+        else:
+            live = {n: (t.detach() if t.dtype == torch.bfloat16 else t.detach().to(torch.bfloat16))
+                    for n, t in model_tensors(model).items()}
+            t1 = time.perf_counter()
+            entries = diff_tensors(self.last, live, stats, advance=True)
+            _sync(next(iter(live.values())))
+            t2 = time.perf_counter()
+            write(0, entries, {"format": "hearth-patch", "version": str(self.version),
+                               "base_version": str(self.version - 1)})
+            stats.seconds["serialize"] = time.perf_counter() - t2
+        stats.bytes = sum(int(f["size"]) for f in files)
+        stats.seconds["export"] = t1 - t0
+        stats.seconds["total"] = time.perf_counter() - t0
+        return files, stats
 
     def publish(self, model: Transformer, full: bool = False) -> Tuple[List[bytes], PatchStats]:
         """Full shards the first time (or when `full`: a fresh base), then one patch blob
@@ -295,10 +354,68 @@ def apply_blob(targets: Dict[str, Tensor], blob, version: Optional[int] = None) 
             else:
                 if t.numel() != target.numel():
                     raise EngineError("bad_patch", f"{name}: {list(t.shape)} does not fit {list(target.shape)}")
-                target.copy_(t.reshape(target.shape))
+                copy_into(target, t.reshape(target.shape))
                 stats.dense += 1
                 stats.changed += t.numel()
     _sync(next(iter(targets.values()), None))
     stats.bytes = len(blob)
     stats.seconds["apply"] = time.perf_counter() - t0
+    return stats
+
+
+class _Staging:
+    """One pinned host buffer, reused, through which a CPU tensor (a view of a mapped
+    file) reaches a GPU target: a pageable source would make every copy a slow staged
+    copy of its own. Grows to the largest tensor copied; one per process."""
+
+    def __init__(self) -> None:
+        self.buf: Optional[Tensor] = None
+
+    def copy(self, target: Tensor, src: Tensor) -> None:
+        n = src.numel() * src.element_size()
+        if self.buf is None or self.buf.numel() < n:
+            self.buf = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        stage = self.buf[:n]
+        stage.copy_(src.contiguous().view(-1).view(torch.uint8))
+        target.view(-1).view(torch.uint8).copy_(stage, non_blocking=True)
+        # The buffer is reused by the next tensor: this copy must be done first.
+        torch.cuda.current_stream(target.device).synchronize()
+
+
+_STAGING = _Staging()
+
+
+def copy_into(target: Tensor, src: Tensor) -> None:
+    """target[...] = src, exactly (bf16 into bf16 or fp32); GPU targets go through the
+    pinned staging buffer when the source is a CPU tensor of the same dtype."""
+    if target.is_cuda and src.device.type == "cpu" and src.dtype == target.dtype:
+        _STAGING.copy(target, src)
+    else:
+        target.copy_(src)
+
+
+def apply_file(targets: Dict[str, Tensor], path: str, offset: int, length: Optional[int],
+               version: Optional[int] = None) -> PatchStats:
+    """apply_blob over `length` bytes at `offset` of `path` (a node cache's copy), mapped
+    read-only: the bytes go from the page cache straight into the tensors, and nothing of
+    the blob is copied whole."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise EngineError("bad_patch", f"cannot open publication file {path}: {e}") from e
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        length = size - offset if length is None else int(length)
+        if offset < 0 or length <= 0 or offset + length > size:
+            raise EngineError("bad_patch", f"{path}: {length} bytes at {offset} lie outside its {size} bytes")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(mm)[offset: offset + length]
+    try:
+        stats = apply_blob(targets, view, version)
+    finally:
+        try:
+            view.release()
+            mm.close()
+        except BufferError:  # a tensor view still holds it: unmapped when the last one goes
+            pass
     return stats

@@ -102,3 +102,68 @@ class ServerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FilePublicationTest(unittest.TestCase):
+    """publish with out_dir writes each blob to a file and announces it before the reply; apply
+    with files maps them in place: the pipe carries paths, never the weights."""
+
+    def test_shards_are_announced_as_written_and_applied_from_files_exactly(self):
+        with tempfile.TemporaryDirectory() as d:
+            pub_dir = os.path.join(d, "pub")
+            synthetic = {"synthetic_bytes": 6 * 1024 * 1024, "tensor_elements": 512 * 1024}
+            inp = io.BytesIO()
+            requests = [
+                ("init_model", {"config": synthetic, "seed": 5, "threads": 1, "device": "cpu"}),
+                ("publish", {"out_dir": pub_dir, "max_shard_bytes": 2 * 1024 * 1024, "keep_last": True}),
+                ("perturb", {"share": 0.03, "seed": 2}),
+                ("publish", {"out_dir": pub_dir}),
+                ("digest", {}),
+            ]
+            for i, (op, args) in enumerate(requests):
+                write_frame(inp, {"id": i, "op": op, "args": encode_value(args, [])}, [])
+            inp.seek(0)
+            out = io.BytesIO()
+            # The files are read before the next publish overwrites nothing: each has its own name.
+            serve(inp, out)
+            out.seek(0)
+            frames = []
+            while True:
+                f = read_frame(out)
+                if f is None:
+                    break
+                frames.append(f[0])
+            events = [f for f in frames if f.get("id") == 1 and "event" in f]
+            reply = next(f for f in frames if f.get("id") == 1 and "result" in f)
+            self.assertEqual(len(events), 3, "6 MiB in 2 MiB shards: one event per shard, before the reply")
+            self.assertLess(frames.index(events[-1]), frames.index(reply))
+            files = reply["result"]["files"]
+            self.assertEqual([e["event"]["file"] for e in events], [f["path"] for f in files])
+            self.assertEqual(reply["result"]["kind"], "full")
+            patch = next(f for f in frames if f.get("id") == 3 and "result" in f)["result"]
+            self.assertEqual(patch["kind"], "patch")
+            want = next(f for f in frames if f.get("id") == 4)["result"]["digest"]
+            # A reader of zeros applies the shards, then the patch, from the files.
+            rd = exchange(
+                ("init_model", {"config": {**synthetic, "zeros": True}, "seed": 0, "threads": 1, "device": "cpu"}),
+                ("apply", {"files": [{"path": f["path"]} for f in files]}),
+                ("apply", {"files": [{"path": patch["files"][0]["path"], "offset": 0, "length": patch["files"][0]["size"]}]}),
+                ("digest", {}),
+                ("apply", {"files": [{"path": files[0]["path"], "offset": 8, "length": 1 << 40}]}),
+            )
+            rd = [x for x in rd if "event" not in x]
+            self.assertTrue(all(r["ok"] for r in rd[:4]), rd)
+            self.assertEqual(rd[3]["result"]["digest"], want, "the reader holds the publisher's bits exactly")
+            self.assertFalse(rd[4]["ok"])
+            self.assertIn("lie outside", rd[4]["error"]["message"])
+
+    def test_a_full_publication_without_keep_last_writes_the_live_tensors_and_the_next_is_full(self):
+        with tempfile.TemporaryDirectory() as d:
+            synthetic = {"synthetic_bytes": 2 * 1024 * 1024}
+            r = exchange(
+                ("init_model", {"config": synthetic, "seed": 1, "threads": 1, "device": "cpu"}),
+                ("publish", {"out_dir": d, "keep_last": False}),
+                ("publish", {"out_dir": d, "keep_last": False}),
+            )
+            replies = [x for x in r if "event" not in x]
+            self.assertEqual([x["result"]["kind"] for x in replies[1:]], ["full", "full"])

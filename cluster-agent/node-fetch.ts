@@ -1,0 +1,303 @@
+/**
+ * How a node cache brings its copy of an object up to date: one fetch per
+ * object at a time (concurrent readers share it), from the head, or from the
+ * node the head names as already holding or receiving that exact version
+ * (the head's `peer` answer: it sends a base once, and nodes pass it on).
+ * Large parts are written to their files as chunks arrive, and other nodes
+ * may read them meanwhile (receiving.ts). A peer that fails or stalls is
+ * left for the head with the chunks already written kept: the fetch resumes
+ * where it was, never silently short. The copy is installed only when whole.
+ */
+import { randomBytes } from "node:crypto";
+import { DealerChannel } from "../sdk/wire/channel.js";
+import { decodeHeader } from "../sdk/wire/codec.js";
+import { HearthError, ObjectNotFoundError } from "../sdk/errors/index.js";
+import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
+import { credentialFrom } from "../sdk/wire/auth.js";
+import { curveClientFromEnv } from "../sdk/wire/curve.js";
+import { ackSoon, noteRead, pullChunks, requestAcking, type PartMeta } from "../sdk/cache/transfer.js";
+import { isFilePart, type ObjectStore } from "./head/object-store.js";
+import { storedSource, type ObjectService } from "./object-service.js";
+import { ReceivingPart } from "./receiving.js";
+
+/** What a node's fetches did (status and tests read these). */
+export interface FetchCounters {
+  /** Fetches started (one per miss or freshness check that found no fetch in flight). */
+  started: number;
+  /** Gets that found a fetch of their object in flight and waited for it instead. */
+  joined: number;
+  /** Copies (or parts of copies) pulled from the head, and from other nodes. */
+  fromHead: number;
+  fromPeers: number;
+  /** Peers that failed mid-copy (the head then served the rest). */
+  peerFailures: number;
+  bytesFromHead: number;
+  bytesFromPeers: number;
+  /** Copies this node served to other nodes. */
+  servedToPeers: number;
+}
+
+/** A copy this node installed. */
+export interface RecentFetch {
+  key: string;
+  version: number;
+  mode: string;
+  bytes: number;
+  /** "head", "peer" (another node; "peer+head" when the head served the rest), or "inline". */
+  source: string;
+  startedAt: number;
+  doneAt: number;
+}
+
+/** How many installed copies `recent` keeps. */
+const RECENT_KEPT = 64;
+
+/** A copy being received, as other nodes (and, at its final files, this node's executors) may read it. */
+export interface Receiving {
+  mode: "patches" | "full";
+  version: number;
+  baseVersion: number;
+  metas: PartMeta[];
+  parts: ReceivingPart[];
+  /** Its parts are written where they will stay (the store installs them in place), so readers may follow them by path. */
+  inPlace: boolean;
+}
+
+/** A connection to another node's cache. */
+interface PeerLink {
+  channel: DealerChannel;
+  requests: PendingRequests;
+  lastUsed: number;
+}
+
+/** How long a peer connection may sit unused before it is closed. */
+const PEER_IDLE_MS = 60_000;
+
+/** What a fetcher needs from its node cache. */
+export interface NodeFetcherOptions {
+  store: ObjectStore;
+  /** The agent's own head connection (gets: freshness checks and the head's answer). */
+  control: Requester;
+  /** The bulk head connection (chunks). */
+  bulk: Requester;
+  agentId: string;
+  secret: Buffer;
+  /** Mode of an app's part files (group-readable when its executors read them through their group). */
+  fileMode: (app: string) => number;
+  log: (line: string) => void;
+}
+
+/** A node cache's fetches. */
+export class NodeFetcher {
+  private readonly inFlight = new Map<string, Promise<void>>();
+  private readonly receiving = new Map<string, Receiving>();
+  /** Fetches in flight: resolved with their copy as soon as the head answered (undefined: nothing large to receive). */
+  private readonly answered = new Map<string, Promise<Receiving | undefined>>();
+  private readonly peers = new Map<string, PeerLink>();
+  readonly counters: FetchCounters = { started: 0, joined: 0, fromHead: 0, fromPeers: 0, peerFailures: 0, bytesFromHead: 0, bytesFromPeers: 0, servedToPeers: 0 };
+  /** The last copies installed (newest last): what, from where, and when (ms since the epoch). */
+  readonly recent: RecentFetch[] = [];
+
+  constructor(private readonly opts: NodeFetcherOptions) {}
+
+  /** Brings the local copy of `app/key` to the head's latest version; concurrent callers share one fetch. */
+  refresh(app: string, key: string): Promise<void> {
+    const full = `${app}/${key}`;
+    const running = this.inFlight.get(full);
+    if (running) {
+      this.counters.joined++;
+      return running;
+    }
+    this.counters.started++;
+    let announce!: (c: Receiving | undefined) => void;
+    this.answered.set(full, new Promise((r) => (announce = r)));
+    const p = this.fetch(app, key, announce).finally(() => {
+      announce(undefined);
+      this.inFlight.delete(full);
+      this.answered.delete(full);
+    });
+    this.inFlight.set(full, p);
+    return p;
+  }
+
+  /**
+   * Starts (or joins) bringing `app/key` up to date and resolves as soon as
+   * the head answered: with the copy being received when its parts are
+   * written in place (readers may follow each part as it completes), else
+   * once the fetch is over (undefined: read the store).
+   */
+  async follow(app: string, key: string): Promise<Receiving | undefined> {
+    const done = this.refresh(app, key);
+    const copy = await Promise.race([this.answered.get(`${app}/${key}`) ?? Promise.resolve(undefined), done.then(() => undefined)]);
+    if (copy?.inPlace) return copy;
+    await done;
+    return undefined;
+  }
+
+  /** The copy of `app/key` at `version` being received in place, if any. */
+  receivingAt(app: string, key: string, version: number): Receiving | undefined {
+    const c = this.receiving.get(`${app}/${key}`);
+    return c && c.version === version && c.inPlace ? c : undefined;
+  }
+
+  /**
+   * Another node asks for `app/key` at exactly `version`: a read transfer
+   * over this node's installed copy, or over the copy it is still receiving
+   * (its reads wait for chunks in flight). Anything else is not held here.
+   */
+  servePeer(service: ObjectService, app: string, key: string, version: number): unknown {
+    const full = `${app}/${key}`;
+    const stored = this.opts.store.peek(full);
+    if (stored && stored.version === version) {
+      const r = this.opts.store.read(full);
+      if (r.mode !== "full") throw new HearthError(`copy of '${key}' read back as ${r.mode}`);
+      const sources = r.parts.map((p) => storedSource(this.opts.store, r.object, p));
+      this.counters.servedToPeers++;
+      return { mode: "full", version, baseVersion: r.baseVersion, parts: r.parts.map(meta), tid: service.openRead(app, sources, r.object) };
+    }
+    const copy = this.receiving.get(full);
+    if (copy && copy.version === version && copy.mode === "full") {
+      this.counters.servedToPeers++;
+      return { mode: "full", version, baseVersion: copy.baseVersion, parts: copy.metas, tid: service.openRead(app, copy.parts.map((p) => p.source())) };
+    }
+    throw new ObjectNotFoundError(`agent ${this.opts.agentId} holds no copy of '${key}' at version ${version}`, { key, app });
+  }
+
+  private async fetch(app: string, key: string, announce: (c: Receiving | undefined) => void): Promise<void> {
+    const full = `${app}/${key}`;
+    const store = this.opts.store;
+    const held = store.peek(full);
+    const startedAt = Date.now();
+    const { value: head, frames } = await requestAcking(this.opts.control, "obj-get", { app, key, have: held?.version, haveBase: held?.baseVersion, peers: true });
+    noteRead(this.opts.control, head);
+    if (head.mode === "not-modified") return ackSoon(this.opts.control);
+    const metas = head.parts as PartMeta[];
+    const what = { key, app };
+    const fileBytes = metas.filter((m) => isFilePart(m.size)).reduce((n, m) => n + m.size, 0);
+    // Room first (the least recently used copies go): a copy that cannot fit fails before a byte moves.
+    if (fileBytes > 0 && store.poolFor(fileBytes) === "file") store.makeRoom(fileBytes, full, head.mode === "full" ? store.freedBy("update", full, "file") : 0, "file");
+    const parts: ReceivingPart[] = [];
+    // Large parts are written where they will stay when nothing there is in use, so this node's executors can follow them.
+    const placed = fileBytes > 0 ? store.freeReplicaFiles(full, head) : undefined;
+    const copy: Receiving = { mode: head.mode, version: head.version, baseVersion: head.baseVersion, metas, parts, inPlace: placed !== undefined };
+    let source = "head";
+    try {
+      for (const [i, m] of metas.entries()) parts.push(new ReceivingPart(m, isFilePart(m.size) ? (placed?.[i] ?? store.receivingFile(full)) : undefined, this.opts.fileMode(app), what));
+      if (fileBytes > 0) this.receiving.set(full, copy);
+      announce(fileBytes > 0 ? copy : undefined);
+      if (head.tid === undefined && head.peer === undefined) {
+        for (const [i, p] of parts.entries()) if (frames[i]?.byteLength) await p.write(frames[i]!, 0);
+        ackSoon(this.opts.control);
+        source = "inline";
+      } else if (head.peer !== undefined) {
+        source = (await this.fromPeerOrHead(app, key, copy, head.peer as { agentId: string; endpoint: string })) ? "peer" : "peer+head";
+      } else {
+        this.counters.fromHead++;
+        this.counters.bytesFromHead += await pullChunks(this.opts.bulk, head.tid as number, metas, parts, app);
+      }
+      for (const p of parts) p.end();
+      store.replicate(full, {
+        mode: head.mode,
+        version: head.version,
+        baseVersion: head.baseVersion,
+        parts: parts.map((p) => (p.file ? { ...meta(p.meta), file: p.file } : { ...meta(p.meta), data: p.data! })),
+      });
+      for (const p of parts) p.done(false);
+      this.recent.push({ key, version: head.version, mode: head.mode, bytes: metas.reduce((n, m) => n + m.size, 0), source, startedAt, doneAt: Date.now() });
+      if (this.recent.length > RECENT_KEPT) this.recent.shift();
+    } catch (err) {
+      for (const p of parts) p.abort(err);
+      throw err;
+    } finally {
+      if (this.receiving.get(full) === copy) this.receiving.delete(full);
+    }
+  }
+
+  /**
+   * Pulls a copy from the node the head named; if that node fails, asks the
+   * head for the same version without a peer and pulls only what is missing.
+   * A version that moved on meanwhile fails this fetch (the next get starts afresh).
+   */
+  private async fromPeerOrHead(app: string, key: string, copy: Receiving, peer: { agentId: string; endpoint: string }): Promise<boolean> {
+    try {
+      const link = this.link(peer.endpoint);
+      const { value: r } = await requestAcking(link.requests, "obj-get", { app, key, version: copy.version });
+      noteRead(link.requests, r);
+      if (r.version !== copy.version || !sameParts(r.parts as PartMeta[], copy.metas)) throw new HearthError(`agent ${peer.agentId} answered version ${r.version} of '${key}', not ${copy.version}`);
+      const before = written(copy);
+      await pullChunks(link.requests, r.tid as number, copy.metas, copy.parts, app, (part, offset) => copy.parts[part]!.holds(offset));
+      this.counters.fromPeers++;
+      this.counters.bytesFromPeers += written(copy) - before;
+      return true;
+    } catch (err) {
+      this.counters.peerFailures++;
+      this.opts.log(`copy of '${app}/${key}' v${copy.version} from agent ${peer.agentId} (${peer.endpoint}) failed after ${written(copy)} bytes: ${(err as Error).message}; the head serves the rest`);
+    }
+    const { value: head } = await requestAcking(this.opts.control, "obj-get", { app, key, peers: false });
+    noteRead(this.opts.control, head);
+    if (head.version !== copy.version || head.tid === undefined || !sameParts(head.parts as PartMeta[], copy.metas)) {
+      if (head.tid !== undefined) await requestAcking(this.opts.bulk, "obj-done", { tid: head.tid, app }).catch(() => undefined);
+      throw new HearthError(`'${key}' moved on from version ${copy.version} to ${head.version} while this node was copying it; get it again`);
+    }
+    const before = written(copy);
+    this.counters.fromHead++;
+    await pullChunks(this.opts.bulk, head.tid as number, copy.metas, copy.parts, app, (part, offset) => copy.parts[part]!.holds(offset));
+    this.counters.bytesFromHead += written(copy) - before;
+    return false;
+  }
+
+  /** The connection to another node's cache at `endpoint` (made on first use). */
+  private link(endpoint: string): PeerLink {
+    const known = this.peers.get(endpoint);
+    if (known) {
+      known.lastUsed = Date.now();
+      return known;
+    }
+    const channel = new DealerChannel(`a.${this.opts.agentId}.peer.${randomBytes(12).toString("hex")}`, {
+      maxMessageSize: 64 * 1024 * 1024,
+      onError: (err) => this.opts.log(`peer socket error (${endpoint}): ${String(err)}`),
+      curveClient: curveClientFromEnv(),
+      auth: credentialFrom(this.opts.secret, "agent", this.opts.agentId),
+      onAuthFailed: (err) => this.opts.log(`the node cache at ${endpoint} refused this agent's credential: ${err.message}`),
+    });
+    const requests = new PendingRequests(channel, `node cache at ${endpoint}`);
+    // A peer that died answers nothing: its copy is left for the head at once, not after request deadlines.
+    channel.onDisconnect(() => requests.failAll(new HearthError(`the connection to the node cache at ${endpoint} dropped`)));
+    channel.connect(endpoint);
+    void channel.serve((frames) => void requests.deliver(decodeHeader(frames[0]), frames));
+    const link = { channel, requests, lastUsed: Date.now() };
+    this.peers.set(endpoint, link);
+    return link;
+  }
+
+  /** Closes peer connections unused for a while. */
+  sweep(now: number): void {
+    for (const [endpoint, link] of this.peers) {
+      if (now - link.lastUsed < PEER_IDLE_MS || link.requests.size > 0) continue;
+      link.channel.close();
+      this.peers.delete(endpoint);
+    }
+  }
+
+  /** Ends every peer connection and fails what is being received. */
+  close(): void {
+    for (const link of this.peers.values()) {
+      link.requests.failAll(new HearthError("the node cache closed"));
+      link.channel.close();
+    }
+    this.peers.clear();
+    for (const c of this.receiving.values()) for (const p of c.parts) p.abort(new HearthError("the node cache closed"));
+  }
+}
+
+function meta(p: PartMeta): PartMeta {
+  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+}
+
+function sameParts(a: PartMeta[] | undefined, b: PartMeta[]): boolean {
+  return !!a && a.length === b.length && a.every((p, i) => p.size === b[i]!.size && p.version === b[i]!.version && p.kind === b[i]!.kind);
+}
+
+function written(c: Receiving): number {
+  return c.parts.reduce((n, p) => n + p.written, 0);
+}

@@ -1,0 +1,134 @@
+/**
+ * Shipped folders (a model, a checkpoint, a trainer state), made readable on
+ * a node from the node cache's own copies: a folder shipped as objects (one
+ * object per file, or a few parts of one) becomes `<app dir>/folders/<id>`,
+ * each file a hard link to the cached object's file (no second copy) or, for
+ * a file in several parts or small ones, the parts written one after the
+ * other. It is made once per node (concurrent executors share the build) and
+ * appears whole or not at all (built under another name, then renamed);
+ * executors read it in place, with the same permissions as the app's cached
+ * objects. Folders live until the agent stops (its cache dir is emptied when
+ * the next one starts).
+ */
+import { closeSync, copyFileSync, existsSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import path from "node:path";
+import { HearthError } from "../sdk/errors/index.js";
+import { isFilePart, type ObjectStore } from "./head/object-store.js";
+import { readChunk } from "./object-service.js";
+
+/** One file of a folder to make: its name, its size and the object keys of its parts in order. */
+export interface FolderEntry {
+  name: string;
+  size: number;
+  parts: string[];
+}
+
+/** Checks an `obj-folder` request's id and entries. */
+export function parseFolder(id: unknown, files: unknown): { id: string; files: FolderEntry[] } {
+  if (typeof id !== "string" || !/^[0-9a-f]{8,64}$/.test(id)) throw new HearthError(`a folder id is 8-64 hex digits; got ${JSON.stringify(id)}`);
+  if (!Array.isArray(files) || files.length > 100_000) throw new HearthError("a folder's files must be a list (at most 100 000)");
+  return {
+    id,
+    files: files.map((f: { name?: unknown; size?: unknown; parts?: unknown }) => {
+      const name = f?.name;
+      if (typeof name !== "string" || name === "" || name === "." || name === ".." || name.includes("/") || name.includes("\0") || name.startsWith(".complete")) {
+        throw new HearthError(`a folder file name is a plain name; got ${JSON.stringify(name)}`);
+      }
+      if (typeof f.size !== "number" || !Number.isSafeInteger(f.size) || f.size < 0) throw new HearthError(`file ${name}: size must be a byte count`);
+      if (!Array.isArray(f.parts) || f.parts.some((k) => typeof k !== "string")) throw new HearthError(`file ${name}: parts must be object keys`);
+      return { name, size: f.size, parts: f.parts as string[] };
+    }),
+  };
+}
+
+/** Builds folders from a store's copies, once per (app, id). */
+export class NodeFolders {
+  private readonly building = new Map<string, Promise<{ dir: string; built: boolean }>>();
+
+  constructor(
+    private readonly store: ObjectStore,
+    /** Brings `app/key` up to date in the store (the node cache's fetch). */
+    private readonly refresh: (app: string, key: string) => Promise<void>,
+    /** The app's folder of part files. */
+    private readonly appDir: (app: string) => string,
+  ) {}
+
+  /** The folder `id` of `app` on this node, made from its objects if it is not there yet (`built`: by this call or one it joined). */
+  open(app: string, id: string, files: FolderEntry[]): Promise<{ dir: string; built: boolean }> {
+    const dir = path.join(this.appDir(app), "folders", id);
+    if (existsSync(path.join(dir, ".complete"))) return Promise.resolve({ dir, built: false });
+    const k = `${app}/${id}`;
+    const running = this.building.get(k);
+    if (running) return running.then((r) => ({ ...r, built: false }));
+    const p = this.build(app, dir, files)
+      .then((d) => ({ dir: d, built: true }))
+      .finally(() => this.building.delete(k));
+    this.building.set(k, p);
+    return p;
+  }
+
+  private async build(app: string, dir: string, files: FolderEntry[]): Promise<string> {
+    mkdirSync(path.dirname(dir), { recursive: true, mode: 0o750 });
+    const tmp = `${dir}.building-${randomBytes(6).toString("hex")}`;
+    mkdirSync(tmp, { mode: 0o750 });
+    try {
+      for (const f of files) {
+        for (const key of f.parts) await this.refresh(app, key);
+        await this.writeFile(app, path.join(tmp, f.name), f);
+        const size = statSync(path.join(tmp, f.name)).size;
+        if (size !== f.size) throw new HearthError(`${f.name} came out ${size} bytes, not the ${f.size} shipped`);
+      }
+      writeFileSync(path.join(tmp, ".complete"), "", { mode: 0o640 });
+      rmSync(dir, { recursive: true, force: true });
+      renameSync(tmp, dir);
+      return dir;
+    } catch (err) {
+      rmSync(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** One file: a hard link to its one cached part file, else its parts' bytes in order. */
+  private async writeFile(app: string, target: string, f: FolderEntry): Promise<void> {
+    const parts = f.parts.map((key) => {
+      const r = this.store.read(`${app}/${key}`);
+      if (r.mode !== "full" || r.parts.length !== 1) throw new HearthError(`part '${key}' of ${f.name} is not one stored part`);
+      return { obj: r.object, part: r.parts[0]! };
+    });
+    if (parts.length === 1 && isFilePart(parts[0]!.part.size)) {
+      const src = this.store.pathOf(parts[0]!.obj, parts[0]!.part);
+      try {
+        linkSync(src, target);
+        return;
+      } catch {
+        copyFileSync(src, target); // another file system (or links refused): one copy more
+        return;
+      }
+    }
+    const fd = openSync(target, "w", 0o640);
+    try {
+      let at = 0;
+      for (const { obj, part } of parts) {
+        if (part.data) {
+          writeSync(fd, part.data, 0, part.data.byteLength, at);
+          at += part.data.byteLength;
+          continue;
+        }
+        const src = this.store.pathOf(obj, part);
+        const from = openSync(src, "r");
+        try {
+          for (let o = 0; o < part.size; o += 8 * 1024 * 1024) {
+            const chunk = await readChunk(from, o, Math.min(8 * 1024 * 1024, part.size - o), src);
+            writeSync(fd, chunk, 0, chunk.byteLength, at + o);
+          }
+        } finally {
+          closeSync(from);
+        }
+        at += part.size;
+      }
+    } finally {
+      closeSync(fd);
+    }
+  }
+}

@@ -1,0 +1,158 @@
+/**
+ * A copy a node cache is receiving: its large parts fill their files chunk by
+ * chunk while other nodes may already read them (pass-through). A reader of a
+ * chunk that has not arrived waits for it; if the fetch fails, every waiting
+ * and later read fails with the fetch's error, so nobody is handed a short or
+ * torn copy. The copy becomes the node's own only when every chunk is there
+ * (the store installs it then, renaming the files into place); until then the
+ * store serves the last complete version.
+ */
+import { closeSync, openSync, rmSync, write as writeCb } from "node:fs";
+import { promisify } from "node:util";
+import { HearthError } from "../sdk/errors/index.js";
+import type { PartMeta, PartSink } from "../sdk/cache/transfer.js";
+import { CHUNK } from "../sdk/cache/transfer.js";
+import { allocObjectBuffer } from "../sdk/cache/buffers.js";
+import { readChunk, type PartSource } from "./object-service.js";
+import { storageError } from "./head/object-store.js";
+
+const writeAt = promisify(writeCb);
+
+/** How long a reader waits for a chunk that has not arrived (the upstream fetch is stalled past it). */
+export const CHUNK_WAIT_MS = 60_000;
+
+/** One part of a copy being received. */
+export class ReceivingPart implements PartSink {
+  /** A small part's bytes (large parts go to `file`). */
+  readonly data?: Buffer;
+  /** Offsets of the chunks written. */
+  private readonly have = new Set<number>();
+  private readonly waiters = new Map<number, Array<{ resolve: () => void; reject: (e: unknown) => void }>>();
+  private fd?: number;
+  private failure?: unknown;
+  /** The fetch's own hold plus one per open source; the descriptor closes at zero. */
+  private users = 1;
+  private fetchDone = false;
+  /** Bytes written so far. */
+  written = 0;
+  /** Settles when every byte is here (or the fetch failed): a reader of the whole part waits for it. */
+  readonly whole: Promise<void>;
+  private settleWhole!: (err?: unknown) => void;
+
+  /**
+   * @param file where a large part is written (created here with `mode`), or undefined for a small part kept in memory
+   * @param what names the object in errors
+   */
+  constructor(
+    readonly meta: PartMeta,
+    readonly file: string | undefined,
+    mode: number,
+    private readonly what: { key: string; app?: string },
+  ) {
+    this.whole = new Promise<void>((resolve, reject) => (this.settleWhole = (err) => (err === undefined ? resolve() : reject(err))));
+    this.whole.catch(() => undefined); // nobody may be waiting
+    if (meta.size === 0) this.settleWhole();
+    if (file) {
+      try {
+        this.fd = openSync(file, "w+", mode);
+      } catch (err) {
+        throw storageError("fetch", `${what.app ?? ""}/${what.key}`, err, " (the head's copy is untouched)", "this node's cache dir");
+      }
+    } else this.data = allocObjectBuffer(meta.size, what);
+  }
+
+  /** Has the chunk at `offset` arrived? */
+  holds(offset: number): boolean {
+    return this.have.has(offset);
+  }
+
+  /** Is every chunk here? */
+  get complete(): boolean {
+    return this.written === this.meta.size;
+  }
+
+  async write(chunk: Buffer, offset: number): Promise<void> {
+    if (this.failure !== undefined) throw this.failure;
+    if (this.have.has(offset)) return;
+    if (this.data) chunk.copy(this.data, offset);
+    else {
+      try {
+        await writeAt(this.fd!, chunk, 0, chunk.byteLength, offset);
+      } catch (err) {
+        // A full or failing disk: the whole fetch fails, naming the object and the code.
+        const e = storageError("fetch", `${this.what.app ?? ""}/${this.what.key}`, err, " (the head's copy is untouched)", "this node's cache dir");
+        this.abort(e);
+        throw e;
+      }
+    }
+    this.have.add(offset);
+    this.written += chunk.byteLength;
+    for (const w of this.waiters.get(offset) ?? []) w.resolve();
+    this.waiters.delete(offset);
+    if (this.written === this.meta.size) this.settleWhole();
+  }
+
+  end(): void {
+    if (this.written !== this.meta.size) throw new HearthError(`part of '${this.what.key}' ended with ${this.written} of ${this.meta.size} bytes`);
+  }
+
+  /** The fetch failed: waiting readers fail, the file goes once nobody reads it. */
+  abort(err: unknown): void {
+    this.failure ??= err;
+    if (this.written !== this.meta.size) this.settleWhole(this.failure);
+    for (const list of this.waiters.values()) for (const w of list) w.reject(this.failure);
+    this.waiters.clear();
+    this.done(true);
+  }
+
+  /** A source reading this part as it fills (another node's pass-through read). */
+  source(): PartSource {
+    this.users++;
+    let closed = false;
+    return {
+      size: this.meta.size,
+      read: async (offset, length) => {
+        await this.arrived(offset);
+        if (this.data) return this.data.subarray(offset, offset + length);
+        return readChunk(this.fd!, offset, length, this.file!);
+      },
+      close: () => {
+        if (!closed) this.unref();
+        closed = true;
+      },
+    };
+  }
+
+  /**
+   * The fetch is done with this part (installed, or given up; once): its
+   * descriptor closes once the last reader is done; a part that was not
+   * installed also loses its file.
+   */
+  done(removeFile: boolean): void {
+    if (this.fetchDone) return;
+    this.fetchDone = true;
+    if (removeFile && this.file) rmSync(this.file, { force: true });
+    this.unref();
+  }
+
+  private unref(): void {
+    if (--this.users > 0) return;
+    if (this.fd !== undefined) closeSync(this.fd);
+    this.fd = undefined;
+  }
+
+  private arrived(offset: number): Promise<void> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    if (this.have.has(offset - (offset % CHUNK))) return Promise.resolve();
+    const at = offset - (offset % CHUNK);
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new HearthError(`chunk at ${at} of '${this.what.key}' did not arrive within ${CHUNK_WAIT_MS / 1000} s (the upstream copy is stalled)`)), CHUNK_WAIT_MS);
+      const list = this.waiters.get(at) ?? [];
+      list.push({
+        resolve: () => (clearTimeout(timer), resolve()),
+        reject: (e) => (clearTimeout(timer), reject(e)),
+      });
+      this.waiters.set(at, list);
+    });
+  }
+}
