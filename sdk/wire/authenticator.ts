@@ -22,9 +22,8 @@
  */
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { authMac, type Role } from "./auth.js";
-import { decode, encode } from "./codec.js";
+import { decode, encode, type Frames } from "./codec.js";
 import { toWireError, AuthError, ProtocolError } from "./errors.js";
-import type { Frames } from "./channel.js";
 
 /** First frame of every handshake message; a msgpack header never starts with a 0 byte. */
 export const AUTH_MARK = Buffer.from("\0hearth-auth");

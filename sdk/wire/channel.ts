@@ -13,8 +13,8 @@ import { decode, encode } from "./codec.js";
 import { AuthError, MessageTooLargeError, fromWireError, type WireError } from "./errors.js";
 import { formatBytes } from "../format.js";
 
-/** Frames of one outgoing message. */
-export type Frames = Array<Buffer | Uint8Array | string>;
+import type { Frames } from "./codec.js";
+export type { Frames } from "./codec.js";
 
 /** Serialises sends on one socket; `push` never blocks the caller. */
 class Outbox {

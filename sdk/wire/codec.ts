@@ -84,3 +84,6 @@ export function obj(h: Header, field: string): Record<string, unknown> {
   }
   return v as Record<string, unknown>;
 }
+
+/** Frames of one outgoing message. */
+export type Frames = Array<Buffer | Uint8Array | string>;
