@@ -346,5 +346,7 @@ export class NodeCache {
     this.bulk.close();
     this.socket.close();
     this.stopGate?.();
+    // A cache: what it held goes with it (a killed agent's is emptied when the next one starts on this dir).
+    rmSync(this.opts.cacheDir, { recursive: true, force: true });
   }
 }

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -26,6 +26,7 @@ import { TensorEngine } from "../../sdk/tensor/index.js";
 import type { WeightsRollout } from "../../bench/weights-service.js";
 import type { Streamer } from "../fixtures/stream-services.js";
 import { DIST, rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
+import { writePattern } from "../helpers/patterns.js";
 
 const MiB = 1024 * 1024;
 const LIMIT = 64 * MiB;
@@ -37,21 +38,6 @@ let app: App;
 let pool: PoolHandle<Streamer>;
 let members: Array<{ executorId: string; agentId: string }>;
 const work = mkdtempSync(path.join(os.tmpdir(), "hearth-stream-"));
-
-/** Writes `mib` MiB of bytes no two MiB alike into `file`; returns their sha256. */
-function writePattern(file: string, mib: number, seed: number): string {
-  const h = createHash("sha256");
-  const fd = openSync(file, "w");
-  const block = Buffer.alloc(MiB);
-  for (let i = 0; i < block.length; i += 4) block.writeUInt32LE((i * 2654435761 + seed) >>> 0, i);
-  for (let m = 0; m < mib; m++) {
-    block.writeUInt32LE(m ^ seed, 0);
-    writeSync(fd, block);
-    h.update(block);
-  }
-  closeSync(fd);
-  return h.digest("hex");
-}
 
 /** A process's peak RSS since its last reset (`clear_refs`), in MiB. */
 function rssPeakMiB(pid: number): number {

@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { chmodSync, closeSync, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -17,6 +17,7 @@ import { fromFile } from "../../sdk/cache/object-cache.js";
 import { connect } from "../../sdk/connect.js";
 import type { PoolHandle } from "../../sdk/runtime/handles.js";
 import type { Streamer } from "../fixtures/stream-services.js";
+import { writePattern } from "../helpers/patterns.js";
 import { DIST, rejection, startCluster, startHeadWithData, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
 
 const MiB = 1024 * 1024;
@@ -28,17 +29,7 @@ after(() => rmSync(work, { recursive: true, force: true }));
 /** `mib` MiB no two alike in a file; returns its path and sha256. */
 function pattern(name: string, mib: number, seed: number): { file: string; sha: string } {
   const file = path.join(work, name);
-  const h = createHash("sha256");
-  const fd = openSync(file, "w");
-  const block = Buffer.alloc(MiB);
-  for (let i = 0; i < block.length; i += 4) block.writeUInt32LE((i * 2246822519 + seed) >>> 0, i);
-  for (let m = 0; m < mib; m++) {
-    block.writeUInt32LE(m ^ seed, 0);
-    writeSync(fd, block);
-    h.update(block);
-  }
-  closeSync(fd);
-  return { file, sha: h.digest("hex") };
+  return { file, sha: writePattern(file, mib, seed) };
 }
 
 /** Files under `dir` (recursively) whose names end with `suffix`, with their sizes. */

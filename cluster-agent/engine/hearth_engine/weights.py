@@ -203,12 +203,8 @@ def _sync(t: Optional[Tensor]) -> None:
         torch.cuda.synchronize(t.device)
 
 
-def full_blobs(tensors: Dict[str, Tensor], version: int, max_shard_bytes: int) -> List[bytes]:
-    """A full publication: safetensors shards of the bf16 weights."""
-    shards = split_shards(tensors, max_shard_bytes)
-    return [safetensors.serialize(s, {"format": "hearth-full", "version": str(version),
-                                       "shard": str(i), "shards": str(len(shards))})
-            for i, s in enumerate(shards)]
+def full_meta(version: int, shard: int, shards: int) -> Dict[str, str]:
+    return {"format": "hearth-full", "version": str(version), "shard": str(shard), "shards": str(shards)}
 
 
 def _publication_dir(out_dir: str) -> str:
@@ -218,94 +214,84 @@ def _publication_dir(out_dir: str) -> str:
     return out_dir
 
 
+def _bf16_view(model) -> Dict[str, Tensor]:
+    """The live weights as bf16: a bf16 model as it is (no copy); others cast per tensor."""
+    return {n: (t.detach() if t.dtype == torch.bfloat16 else t.detach().to(torch.bfloat16))
+            for n, t in model_tensors(model).items()}
+
+
+# Writes one blob of a publication (index, entries, metadata) and returns its size in bytes.
+BlobWriter = Callable[[int, Dict[str, Tensor], Dict[str, str]], int]
+
+
 class Publisher:
-    """Keeps the last published bf16 weights; each publish returns blobs to ship (or
-    writes them to files, `publish_files`)."""
+    """Keeps the last published bf16 weights; each publication is blobs in memory
+    (`publish`) or files (`publish_files`)."""
 
     def __init__(self, max_shard_bytes: int = 1 << 30):
         self.last: Optional[Dict[str, Tensor]] = None
         self.version = 0
         self.max_shard_bytes = max_shard_bytes
 
-    def publish_files(self, model, full: bool, out_dir: str, emit: Callable[[dict], None],
-                      keep_last: bool = True) -> Tuple[List[Dict[str, object]], PatchStats]:
-        """Like publish, but each blob is written to a file in `out_dir` (streamed tensor by
-        tensor: no blob is ever whole in memory) and announced with `emit` as soon as it is
-        complete, so the caller ships shard i while shard i + 1 is written. Without
-        `keep_last` a full publication writes the live tensors and keeps no bf16 copy (the
-        next publication is full again): a publisher whose memory holds one model, not two."""
+    def _publish(self, model, full: bool, write: BlobWriter, keep_last: bool = True) -> PatchStats:
+        """Full shards the first time (or when `full`: a fresh base), then one patch blob
+        against the last publication; each blob goes to `write` as soon as it is made.
+        Without `keep_last` a full publication writes the live tensors and keeps no bf16
+        copy (the next one is full again): a publisher whose memory holds one model, not two."""
         t0 = time.perf_counter()
-        out_dir = _publication_dir(out_dir)
         self.version += 1
         stats = PatchStats(version=self.version)
-        files: List[Dict[str, object]] = []
-
-        def write(i: int, entries: Dict[str, Tensor], meta: Dict[str, str]) -> None:
-            path = os.path.join(out_dir, f"v{self.version}-{i}.safetensors")
-            size = safetensors.save_file(entries, path, meta)
-            kind = "full" if meta["format"] == "hearth-full" else "patch"
-            files.append({"path": path, "size": size, "shard": i, "version": self.version, "kind": kind})
-            emit({"file": path, "size": size, "shard": i, "version": self.version, "kind": kind})
-
         if self.last is None or full:
-            new = export_bf16(model) if keep_last else {
-                n: (t.detach() if t.dtype == torch.bfloat16 else t.detach().to(torch.bfloat16))
-                for n, t in model_tensors(model).items()}
+            new = export_bf16(model) if keep_last else _bf16_view(model)
             _sync(next(iter(new.values())))
             t1 = time.perf_counter()
             stats.kind = "full"
             stats.elements = stats.changed = sum(t.numel() for t in new.values())
             stats.tensors = stats.dense = len(new)
             shards = split_shards(new, self.max_shard_bytes)
-            for i, shard in enumerate(shards):
-                write(i, shard, {"format": "hearth-full", "version": str(self.version),
-                                 "shard": str(i), "shards": str(len(shards))})
+            stats.bytes = sum(write(i, shard, full_meta(self.version, i, len(shards))) for i, shard in enumerate(shards))
             self.last = new if keep_last else None
         else:
-            live = {n: (t.detach() if t.dtype == torch.bfloat16 else t.detach().to(torch.bfloat16))
-                    for n, t in model_tensors(model).items()}
+            live = _bf16_view(model)
             t1 = time.perf_counter()
             entries = diff_tensors(self.last, live, stats, advance=True)
             _sync(next(iter(live.values())))
             t2 = time.perf_counter()
-            write(0, entries, {"format": "hearth-patch", "version": str(self.version),
-                               "base_version": str(self.version - 1)})
+            stats.bytes = write(0, entries, {"format": "hearth-patch", "version": str(self.version),
+                                             "base_version": str(self.version - 1)})
             stats.seconds["serialize"] = time.perf_counter() - t2
-        stats.bytes = sum(int(f["size"]) for f in files)
         stats.seconds["export"] = t1 - t0
         stats.seconds["total"] = time.perf_counter() - t0
-        return files, stats
+        return stats
+
+    def publish_files(self, model, full: bool, out_dir: str, emit: Callable[[dict], None],
+                      keep_last: bool = True) -> Tuple[List[Dict[str, object]], PatchStats]:
+        """Each blob written to a file in `out_dir` (streamed tensor by tensor: no blob is ever
+        whole in memory) and announced with `emit` as soon as it is complete, so the caller
+        ships shard i while shard i + 1 is written."""
+        out_dir = _publication_dir(out_dir)
+        files: List[Dict[str, object]] = []
+
+        def write(i: int, entries: Dict[str, Tensor], meta: Dict[str, str]) -> int:
+            path = os.path.join(out_dir, f"v{self.version}-{i}.safetensors")
+            size = safetensors.save_file(entries, path, meta)
+            kind = "full" if meta["format"] == "hearth-full" else "patch"
+            f = {"path": path, "size": size, "shard": i, "version": self.version, "kind": kind}
+            files.append(f)
+            emit({"file": path, "size": size, "shard": i, "version": self.version, "kind": kind})
+            return size
+
+        return files, self._publish(model, full, write, keep_last)
 
     def publish(self, model: Transformer, full: bool = False) -> Tuple[List[bytes], PatchStats]:
-        """Full shards the first time (or when `full`: a fresh base), then one patch blob
-        against the last publication."""
-        t0 = time.perf_counter()
-        self.version += 1
-        stats = PatchStats(version=self.version)
-        if self.last is None or full:
-            new = export_bf16(model)
-            _sync(next(iter(new.values())))
-            t1 = time.perf_counter()
-            stats.kind = "full"
-            stats.elements = stats.changed = sum(t.numel() for t in new.values())
-            stats.tensors = stats.dense = len(new)
-            blobs = full_blobs(new, self.version, self.max_shard_bytes)
-            self.last = new
-        else:
-            # A bf16 model is compared as it is (no export copy); others are cast per tensor.
-            live = {n: (t.detach() if t.dtype == torch.bfloat16 else t.detach().to(torch.bfloat16))
-                    for n, t in model_tensors(model).items()}
-            t1 = time.perf_counter()
-            entries = diff_tensors(self.last, live, stats, advance=True)
-            _sync(next(iter(live.values())))
-            t2 = time.perf_counter()
-            blobs = [safetensors.serialize(entries, {"format": "hearth-patch", "version": str(self.version),
-                                                     "base_version": str(self.version - 1)})]
-            stats.seconds["serialize"] = time.perf_counter() - t2
-        stats.bytes = sum(len(b) for b in blobs)
-        stats.seconds["export"] = t1 - t0
-        stats.seconds["total"] = time.perf_counter() - t0
-        return blobs, stats
+        """Each blob as bytes in memory (small models, tests)."""
+        blobs: List[bytes] = []
+
+        def write(i: int, entries: Dict[str, Tensor], meta: Dict[str, str]) -> int:
+            blobs.append(safetensors.serialize(entries, meta))
+            return len(blobs[-1])
+
+        return blobs, self._publish(model, full, write)
 
 
 def apply_blob(targets: Dict[str, Tensor], blob, version: Optional[int] = None) -> PatchStats:
