@@ -82,7 +82,8 @@ test("a publication past the cache's limit fails naming the object and the limit
       assert.equal((await publisher.publish()).kind, "patch");
       // A re-base replaces the base and its patches: it fits although two bases would not.
       await trainer.perturb({ share: 0.027, seed: 2 });
-      assert.equal((await publisher.publish({ full: true })).kind, "full");
+      const rebase = await publisher.publish({ full: true });
+      assert.equal(rebase.kind, "full");
       await applyPublications(reader.objects, "weights", rollout);
       const published = (await trainer.digest()).digest;
       assert.equal((await rollout.digest()).digest, published);
@@ -93,7 +94,21 @@ test("a publication past the cache's limit fails naming the object and the limit
       assert.equal(error.name, "CacheFullError", error.message);
       assert.match(error.message, /'weights'/, "the error names the object");
       assert.match(error.message, /26(\.0)? MiB/, `the error names the limit: ${error.message}`);
-      // Nothing published is lost: a reader still gets the last good version, exactly.
+      // Nothing published is lost: a new driver of the app (holding nothing) with a new engine (other weights)
+      // finds the head's object at the version of the last accepted publication and rebuilds it exactly.
+      const again = await connect({ name: "weights-limit", head: cluster.endpoint });
+      const fresh = await TensorEngine.start({ env: { HEARTH_THREADS: "1" } });
+      engines.push(fresh);
+      try {
+        await fresh.initModel({ config: "qwen2-tiny", seed: 11, dtype: "bfloat16", device: "cpu", threads: 1 });
+        assert.notEqual((await fresh.digest()).digest, published, "the new engine starts from other weights");
+        const synced = await applyPublications(again.objects, "weights", fresh);
+        assert.equal(synced.cache?.version, rebase.cacheVersion, "the head's object is at the version of the last accepted publication");
+        assert.deepEqual(synced.applied, ["full"], "the new reader rebuilt from the base the head kept");
+        assert.equal((await fresh.digest()).digest, published, "and holds exactly the last accepted version");
+      } finally {
+        await again.disconnect(); // close() would release the app, the first driver's too
+      }
       await applyPublications(reader.objects, "weights", rollout);
       assert.equal((await rollout.digest()).digest, published);
 
