@@ -35,6 +35,7 @@ import type { ExecutorContext } from "../runtime/types.js";
 import { APP_TOKEN_ENV } from "../wire/auth.js";
 import { warmStartClock } from "./events.js";
 import { finishSession } from "./finish.js";
+import { emByCategory } from "./pipeline.js";
 import type { ServiceSource } from "./options.js";
 import { emReward, type RewardFn } from "./reward.js";
 import { LoopLogWriter, loopOutputsKey, loopStatusKey, readLoopStatus, throughHeadRestarts, type LoopState, type LoopStatus } from "./run-log.js";
@@ -347,7 +348,7 @@ export class SearchR1Loop {
         const first = await run.evaluate();
         status.evalEm = first.em;
         status.evalStep = run.stepsDone;
-        status.startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample };
+        status.startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample, emBy: emByCategory(first) };
       }
       const startEval = status.startEval!;
       const setupSeconds = (performance.now() - t0) / 1000;
