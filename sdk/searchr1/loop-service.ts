@@ -411,9 +411,12 @@ export class SearchR1Loop {
       await run.release();
       this.run = undefined;
       this.setState("done");
+      // The log first: whoever sees the status say "done" (hearth stop, attach) then finds every event in the log.
+      await this.log.flush();
       await this.writeStatus();
     } catch (err) {
       this.setState("failed", (err as Error).message ?? String(err));
+      await this.log.flush().catch(() => undefined);
       await this.writeStatus().catch(() => undefined);
       // The services stay warm (their state may be inspected or resumed); the app's keep-alive releases them.
       await this.run?.disconnect().catch(() => undefined);
