@@ -171,7 +171,12 @@ export function describeError(thrown: unknown): CellError {
   if (thrown instanceof Error || (typeof thrown === "object" && thrown !== null && "message" in thrown && "stack" in thrown)) {
     const e = thrown as Error & { code?: string };
     const interrupted = e.code === "ERR_SCRIPT_EXECUTION_INTERRUPTED" || e.message === "Interrupted asynchronously";
-    const ename = interrupted ? "KeyboardInterrupt" : e.name || "Error";
+    if (interrupted) {
+      // Its stack is tslab's and vm's frames: a front end shows the traceback, so say what happened instead.
+      const evalue = e.message === "Interrupted asynchronously" ? "interrupted while the cell awaited (what it started may go on in the background)" : "interrupted";
+      return { ename: "KeyboardInterrupt", evalue, traceback: [`KeyboardInterrupt: ${evalue}`] };
+    }
+    const ename = e.name || "Error";
     const stack = typeof e.stack === "string" && e.stack.length > 0 ? e.stack : `${ename}: ${e.message}`;
     return { ename, evalue: String(e.message), traceback: stack.split("\n").filter((line) => !KERNEL_FRAME.test(line)) };
   }

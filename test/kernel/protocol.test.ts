@@ -197,6 +197,7 @@ test("interrupt by signal of an awaiting cell that added a SIGINT listener in it
   await bridge.request({ op: "interrupt_signal" });
   const r = (await bridge.request({ op: "collect", msg_id, timeout: 20 })) as { reply: Record<string, any> };
   assert.equal(r.reply.ename, "KeyboardInterrupt");
+  assert.deepEqual(r.reply.traceback, ["KeyboardInterrupt: interrupted while the cell awaited (what it started may go on in the background)"], "what a front end shows: no tslab frames");
   const after = await bridge.execute('const seen = globalThis as unknown as { heard: number; onStop: () => void };\nprocess.off("SIGINT", seen.onStop);\nseen.heard');
   assert.equal(outputsOf(after, "execute_result")[0]?.data["text/plain"], "1", "the kernel is alive and the cell's own listener heard the interrupt once");
 });
