@@ -11,6 +11,7 @@ import { localAddressToward } from "../sdk/runtime/route.js";
 import { ensureLocalCluster, findLocalCluster, hearthHome, stopLocalCluster } from "../sdk/engines/local.js";
 import { findSlurmHead, listAppJobs } from "../sdk/engines/slurm/index.js";
 import { HearthError } from "../sdk/errors/index.js";
+import { parseDuration } from "../sdk/format.js";
 import { CURVE_KEYS_ENV, ensureCurveKeys, loadCurveKeys } from "../sdk/wire/curve.js";
 import { SECRET_FILE_ENV, appToken, ensureSecret, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { Agent } from "./agent.js";
@@ -72,14 +73,6 @@ ${TRAIN_USAGE}
 
 ${WARMSTART_USAGE}
 `;
-
-/** Parses "30m", "90s", "2h", "500ms" or a plain number of milliseconds. */
-export function parseDuration(text: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
-  if (!m) throw new HearthError(`bad duration '${text}': use e.g. 500ms, 90s, 30m or 2h`);
-  const scale = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? "ms"]!;
-  return Number(m[1]) * scale;
-}
 
 /** Parses a positive whole-number flag. */
 function positiveInt(flag: string, text: string): number {

@@ -89,7 +89,11 @@ export class TypeScriptExecutor {
     this.running = true;
     let ok: boolean;
     try {
-      ok = await this.executor.execute(code);
+      // tslab runs the cell's synchronous part in vm with breakOnSigint, before its first await: that part is
+      // over once execute() has returned its promise.
+      const done = this.executor.execute(code);
+      rearmSigint();
+      ok = await done;
     } catch (err) {
       ok = false;
       this.capture.errors.push(err);
@@ -146,12 +150,33 @@ export class TypeScriptExecutor {
 /** Stack frames of the kernel itself (below the cell), left out of tracebacks. */
 const KERNEL_FRAME = /^\s+at .*(node:vm|node:internal|tslab[\\/]dist[\\/]|[\\/]kernel[\\/](ts-executor|ts-handler|router|sockets|kernel)\.js)/;
 
+/**
+ * Installs Node's SIGINT handler again, keeping every listener. A listener
+ * added while vm's breakOnSigint watchdog is up (the synchronous part of a
+ * cell: `run.train()` watches for the stop button so) leaves the process
+ * without a handler once the watchdog ends, and the next interrupt (Jupyter's
+ * stop button: SIGINT) kills the kernel (measured: Node 20, a cell
+ * `process.on("SIGINT", f); await sleep()` then an interrupt: the kernel
+ * died of SIGINT). Removing every listener and adding them back makes Node
+ * install its handler afresh.
+ */
+function rearmSigint(): void {
+  const listeners = process.listeners("SIGINT");
+  process.removeAllListeners("SIGINT");
+  for (const l of listeners) process.on("SIGINT", l);
+}
+
 /** Jupyter's error triple for a thrown value; interrupts are named "KeyboardInterrupt" as in other kernels. */
 export function describeError(thrown: unknown): CellError {
   if (thrown instanceof Error || (typeof thrown === "object" && thrown !== null && "message" in thrown && "stack" in thrown)) {
     const e = thrown as Error & { code?: string };
     const interrupted = e.code === "ERR_SCRIPT_EXECUTION_INTERRUPTED" || e.message === "Interrupted asynchronously";
-    const ename = interrupted ? "KeyboardInterrupt" : e.name || "Error";
+    if (interrupted) {
+      // Its stack is tslab's and vm's frames: a front end shows the traceback, so say what happened instead.
+      const evalue = e.message === "Interrupted asynchronously" ? "interrupted while the cell awaited (what it started may go on in the background)" : "interrupted";
+      return { ename: "KeyboardInterrupt", evalue, traceback: [`KeyboardInterrupt: ${evalue}`] };
+    }
+    const ename = e.name || "Error";
     const stack = typeof e.stack === "string" && e.stack.length > 0 ? e.stack : `${ename}: ${e.message}`;
     return { ename, evalue: String(e.message), traceback: stack.split("\n").filter((line) => !KERNEL_FRAME.test(line)) };
   }

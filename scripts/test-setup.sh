@@ -20,8 +20,10 @@ dpkg -s libopenblas0-pthread >/dev/null 2>&1 || missing+=(libopenblas0-pthread)
 "$py" -c "import nbconvert" >/dev/null 2>&1 || missing+=(jupyter-nbconvert)
 "$py" -c "import ipykernel" >/dev/null 2>&1 || missing+=(python3-ipykernel)
 "$py" -c "import jupyter_kernel_test" >/dev/null 2>&1 || missing+=(python3-jupyter-kernel-test)
-# Exported notebooks are rendered and screenshotted in headless Chromium.
+# Exported notebooks are rendered and screenshotted in headless Chromium; the browser tests open the notebooks
+# in Jupyter Notebook 6 (Debian's; playwright-core, an npm devDependency, drives that Chromium: no browser download).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ -x /usr/bin/jupyter-notebook ] || missing+=(jupyter-notebook)
 # The Slurm tests put each node in a network namespace (ip netns + veth); Slurm itself their harness installs.
 [ -x /usr/sbin/ip ] || missing+=(iproute2)
 

@@ -17,6 +17,14 @@ export interface InputOptions {
   password?: boolean;
   /** Give up after this long (rejects with InputTimeoutError); default: wait until answered or interrupted. */
   timeoutMs?: number;
+  /**
+   * The answer when nobody can give one: the front end does not take input
+   * for this cell (nbclient, batch runs) or stdin ended. input() then
+   * resolves with it instead of failing with StdinNotAllowedError, so a
+   * notebook that asks a person still runs unattended. An interrupt or a
+   * timeout still rejects.
+   */
+  default?: string;
 }
 
 /** The front end does not accept input for this cell (allow_stdin false, e.g. nbclient), or no cell is running. */
@@ -32,7 +40,9 @@ export class InputTimeoutError extends Error {
 /** Asks for one line of input; resolves with it (without the newline). */
 export async function input(prompt = "", opts: InputOptions = {}): Promise<string> {
   const sink = displaySink();
-  const answer = sink?.input ? sink.input(prompt, opts.password ?? false) : readLine(prompt, opts.password ?? false);
+  const asked = sink?.input ? sink.input(prompt, opts.password ?? false) : readLine(prompt, opts.password ?? false);
+  const fallback = opts.default;
+  const answer = fallback === undefined ? asked : asked.catch((err: unknown) => (err instanceof StdinNotAllowedError ? fallback : Promise.reject(err)));
   if (opts.timeoutMs === undefined) return answer;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {

@@ -67,12 +67,47 @@ export interface WarmStartManifest {
   blas?: string;
   command: string;
   created: string;
+  /**
+   * Set when the manifest's fingerprint (`hash`, `material`) was computed again
+   * for the same weights after the fingerprint's format changed, not by the
+   * warm start that made them: when, the hash it had before, and why the
+   * weights still are what the new material describes.
+   */
+  fingerprinted?: { at: string; previous: string; why: string };
   /** sha256 of every file of the folder but the manifest. */
   files: Record<string, string>;
 }
 
 /** The manifest's file name. */
 export const MANIFEST = "warmstart.json";
+
+/** How many of a plan's first warm-start batches `demosDigest` covers (by default): 512 demonstrations of the chain recipe, ~0.1 s to make. */
+export const DIGESTED_BATCHES = 16;
+
+/**
+ * The sha256 (16 hex digits) of the demonstrations of a plan's first
+ * `batches` steps (tokens and masks, across phases): a recipe's material
+ * carries it, so a change in the code that makes demonstrations (or in the
+ * protocol text, the task or the retrieval they are made of) changes the
+ * hash, not only a change in a declared setting. A change that only touches
+ * demonstrations past those batches is not seen.
+ */
+export function demosDigest(phases: readonly WarmStartPhase[], batch: number, batches = DIGESTED_BATCHES): string {
+  const h = createHash("sha256");
+  let step = 0;
+  for (const phase of phases) {
+    for (let i = 0; i < phase.steps && step < batches; i++, step++) {
+      for (const d of phase.demos(step, batch)) h.update(JSON.stringify([d.tokens, d.mask]));
+      h.update("\n");
+    }
+  }
+  return h.digest("hex").slice(0, 16);
+}
+
+/** The sha256 (16 hex digits) of a value's JSON: what a recipe's material records of its protocol text and its task. */
+export function jsonDigest(value: unknown): string {
+  return createHash("sha256").update(JSON.stringify(value)).digest("hex").slice(0, 16);
+}
 
 /** The hash of a plan's material (what the manifest records and a run checks). */
 export function planHash(plan: WarmStartPlan): string {

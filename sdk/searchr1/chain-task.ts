@@ -83,6 +83,11 @@ function names(r: () => number, n: number, taken: Set<string>): string[] {
   return out;
 }
 
+/** A chain question's category (what evaluations break held-out EM down by): the searches it needs. */
+export function hopCategory(hops: number): string {
+  return `${hops} hop${hops === 1 ? "" : "s"}`;
+}
+
 /** Expands weights into a repeating list of kinds. */
 function weighted(weights: ReadonlyArray<[ChainKind, number]>): ChainKind[] {
   return weights.flatMap(([k, n]) => Array.from({ length: n }, () => k));
@@ -122,7 +127,7 @@ export function chainTask(opts: ChainOptions = {}): ChainTask {
   };
   const question = (kind: ChainKind, name: string, i: number): ChainQuestion => {
     const hops = hopsOf(kind, name);
-    return { id: `${kind}-${name}-${i}`, question: CHAIN_TEMPLATES[kind](name), golds: [hops.at(-1)!.found], entity: name, chainKind: kind, hops };
+    return { id: `${kind}-${name}-${i}`, question: CHAIN_TEMPLATES[kind](name), golds: [hops.at(-1)!.found], entity: name, chainKind: kind, hops, category: hopCategory(hops.length) };
   };
   const kinds = weighted(PERSON_KIND_WEIGHTS);
   const trainPeople = people.slice(0, nPeople - nHeld);

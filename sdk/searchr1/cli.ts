@@ -8,6 +8,8 @@ import { HearthError } from "../errors/index.js";
 import { terminalProgress, warmStartClock } from "./events.js";
 import { detachRun } from "./detached.js";
 import { finishSession } from "./finish.js";
+import { emByCategory } from "./pipeline.js";
+import { emByText } from "./report.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "./run.js";
 
 /** Numeric flags and the option each sets. */
@@ -112,7 +114,7 @@ export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
 
 /** One line of a step's metrics, as the CLI prints it. */
 export function stepRow(m: StepMetrics): string {
-  const ev = m.eval_em !== undefined ? `  eval EM ${(m.eval_em * 100).toFixed(1)}%` : "";
+  const ev = m.eval_em !== undefined ? `  eval EM ${(m.eval_em * 100).toFixed(1)}%${m.eval_em_by ? ` (${emByText(m.eval_em_by)})` : ""}` : "";
   return `step ${String(m.step).padStart(3)}  reward ${m.reward_mean.toFixed(3)}  EM ${(m.em * 100).toFixed(1)}%  searches ${m.searches_per_sample.toFixed(2)}  kept ${m.groups_kept}  ${m.step_s.toFixed(1)} s${ev}`;
 }
 
@@ -149,8 +151,9 @@ export async function runTrainCommand(args: string[]): Promise<number> {
   process.on("SIGINT", onSigint);
   try {
     const first = await run.evaluate();
-    opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy), searches/sample ${first.searchesPerSample.toFixed(2)}`);
-    const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample };
+    const emBy = emByCategory(first);
+    opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy)${emBy ? ` (${emByText(emBy)})` : ""}, searches/sample ${first.searchesPerSample.toFixed(2)}`);
+    const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample, emBy };
     const setupSeconds = (performance.now() - t0) / 1000;
     const before = run.history.length;
     await run.train(opts.steps, { progress: false, signal: stop.signal, onStep: (r) => opts.log(stepRow(r.metrics)) });

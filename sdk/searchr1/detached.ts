@@ -120,6 +120,46 @@ export async function controlRun(name: string, what: "pause" | "resume" | "stop"
   });
 }
 
+/** How long `hearth stop` waits for the run to end by default: its step in flight, the final evaluation, the checkpoint and the report. */
+export const STOP_WAIT_MS = 10 * 60_000;
+
+/** How `stopRun` waits. */
+export interface StopRunOptions extends RunClientOptions {
+  /** Wait for the run to be done or failed (default); false: return once the loop has the request, as it stands then. */
+  wait?: boolean;
+  /** The wait's deadline (default STOP_WAIT_MS): past it a HearthError says what the run is doing; the run goes on stopping. */
+  timeoutMs?: number;
+  /** Each event the run logs after the stop was asked (its last step, the final evaluation, where its outputs went). */
+  onEvent?: (e: LoopEvent) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * Stops run `name` after its step in flight and, unless `wait` is false,
+ * waits until it has ended, as `docker stop` does: resolved, a "done" run's
+ * outputs are in the cache (`fetchRun` works at once) and its services are
+ * released; a run that failed while stopping resolves with state "failed".
+ * A run already done or failed is an error (nothing to stop).
+ */
+export async function stopRun(name: string, opts: StopRunOptions = {}): Promise<LoopStatus> {
+  return withRun(name, opts, async (app, status) => {
+    if (status.state === "done" || status.state === "failed") throw new HearthError(`run '${name}' is ${status.state}${status.why ? ` (${status.why})` : ""}: nothing to stop`);
+    // Events before the request are history: only what the run does from now on is progress.
+    const reader = new LoopLogReader(app.objects, name);
+    await reader.next();
+    const asked = (await (await loopOf(app)).call("stop")) ?? status;
+    if (opts.wait === false) return asked;
+    const timeoutMs = opts.timeoutMs ?? STOP_WAIT_MS;
+    const deadline = Date.now() + timeoutMs;
+    const end = await followRun(app.objects, name, reader, opts.onEvent ?? (() => undefined), { signal: opts.signal, until: () => Date.now() > deadline });
+    if (end.state !== "done" && end.state !== "failed" && !opts.signal?.aborted) {
+      const within = timeoutMs < 1000 ? `${timeoutMs} ms` : `${Math.round(timeoutMs / 1000)} s`;
+      throw new HearthError(`run '${name}' did not end within ${within} of the stop: it is ${end.state} at step ${end.step} of ${end.total}, and goes on stopping (hearth attach ${name} follows it)`);
+    }
+    return end;
+  });
+}
+
 /**
  * Follows run `name`: `onEvent` gets every event of its log so far, then
  * each new one, until the run is done or failed (resolves with its final

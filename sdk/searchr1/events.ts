@@ -29,11 +29,13 @@ const PHASES = ["task prepared", "executors warm", "warm start done", "weights p
 /**
  * A notebook bar over `SearchR1Run.create`'s phases, advanced by its events
  * (the warm start shows its own step count). Pass `onEvent` to create; `log`
- * passes lines on to `next` (default: dropped in notebooks, printed elsewhere).
+ * passes lines on to `next` (default: in notebooks only the `note:` lines are
+ * printed, such as which starting policy the trainers load; elsewhere every
+ * line).
  */
 export function warmupProgress(opts: { label?: string; next?: (line: string) => void } = {}): { log: (line: string) => void; onEvent: RunEventHandler; bar: ProgressBar } {
   const bar = progress(PHASES.length, { label: opts.label ?? "warm-up", intervalMs: 0 });
-  const next = opts.next ?? (inNotebook() ? () => undefined : (line: string) => console.log(line));
+  const next = opts.next ?? (inNotebook() ? (line: string) => void (line.startsWith("note: ") && console.log(line)) : (line: string) => console.log(line));
   const onEvent: RunEventHandler = (e) => {
     if (e.type === "task") bar.update(1, PHASES[0]);
     else if (e.type === "executors") bar.update(e.reattached ? 4 : 2, e.reattached ? "reattached to the warm run" : PHASES[1]);

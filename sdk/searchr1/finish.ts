@@ -4,14 +4,15 @@
  * last step just made one), the standalone checkpoint, and the HTML report
  * with its summary.
  */
-import { pickSample, writeReport } from "./report.js";
+import { emByCategory } from "./pipeline.js";
+import { pickSample, writeReport, type EvalPoint } from "./report.js";
 import type { WarmStartTime } from "./events.js";
 import type { SearchR1Run } from "./run.js";
 
 /** What the session measured before its steps. */
 export interface SessionStart {
   t0: number;
-  startEval: { step: number; em: number; searches: number };
+  startEval: EvalPoint;
   setupSeconds: number;
   /** History entries before this session's steps. */
   before: number;
@@ -22,10 +23,10 @@ export interface SessionStart {
 export async function finishSession(run: SearchR1Run, s: SessionStart): Promise<{ summary: string; report: string; checkpoint: string; finalEm: number }> {
   const opts = run.opts;
   const last = run.history.at(-1);
-  let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, searches: last.eval_searches ?? 0 } : undefined;
+  let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, searches: last.eval_searches ?? 0, emBy: last.eval_em_by } : undefined;
   if (!final) {
     const ev = await run.evaluate();
-    final = { em: ev.em, searches: ev.searchesPerSample };
+    final = { em: ev.em, searches: ev.searchesPerSample, emBy: emByCategory(ev) };
   }
   const checkpoint = opts.checkpoint ? await run.saveCheckpoint() : "(not written: --no-checkpoint)";
   const latest = run.results.steps().length > 0 ? run.result() : undefined;

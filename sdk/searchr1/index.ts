@@ -4,11 +4,13 @@
  *
  * @example
  * ```ts
- * import { SearchR1Run, f1Reward, plot } from "hearth/searchr1";
+ * import { SearchR1Run, f1Reward, metricsView, plot } from "hearth/searchr1";
  *
  * const run = await SearchR1Run.create({ model: "tiny", data: "synthetic", rollouts: 2, trainers: 2 });
  * const r = await run.step();                 // one GRPO step: rollouts, rewards, update, weight sync
+ * r;                                          // in a notebook: a card (reward, EM, time by phase, sync, KL, gap; all metrics a click away)
  * console.log(r.metrics.reward_mean, r.metrics.searches_per_sample);
+ * metricsView(r.metrics);                     // every metric as a table
  * run.trajectories();                         // in a notebook: the step's trajectories as a table
  * run.trajectory(0);                          // prompt, generated and retrieved spans told apart
  * run.rescore(r.metrics.step, f1Reward);      // rewards and advantages recomputed on the stored samples
@@ -27,7 +29,7 @@ export { chainTask, CHAIN_TEMPLATES, type ChainTask, type ChainQuestion, type Ch
 export type { TaskRecipe, PreparedTask, ModelShape, WarmStartContext } from "./recipe.js";
 export { StepStore, KEPT_STEPS, trainLoop, regroup, type TrainOptions } from "./interactive.js";
 export { warmupProgress, terminalProgress, type RunEvent, type RunEventHandler } from "./events.js";
-export { SummaryView, stepSummary, withStepDisplay } from "./step-summary.js";
+export { SummaryView, StepCard, metricsView, stepSummary, stepPhases, withStepDisplay, type StepPhases } from "./step-summary.js";
 export {
   TrajectoryView,
   RescoreView,

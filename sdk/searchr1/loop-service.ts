@@ -35,6 +35,7 @@ import type { ExecutorContext } from "../runtime/types.js";
 import { APP_TOKEN_ENV } from "../wire/auth.js";
 import { warmStartClock } from "./events.js";
 import { finishSession } from "./finish.js";
+import { emByCategory } from "./pipeline.js";
 import type { ServiceSource } from "./options.js";
 import { emReward, type RewardFn } from "./reward.js";
 import { LoopLogWriter, loopOutputsKey, loopStatusKey, readLoopStatus, throughHeadRestarts, type LoopState, type LoopStatus } from "./run-log.js";
@@ -347,7 +348,7 @@ export class SearchR1Loop {
         const first = await run.evaluate();
         status.evalEm = first.em;
         status.evalStep = run.stepsDone;
-        status.startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample };
+        status.startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample, emBy: emByCategory(first) };
       }
       const startEval = status.startEval!;
       const setupSeconds = (performance.now() - t0) / 1000;
@@ -410,9 +411,12 @@ export class SearchR1Loop {
       await run.release();
       this.run = undefined;
       this.setState("done");
+      // The log first: whoever sees the status say "done" (hearth stop, attach) then finds every event in the log.
+      await this.log.flush();
       await this.writeStatus();
     } catch (err) {
       this.setState("failed", (err as Error).message ?? String(err));
+      await this.log.flush().catch(() => undefined);
       await this.writeStatus().catch(() => undefined);
       // The services stay warm (their state may be inspected or resumed); the app's keep-alive releases them.
       await this.run?.disconnect().catch(() => undefined);

@@ -59,6 +59,8 @@ export interface StepMetrics {
   grad_norm?: number;
   eval_em?: number;
   eval_searches?: number;
+  /** Held-out EM per question category (Question.category: the chain task's hop count), on evaluation steps of tasks whose questions have one. */
+  eval_em_by?: Record<string, number>;
   /* The overlap fields below are written by every step; optional only because a history from before them lacks them. */
   /** The lag allowed (--max-lag), and the trainers' policy version this step trained from. */
   max_lag?: number;
@@ -90,6 +92,35 @@ export interface EvalResult {
   em: number;
   searchesPerSample: number;
   samples: ScoredSample[];
+  /** EM and searches per question category (empty when the task's questions have none), in category order. */
+  byCategory: CategoryEval[];
+}
+
+/** An evaluation's results on the held-out questions of one category. */
+export interface CategoryEval {
+  category: string;
+  questions: number;
+  em: number;
+  searchesPerSample: number;
+}
+
+/** Breaks scored samples down by their question's category (questions without one are left out). */
+export function evalByCategory(questions: readonly Question[], samples: readonly ScoredSample[]): CategoryEval[] {
+  const categoryOf = new Map(questions.map((q) => [q.id, q.category]));
+  const groups = new Map<string, ScoredSample[]>();
+  for (const s of samples) {
+    const c = categoryOf.get(s.itemId);
+    if (c === undefined) continue;
+    groups.set(c, [...(groups.get(c) ?? []), s]);
+  }
+  return [...groups.entries()]
+    .sort(([a], [b]) => a.localeCompare(b, "en", { numeric: true }))
+    .map(([category, xs]) => ({ category, questions: xs.length, em: mean(xs.map((s) => emReward(s.response, s.golds))), searchesPerSample: mean(xs.map((s) => s.searches.length)) }));
+}
+
+/** The per-category EM of an evaluation as a metrics field (undefined when it has no categories). */
+export function emByCategory(ev: Pick<EvalResult, "byCategory">): Record<string, number> | undefined {
+  return ev.byCategory.length === 0 ? undefined : Object.fromEntries(ev.byCategory.map((c) => [c.category, c.em]));
 }
 
 /** What the pipeline runs on. */
@@ -277,6 +308,7 @@ export async function evaluate(svc: StepServices, n = 0): Promise<EvalResult> {
     em: mean(scored.samples.map((s) => emReward(s.response, s.golds))),
     searchesPerSample: mean(scored.samples.map((s) => s.searches.length)),
     samples: scored.samples,
+    byCategory: evalByCategory(svc.task.heldOut, scored.samples),
   };
 }
 

@@ -17,10 +17,18 @@ import type { SpanDecoder } from "./spans.js";
 
 export { pickSample } from "./report-sections.js";
 
+/** One held-out evaluation: EM, searches per sample, and EM per question category when the task's questions have them (the chain task: hop counts). */
+export interface EvalPoint {
+  step: number;
+  em: number;
+  searches: number;
+  emBy?: Record<string, number>;
+}
+
 /** Evaluation points and run facts for the summary. */
 export interface ReportFacts {
-  start: { step: number; em: number; searches: number };
-  final: { step: number; em: number; searches: number };
+  start: EvalPoint;
+  final: EvalPoint;
   /** The whole command. */
   seconds: number;
   /** Before the first RL step: task, services, the warm start or model load, the first evaluation. */
@@ -36,29 +44,42 @@ export interface ReportFacts {
   trajectory?: { step: number; sample: ScoredSample; decoder: SpanDecoder };
 }
 
-/** The summary table printed at the end of a run. */
+/** The question categories of a run's evaluations (from the first and last evaluation and the history), in order. */
+export function evalCategories(history: readonly StepMetrics[], f: Pick<ReportFacts, "start" | "final">): string[] {
+  const all = new Set<string>([...Object.keys(f.start.emBy ?? {}), ...history.flatMap((m) => Object.keys(m.eval_em_by ?? {})), ...Object.keys(f.final.emBy ?? {})]);
+  return [...all].sort((a, b) => a.localeCompare(b, "en", { numeric: true }));
+}
+
+/** Held-out EM per category as one line's words: "1 hop 95.0% · 2 hops 50.0%". */
+export function emByText(by: Record<string, number> | undefined): string {
+  return Object.entries(by ?? {}).sort(([a], [b]) => a.localeCompare(b, "en", { numeric: true })).map(([c, em]) => `${c} ${pct(em)}`).join(" · ");
+}
+
+/** The summary table printed at the end of a run: a row per evaluation, with a column per question category when there are some. */
 export function summaryTable(history: StepMetrics[], f: ReportFacts): string {
   const evals = history.filter((m) => m.eval_em !== undefined);
+  const cats = evalCategories(history, f);
+  const widths = cats.map((c) => Math.max(c.length, 6));
+  const byCells = (by: Record<string, number> | undefined): string => cats.map((c, i) => `  ${(by?.[c] !== undefined ? pct(by[c]) : "-").padStart(widths[i]!)}`).join("");
+  const row = (step: number, em: number, by: Record<string, number> | undefined, searches: number, reward: string, elapsed: string): string =>
+    `${String(step).padStart(4)}  ${pct(em).padStart(11)}${byCells(by)}  ${searches.toFixed(2).padStart(15)}  ${reward.padStart(12)}  ${elapsed.padStart(7)}`;
   const lines = [
-    "step  held-out EM  searches/sample  train reward  elapsed",
-    "----  -----------  ---------------  ------------  -------",
-    `${String(f.start.step).padStart(4)}  ${pct(f.start.em).padStart(11)}  ${f.start.searches.toFixed(2).padStart(15)}  ${"-".padStart(12)}  ${"-".padStart(7)}`,
+    `step  held-out EM${cats.map((c, i) => `  ${c.padStart(widths[i]!)}`).join("")}  searches/sample  train reward  elapsed`,
+    `----  -----------${widths.map((w) => `  ${"-".repeat(w)}`).join("")}  ---------------  ------------  -------`,
+    row(f.start.step, f.start.em, f.start.emBy, f.start.searches, "-", "-"),
   ];
   let elapsed = 0;
   const at = new Map<number, number>();
   for (const m of history) at.set(m.step, (elapsed += m.step_s));
-  for (const m of evals) {
-    lines.push(`${String(m.step).padStart(4)}  ${pct(m.eval_em!).padStart(11)}  ${(m.eval_searches ?? 0).toFixed(2).padStart(15)}  ${m.reward_mean.toFixed(3).padStart(12)}  ${`${Math.round(at.get(m.step) ?? 0)} s`.padStart(7)}`);
-  }
-  if (!evals.some((m) => m.step === f.final.step)) {
-    lines.push(`${String(f.final.step).padStart(4)}  ${pct(f.final.em).padStart(11)}  ${f.final.searches.toFixed(2).padStart(15)}  ${"-".padStart(12)}  ${`${Math.round(elapsed)} s`.padStart(7)}`);
-  }
+  for (const m of evals) lines.push(row(m.step, m.eval_em!, m.eval_em_by, m.eval_searches ?? 0, m.reward_mean.toFixed(3), `${Math.round(at.get(m.step) ?? 0)} s`));
+  if (!evals.some((m) => m.step === f.final.step)) lines.push(row(f.final.step, f.final.em, f.final.emBy, f.final.searches, "-", `${Math.round(elapsed)} s`));
   const warm = f.warmStart ? (f.warmStart.cached ? ", warm start cached" : ` incl. warm start ${Math.round(f.warmStart.seconds)} s`) : "";
-  lines.push(
-    "",
-    `held-out EM ${pct(f.start.em)} → ${pct(f.final.em)} in ${history.length} steps; searches/sample ${f.start.searches.toFixed(2)} → ${f.final.searches.toFixed(2)}`,
-    `time: set-up ${Math.round(f.setupSeconds)} s${warm}; RL ${Math.round(f.rlSeconds)} s; total ${Math.round(f.seconds)} s`,
-  );
+  lines.push("", `held-out EM ${pct(f.start.em)} → ${pct(f.final.em)} in ${history.length} steps; searches/sample ${f.start.searches.toFixed(2)} → ${f.final.searches.toFixed(2)}`);
+  if (cats.length > 0) {
+    const final = f.final.emBy ?? evals.find((m) => m.step === f.final.step)?.eval_em_by;
+    lines.push(`held-out EM by category: ${cats.map((c) => `${c} ${f.start.emBy?.[c] !== undefined ? pct(f.start.emBy[c]) : "-"} → ${final?.[c] !== undefined ? pct(final[c]) : "-"}`).join("; ")}`);
+  }
+  lines.push(`time: set-up ${Math.round(f.setupSeconds)} s${warm}; RL ${Math.round(f.rlSeconds)} s; total ${Math.round(f.seconds)} s`);
   return lines.join("\n");
 }
 
@@ -86,8 +107,16 @@ function learningCharts(history: StepMetrics[], f: ReportFacts): string[] {
   if (!history.some((m) => m.step === f.final.step && m.eval_em !== undefined) && f.final.step !== f.start.step) evalPts.push([f.final.step, f.final.em]);
   const evalSearch: Array<[number, number]> = [[f.start.step, f.start.searches], ...points(history, (m) => m.eval_searches)];
   const maxReward = Math.max(0, ...history.map((m) => m.reward_mean));
+  const cats = evalCategories(history, f);
+  const palette = [COLOR.green, COLOR.blue, COLOR.purple, COLOR.teal, COLOR.grey, COLOR.orange];
+  const byCategory = cats.map((c, i): Series => {
+    const pts: Array<[number, number]> = [...(f.start.emBy?.[c] !== undefined ? [[f.start.step, f.start.emBy[c]] as [number, number]] : []), ...points(history, (m) => m.eval_em_by?.[c])];
+    if (f.final.emBy?.[c] !== undefined && !pts.some(([s]) => s === f.final.step)) pts.push([f.final.step, f.final.emBy[c]]);
+    return { label: c, color: palette[i % palette.length]!, points: pts, dashed: i % 2 === 1 };
+  });
   return [
     lineChart({ id: "fig-em", caption: "Held-out exact match (greedy)", series: [{ label: "held-out EM", color: COLOR.orange, points: evalPts }], yFormat: (v) => `${Math.round(v * 100)}%`, yMin: 0, yMax: 1 }),
+    ...(cats.length > 0 ? [lineChart({ id: "fig-em-by", caption: "Held-out exact match by question category (greedy)", series: byCategory, yFormat: (v) => `${Math.round(v * 100)}%`, yMin: 0, yMax: 1 })] : []),
     lineChart({
       id: "fig-reward",
       caption: "Train reward and exact match (mean per step)",

@@ -39,7 +39,7 @@ export interface LoopStatus {
   /** The flags the run was started with (a loop that takes over a lost one's run starts from them). */
   options?: Record<string, unknown>;
   /** The held-out evaluation before its first step (the report's start); set once the loop is past it. */
-  startEval?: { step: number; em: number; searches: number };
+  startEval?: { step: number; em: number; searches: number; emBy?: Record<string, number> };
   /** The reward module in use, when `setReward` replaced exact match. */
   reward?: { module: string; export: string };
   /** Loop executors lost and taken over: when, at which step, which one was lost, which took over. */

@@ -26,7 +26,7 @@ import { readResume, writeCheckpointJson, writeStandaloneCheckpoint } from "./ch
 import { StepStore, trainLoop, type TrainOptions } from "./interactive.js";
 import { backendFor, layerOptions, threadsFor, validateOptions, type SearchR1Options } from "./options.js";
 import { RolloutsAhead } from "./overlap.js";
-import { evaluate, runStep, setUtilisation, stepRollouts, type EvalResult, type RolloutParts, type StepMetrics, type StepResult, type StepServices } from "./pipeline.js";
+import { emByCategory, evaluate, runStep, setUtilisation, stepRollouts, type EvalResult, type RolloutParts, type StepMetrics, type StepResult, type StepServices } from "./pipeline.js";
 import type { PreparedTask, TaskRecipe } from "./recipe.js";
 import { recipeFor } from "./recipes/index.js";
 import { readRunState, runFingerprint, RunStateWriter, type RunState } from "./run-state.js";
@@ -384,6 +384,8 @@ export class SearchR1Run {
         const ev = await this.evaluate();
         m.eval_em = ev.em;
         m.eval_searches = ev.searchesPerSample;
+        const by = emByCategory(ev);
+        if (by) m.eval_em_by = by;
       }
       m.step_s = (performance.now() - t0) / 1000;
       setUtilisation(m, this.opts);

@@ -10,13 +10,18 @@ import { findSlurmHead } from "../engines/slurm/index.js";
 import { CURVE_KEYS_ENV } from "../wire/curve.js";
 import { HearthError } from "../errors/index.js";
 import { stepRow } from "./cli.js";
-import { attachRun, controlRun, fetchRun, listRuns, type AttachedRunListing, type RunListing } from "./detached.js";
+import { parseDuration } from "../format.js";
+import { attachRun, controlRun, fetchRun, listRuns, stopRun, STOP_WAIT_MS, type AttachedRunListing, type RunListing } from "./detached.js";
 import type { LoopEvent } from "./run-log.js";
 
 /** Usage of the run commands. */
 export const RUNS_USAGE = `runs    [--head ENDPOINT] [--json]            every detached run: name, state, step of total, last held-out EM, started, where its loop runs (admin)
   attach  NAME [--head ENDPOINT]                the run's history so far, then its live progress; Ctrl-C detaches (the run goes on)
-  pause|resume|stop NAME [--head ENDPOINT]      hold the run after its step / let it go on / end it after its step (metrics, checkpoint, report; services released)
+  pause|resume NAME [--head ENDPOINT]           hold the run after its step / let it go on
+  stop    NAME [--timeout 10m] [--no-wait] [--head ENDPOINT]
+                                                end it after its step (metrics, checkpoint, report; services released) and wait
+                                                until it has (its progress printed; exit 1 if it failed or is still stopping at
+                                                --timeout); --no-wait returns once the loop has the request
   fetch   NAME --out DIR [--head ENDPOINT]      write a finished run's outputs (metrics.jsonl, report, checkpoint) into DIR`;
 
 /** The head: --head, HEARTH_HEAD, the local cluster's, or the Slurm head of this HEARTH_HOME (whose CURVE keys this process then uses). */
@@ -66,11 +71,15 @@ export function runLine(s: RunListing): string {
 export async function runRunsCommand(command: "runs" | "attach" | "pause" | "resume" | "stop" | "fetch", args: string[]): Promise<number> {
   let parsed;
   try {
-    parsed = parseArgs({ args, options: { head: { type: "string" }, json: { type: "boolean" }, out: { type: "string" } }, allowPositionals: true, strict: true });
+    parsed = parseArgs({ args, options: { head: { type: "string" }, json: { type: "boolean" }, out: { type: "string" }, timeout: { type: "string" }, "no-wait": { type: "boolean" } }, allowPositionals: true, strict: true });
   } catch (err) {
     throw new HearthError(`${(err as Error).message}\nusage: hearth ${RUNS_USAGE}`);
   }
   const { values, positionals } = parsed;
+  if (command !== "stop" && (values.timeout !== undefined || values["no-wait"])) throw new HearthError(`--timeout and --no-wait are flags of hearth stop\nusage: hearth ${RUNS_USAGE}`);
+  if (values.timeout !== undefined && values["no-wait"]) throw new HearthError("hearth stop: --timeout is how long to wait, --no-wait not to: give one of them");
+  const timeoutMs = values.timeout !== undefined ? parseDuration(values.timeout) : STOP_WAIT_MS;
+  if (!(timeoutMs > 0)) throw new HearthError(`hearth stop --timeout must be more than 0; got '${values.timeout}'`);
   const head = headOf(values.head);
   switch (command) {
     case "runs": {
@@ -97,13 +106,43 @@ export async function runRunsCommand(command: "runs" | "attach" | "pause" | "res
       }
     }
     case "pause":
-    case "resume":
-    case "stop": {
+    case "resume": {
       const name = nameOf(command, positionals);
       const s = await controlRun(name, command, { head });
-      const what = { pause: "pauses after its step in flight", resume: "goes on", stop: "stops after its step in flight, then writes its outputs and releases its services" }[command];
+      const what = { pause: "pauses after its step in flight", resume: "goes on" }[command];
       console.log(`run '${name}' ${what} (was ${s.state} at step ${s.step}/${s.total})`);
       return 0;
+    }
+    case "stop": {
+      const name = nameOf(command, positionals);
+      if (values["no-wait"]) {
+        const s = await stopRun(name, { head, wait: false });
+        console.log(`run '${name}' stops after its step in flight, then writes its outputs and releases its services (was ${s.state} at step ${s.step}/${s.total}; not waiting)`);
+        return 0;
+      }
+      // Like docker stop: returns once the run has ended, so `hearth stop NAME && hearth fetch NAME` works. Ctrl-C stops waiting, not the stop.
+      console.log(`stopping run '${name}' after its step in flight (waiting up to ${Math.round(timeoutMs / 1000)} s; Ctrl-C stops waiting, the run still stops)`);
+      const quit = new AbortController();
+      const onSigint = (): void => quit.abort();
+      process.on("SIGINT", onSigint);
+      try {
+        const s = await stopRun(name, { head, timeoutMs, signal: quit.signal, onEvent: (e) => {
+          const line = eventLine(e);
+          if (line !== undefined) console.log(line);
+        } });
+        if (quit.signal.aborted) {
+          console.log(`stopped waiting: run '${name}' is ${s.state} at step ${s.step}/${s.total} and goes on stopping (hearth attach ${name} follows it)`);
+          return 130;
+        }
+        if (s.state === "failed") {
+          console.log(`run '${name}' failed while stopping: ${s.why ?? "?"}`);
+          return 1;
+        }
+        console.log(`run '${name}' is done at step ${s.step}/${s.total}: hearth fetch ${name} --out DIR writes its outputs`);
+        return 0;
+      } finally {
+        process.off("SIGINT", onSigint);
+      }
     }
     case "fetch": {
       const name = nameOf(command, positionals);

@@ -24,6 +24,12 @@ export interface Question {
   kind?: QuestionKind;
   /** The entity asked about (synthetic only). */
   entity?: string;
+  /**
+   * The question's category in evaluation breakdowns (held-out EM is also
+   * reported per category): a task recipe's own grouping, e.g. the chain
+   * task's number of searches the question needs ("2 hops").
+   */
+  category?: string;
 }
 
 /** A generated task. */

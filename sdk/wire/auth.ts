@@ -122,13 +122,16 @@ export function appToken(secret: Buffer, app: string): string {
 
 /**
  * A driver's credential for `app`: admin when asked (needs the secret), else
- * HEARTH_APP_TOKEN if set, else derived from the secret under HEARTH_HOME.
+ * HEARTH_APP_TOKEN if set, else derived from the secret under `home`
+ * (HEARTH_HOME). The token wins over a home that holds a secret: a
+ * provisioner always names its HEARTH_HOME, and a user who set a token
+ * means to act with that app's rights only.
  */
 export function driverCredential(app: string, opts: { home?: string; admin?: boolean; env?: NodeJS.ProcessEnv } = {}): Credential {
   const env = opts.env ?? process.env;
   if (opts.admin) return credentialFrom(loadSecret(secretFile(opts.home, env)), "admin", app);
   const token = env[APP_TOKEN_ENV];
-  if (token && opts.home === undefined) {
+  if (token) {
     if (!/^[0-9a-f]{64}$/.test(token)) throw new AuthError(`${APP_TOKEN_ENV} must be 64 hex digits (an app token from appToken()); got ${token.length} characters`);
     return { role: "driver", id: app, app, key: Buffer.from(token, "hex") };
   }

@@ -27,6 +27,16 @@ export interface RichOutput {
 export interface NotebookRig {
   readonly cluster: TestCluster;
   readonly home: string;
+  /** The temporary kernelspec (its name and JUPYTER_PATH), for a front end of a test's own. */
+  readonly spec: TempKernelspec;
+  /** What a kernel of the rig needs in its environment: the rig's head, its own HEARTH_HOME and the cluster secret. */
+  kernelEnv(): Record<string, string>;
+  /**
+   * Resolves once the rig's `before` hook has set it up: a test file's own
+   * `before` must await it (node 20 starts a file's top-level `before` hooks
+   * without waiting for the one before).
+   */
+  ready(): Promise<void>;
   /**
    * Runs `notebook` (writing `outFile`) through the hearth kernel against the
    * rig's cluster, asserts what every notebook must pass, and returns its
@@ -40,13 +50,22 @@ export function useNotebookRig(agentId: string, homePrefix: string): NotebookRig
   let cluster: TestCluster | undefined;
   let spec: TempKernelspec | undefined;
   let home: string | undefined;
+  let setUp: (err?: unknown) => void = () => undefined;
+  const ready = new Promise<void>((resolve, reject) => (setUp = (err) => (err === undefined ? resolve() : reject(err as Error))));
+  ready.catch(() => undefined); // a failed set-up fails the hook itself; `ready()` rejects for whoever awaits it
   before(async () => {
-    cluster = await startCluster({ agents: [{ id: agentId, cpus: 4, mem: "8g" }] });
-    spec = new TempKernelspec();
-    home = mkdtempSync(path.join(tmpdir(), homePrefix));
-    // As a project folder is on a shared node: readable by other users, so the agent's executors (run as root, it
-    // starts each app's as a user of its own) can import the notebook's service modules.
-    chmodSync(home, 0o755);
+    try {
+      cluster = await startCluster({ agents: [{ id: agentId, cpus: 4, mem: "8g" }] });
+      spec = new TempKernelspec();
+      home = mkdtempSync(path.join(tmpdir(), homePrefix));
+      // As a project folder is on a shared node: readable by other users, so the agent's executors (run as root, it
+      // starts each app's as a user of its own) can import the notebook's service modules.
+      chmodSync(home, 0o755);
+      setUp();
+    } catch (err) {
+      setUp(err);
+      throw err;
+    }
   });
   after(async () => {
     await cluster?.stop();
@@ -60,9 +79,16 @@ export function useNotebookRig(agentId: string, homePrefix: string): NotebookRig
     get home() {
       return home!;
     },
-    async run(notebook, outFile, limitMs, cellTimeoutS) {
+    get spec() {
+      return spec!;
+    },
+    ready: () => ready,
+    kernelEnv() {
       // The kernel has its own HEARTH_HOME; the cluster's secret is named explicitly (its driver proves a key derived from it).
-      const env = { HEARTH_HEAD: cluster!.endpoint, HEARTH_HOME: home!, HEARTH_SECRET_FILE: secretFile() };
+      return { HEARTH_HEAD: cluster!.endpoint, HEARTH_HOME: home!, HEARTH_SECRET_FILE: secretFile() };
+    },
+    async run(notebook, outFile, limitMs, cellTimeoutS) {
+      const env = this.kernelEnv();
       const result = await runNotebook(notebook, spec!, env, outFile, limitMs, cellTimeoutS);
       console.log(`# ${path.basename(notebook)} executed in ${result.elapsed_s.toFixed(1)} s`);
       assert.deepEqual(errorOutputs(result.cells), [], "no cell fails");

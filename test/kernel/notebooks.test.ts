@@ -42,6 +42,7 @@ test("02-runtime-tour.ipynb runs under nbclient with no errors and renders table
   // What each section shows (the notebook asserts nothing itself: it reads as a tutorial).
   assert.match(cellText(result.cells, "import { connect }")[0]!, /^'connected to tcp:\/\/[^:]+:\d+: [1-9]\d* agent\(s\)'$/);
   assert.deepEqual(cellText(result.cells, "const pool = await app.service"), ["9"], "square(3) on the pool");
+  assert.deepEqual(cellText(result.cells, "const n = Number(await input("), ["49"], "nbclient takes no input: input() gave its default, 7");
   const gang = htmlRows(cellHtml(result.cells, "const gang = await app.service")[0]!);
   assert.deepEqual(gang.map((m) => [m.rank, m.worldSize]), [["0", "2"], ["1", "2"]], "gang members are ranked 0 and 1 of 2");
   const peak = Number(/peak (\d+) executors, 12\/12 answers right/.exec(bars[0]!.text)?.[1]);

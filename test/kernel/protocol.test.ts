@@ -180,6 +180,28 @@ test("interrupt_request on control stops an awaiting cell; the kernel stays usab
   assert.equal(outputsOf(after, "execute_result")[0]?.data["text/plain"], "2");
 });
 
+test("interrupt by signal of an awaiting cell that added a SIGINT listener in its synchronous part (as run.train does): the cell ends, the listener hears it, the kernel lives", async () => {
+  const marker = path.join(spec.prefix, "listening");
+  const code = [
+    'import { writeFileSync } from "node:fs";',
+    // On globalThis: an interrupted cell's declarations do not reach later cells.
+    "const box = globalThis as unknown as { heard: number; onStop: () => void };",
+    "box.heard = 0;",
+    "box.onStop = () => void box.heard++;",
+    'process.on("SIGINT", box.onStop);',
+    `writeFileSync(${JSON.stringify(marker)}, "");`,
+    "await new Promise((r) => setTimeout(r, 600_000));",
+  ].join("\n");
+  const { msg_id } = await bridge.request({ op: "send_execute", code });
+  await waitForFile(marker);
+  await bridge.request({ op: "interrupt_signal" });
+  const r = (await bridge.request({ op: "collect", msg_id, timeout: 20 })) as { reply: Record<string, any> };
+  assert.equal(r.reply.ename, "KeyboardInterrupt");
+  assert.deepEqual(r.reply.traceback, ["KeyboardInterrupt: interrupted while the cell awaited (what it started may go on in the background)"], "what a front end shows: no tslab frames");
+  const after = await bridge.execute('const seen = globalThis as unknown as { heard: number; onStop: () => void };\nprocess.off("SIGINT", seen.onStop);\nseen.heard');
+  assert.equal(outputsOf(after, "execute_result")[0]?.data["text/plain"], "1", "the kernel is alive and the cell's own listener heard the interrupt once");
+});
+
 test("a rejection nobody awaits is reported, not fatal", async () => {
   const r = await bridge.execute("void Promise.reject(new Error('lost')); await new Promise((r) => setTimeout(r, 50));");
   assert.equal(r.reply.status, "ok");

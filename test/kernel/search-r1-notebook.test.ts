@@ -3,13 +3,17 @@
 // tiny model, across a kernel restart), and checks from the executed
 // outputs what each section shows (the notebook itself asserts nothing: it
 // reads as a tutorial): no error outputs, the expected MIME types (HTML
-// tables, plotly figures, progress bars updated in place), the values in its
-// tables, the same executors before and after the restart, and that its HTML
-// export draws the plots in headless Chromium.
+// tables, plotly figures, progress bars updated in place), the starting
+// policy it says it loaded (the shipped one; no warm start made), the step
+// card and the metrics behind its click, the values in its tables, the same
+// executors before and after the restart, and that its HTML export draws the
+// plots in headless Chromium.
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
+import { readManifest } from "../../sdk/searchr1/bootstrap-run.js";
+import { shippedPolicy } from "../../sdk/searchr1/recipes/chain.js";
 import { REPO_ROOT } from "./bridge.js";
 import { cellHtml, cellText, htmlRows, textRows } from "./nbclient.js";
 import { assertDrawn, useNotebookRig } from "./notebook-rig.js";
@@ -20,9 +24,15 @@ const PLOTLY = "application/vnd.plotly.v1+json";
 const rig = useNotebookRig("sr1-nb-agent", "hearth-nb01-home-");
 let executed: string | undefined;
 
-/** A step summary's metrics (its text table: metric, value). */
+/** A rescore summary's numbers (its text table: metric, value). */
 function summaryMetrics(text: string): Record<string, number> {
   return Object.fromEntries(textRows(text, 1).map((r) => [r.key!, Number(r.value)]));
+}
+
+/** A step card's metrics: the full table behind its "all N metrics" click (the HTML's one table). */
+function cardMetrics(html: string): Record<string, number> {
+  assert.match(html, /<details class="hearth-all-metrics"/, "the card holds every metric behind a click");
+  return Object.fromEntries(htmlRows(html).map((r) => [r[""]!, Number(r.value)]));
 }
 
 
@@ -35,6 +45,13 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   const warmup = html(/^warm-up \[/);
   assert.equal(warmup.length, 1, "the warm-up bar is one output, updated in place");
   assert.match(warmup[0]!.text, /4\/4 100%/);
+  // It started from the shipped policy, as the note under the bar says, and made no warm start of its own.
+  const setup = result.cells.find((c) => c.source.startsWith("import { homedir }"))!;
+  const stdout = setup.outputs.filter((o) => o.output_type === "stream" && o.name === "stdout").map((o) => o.text).join("");
+  const shipped = readManifest(shippedPolicy());
+  assert.match(stdout, new RegExp(`^note: starting policy: the shipped ${shippedPolicy().replace(/[.]/g, "\\.")} \\(recipe tiny-chain ${shipped.hash}, ${shipped.steps} supervised steps\\)$`, "m"), stdout);
+  assert.doesNotMatch(stdout, /warm start/i, "no warm start was reported");
+  assert.ok(!existsSync(path.join(rig.home, "bootstrap")), "no warm start was made (a run's own warm start is cached under HEARTH_HOME/bootstrap)");
   const train = html(/^train \[/);
   assert.equal(train.length, 2, "each train(n) shows one bar, updated in place (before and after the restart)");
   assert.match(train[0]!.text, /40\/40 100% .*step 41: reward/);
@@ -56,8 +73,13 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   for (const f of figures) assert.ok(f.mime.includes("text/html"), "each figure has an HTML fallback");
   assert.match(figures[1]!.text, /train reward \(scatter, 41 points\)/);
 
-  // One step: every metric a number, 16 prompt groups kept or dropped, 128 samples.
-  const first = summaryMetrics(html(/^step 1: 128 samples/)[0]!.text);
+  // One step: a card that reads at a glance, every metric a number one click away, 16 prompt groups kept or dropped, 128 samples.
+  const [card] = cellHtml(result.cells, "const first = await run.step();");
+  assert.match(card!, /^<div class="hearth-step-card"/);
+  assert.deepEqual([...card!.matchAll(/class="hearth-card-tile" data-key="([^"]+)"/g)].map((m) => m[1]), ["reward", "EM", "searches / sample", "groups kept"]);
+  assert.match(html(/^step 1: 128 samples/)[0]!.text, /^time \d+\.\d+ s: rollout [\d.]+ \(sync [\d.]+\) · update [\d.]+ · publish [\d.]+ · other [\d.]+$/m);
+  assert.match(html(/^step 1: 128 samples/)[0]!.text, /^KL [\d.e-]+ · logprob gap [\d.e-]+ \(max [\d.e-]+\)$/m, "step 1 trained: KL and the gap are shown");
+  const first = cardMetrics(card!);
   for (const k of ["reward_mean", "em", "searches_per_sample", "groups_kept", "groups_dropped", "samples_trained", "tokens", "rollout_s", "update_s", "step_s"]) {
     assert.ok(Number.isFinite(first[k]), `step 1 shows ${k} as a number (${first[k]})`);
   }
@@ -85,7 +107,10 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   assert.ok(rescore["reward mean after"]! >= rescore["reward mean before"]!, JSON.stringify(rescore));
 
   const [evaluation] = cellText(result.cells, "const evaluation");
-  assert.equal(textRows(evaluation!, 1)[0]!.held_out, "40");
+  const evalRows = textRows(evaluation!, 1);
+  assert.deepEqual(evalRows.map((r) => r.questions), ["all", "1 hop", "2 hops", "3 hops"], "overall, then per hop count");
+  assert.equal(evalRows[0]!.held_out, "40");
+  assert.equal(evalRows.slice(1).reduce((n, r) => n + Number(r.held_out), 0), 40, "the hop counts split the 40");
 
   // Error messages are longer than the text table's cells: read the HTML table.
   const [misuse] = cellHtml(result.cells, "const outcome");

@@ -12,7 +12,7 @@ import { plot } from "../../sdk/searchr1/notebook/plots.js";
 import { emReward, f1Reward, type RewardFn } from "../../sdk/searchr1/reward.js";
 import type { StepMetrics, StepResult } from "../../sdk/searchr1/run.js";
 import { TrajectoryView, rescoreSamples, trajectoryRows, trajectorySpans, trajectoryTable } from "../../sdk/searchr1/notebook/views.js";
-import { withStepDisplay } from "../../sdk/searchr1/step-summary.js";
+import { metricsView, withStepDisplay } from "../../sdk/searchr1/step-summary.js";
 import { HearthError } from "../../sdk/errors/index.js";
 
 const VOCAB = ["[UNK]", "where", "was", "ada", "born", "?", "<search>", "ada", "</search>", "<information>", "ada", "lives", "in", "oslo", "</information>", "<answer>", "oslo", "norway", "</answer>", "paris"];
@@ -88,13 +88,41 @@ test("one trajectory is split into prompt, generated and retrieved spans, colour
   assert.match(html, /hearth-retrieved"[^>]*>&lt;information&gt; ada lives in oslo &lt;\/information&gt;</, "retrieved text is escaped");
 });
 
-test("a step result displays as its summary through a non-enumerable method", () => {
-  const r = withStepDisplay({ metrics: metrics(4), trajectories: [], samples: step() });
+test("a step result displays as a compact card through a non-enumerable method; every metric is one click away", () => {
+  const m: StepMetrics = { ...metrics(4), groups_kept: 6, groups_dropped: 10, rollout_s: 1.5, sync_s: 0.02, update_s: 0.8, publish_s: 0.05, step_s: 3.2, sync_bytes: 2 * 40 * 1024, publish_bytes: 40 * 1024, weights_version: 5, kl: 0.0012, logprob_gap: 0.001, logprob_gap_max: 0.004, eval_em_by: { "1 hop": 1, "2 hops": 0.25 } };
+  const r = withStepDisplay({ metrics: m, trajectories: [], samples: step() });
   assert.deepEqual(Object.keys(r), ["metrics", "trajectories", "samples"], "the result's own keys are unchanged");
   const b = toMimeBundle(r);
-  assert.match(b["text/plain"], /^step 4: 8 samples, 4 trained on\n/);
-  assert.match(b["text/plain"], /reward_mean\s+0\.4/);
-  assert.match(b["text/html"] as string, /<caption[^>]*>step 4: 8 samples/);
+  // Text: a few lines, not a row per metric.
+  assert.deepEqual(b["text/plain"].split("\n"), [
+    "step 4: 8 samples, 4 trained on",
+    "reward 0.400  ·  EM 20.0%  ·  searches / sample 1.00  ·  groups kept 6 / 16",
+    "time 3.20 s: rollout 1.50 (sync 0.020) · update 0.750 · publish 0.050 · other 0.900",
+    "sync 80 KiB to 2 rollout(s) (published 40 KiB, weights v5)",
+    "KL 1.2e-3 · logprob gap 1.0e-3 (max 4.0e-3)",
+    "held-out EM 50.0% (1 hop 100.0% · 2 hops 25.0%), searches 1.50",
+    `(all ${Object.values(m).filter((v) => typeof v === "number").length} metrics: result.metrics, or metricsView(result.metrics))`,
+  ]);
+  const html = b["text/html"] as string;
+  assert.match(html, /^<div class="hearth-step-card"/);
+  const tiles = [...html.matchAll(/class="hearth-card-tile" data-key="([^"]+)"[\s\S]*?class="hearth-card-value"[^>]*>([^<]*)</g)].map((t) => [t[1], t[2]]);
+  assert.deepEqual(tiles, [["reward", "0.400"], ["EM", "20.0%"], ["searches / sample", "1.00"], ["groups kept", "6 / 16"]]);
+  const phases = [...html.matchAll(/data-phase="(\w+)" data-seconds="([\d.]+)"[^>]*width:([\d.]+)%/g)].map((p) => [p[1], Number(p[2]), Number(p[3])]);
+  assert.deepEqual(phases.map((p) => p[0]), ["rollout", "update", "publish", "other"], "a bar segment per phase");
+  assert.deepEqual(phases.map((p) => Number((p[1] as number).toFixed(6))), [1.5, 0.75, 0.05, 0.9], "update without its publication; other is the rest of the step");
+  assert.ok(Math.abs(phases.reduce((n, p) => n + (p[2] as number), 0) - 100) < 0.05, "the segments fill the bar");
+  // Every metric, one click away: a <details> with the full table, a row per number in metrics.jsonl order.
+  const details = /<details class="hearth-all-metrics"[^>]*><summary[^>]*>all (\d+) metrics<\/summary>([\s\S]*)<\/details>/.exec(html);
+  assert.ok(details, "the full metrics behind a click");
+  const rows = [...details[2]!.matchAll(/<tr><td[^>]*>([^<]*)<\/td><td[^>]*>([^<]*)<\/td><\/tr>/g)].map((x) => x[1]);
+  assert.deepEqual(rows, Object.keys(m).filter((k) => typeof m[k as keyof StepMetrics] === "number"));
+  assert.equal(Number(details[1]), rows.length);
+  // A step that trained nothing says so instead of showing a KL.
+  const idle = toMimeBundle(withStepDisplay({ metrics: metrics(3), trajectories: [], samples: [] }));
+  assert.match(idle["text/plain"], /^KL and logprob gap: no sample was trained on$/m);
+  assert.doesNotMatch(idle["text/plain"], /held-out EM/, "no evaluation on this step");
+  // ...and the same table is one call away.
+  assert.match(toMimeBundle(metricsView(m))["text/plain"], /^step 4: all metrics\n[\s\S]*reward_mean\s+0\.4/);
 });
 
 test("rescoring with F1 changes partial matches, recomputes advantages and keeps the samples' order", () => {

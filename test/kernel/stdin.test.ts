@@ -48,6 +48,19 @@ test("without allow_stdin, input() fails at once with an error that says why", a
   await assert.rejects(bridge.request({ op: "stdin_request", timeout: 1 }), /Empty/);
 });
 
+test("input() with a default answers it where the front end takes no input (nbclient); where it does, the person's answer wins", async () => {
+  const code = 'await input("how many? ", { default: "7" })';
+  const unattended = (await bridge.request({ op: "execute", code, allow_stdin: false, timeout: 15 })) as { reply: Record<string, any>; outputs: Array<{ msg_type: string; content: Record<string, any> }> };
+  assert.equal(unattended.reply.status, "ok");
+  assert.equal(outputsOf(unattended, "execute_result")[0]?.data["text/plain"], "'7'");
+  const { msg_id } = await bridge.request({ op: "send_execute", code, allow_stdin: true });
+  const asked = await bridge.request({ op: "stdin_request", timeout: 20 });
+  assert.deepEqual(asked.content, { prompt: "how many? ", password: false }, "a front end that takes input is asked");
+  await bridge.request({ op: "input_reply", value: "12" });
+  const r = (await bridge.request({ op: "collect", msg_id, timeout: 20 })) as { reply: Record<string, any>; outputs: Array<{ msg_type: string; content: Record<string, any> }> };
+  assert.equal(outputsOf(r, "execute_result")[0]?.data["text/plain"], "'12'");
+});
+
 test("an interrupt while input() waits ends the cell as KeyboardInterrupt; the next input() works", async () => {
   const { msg_id } = await bridge.request({ op: "send_execute", code: 'await input("waiting: ")', allow_stdin: true });
   const asked = await bridge.request({ op: "stdin_request", timeout: 20 });

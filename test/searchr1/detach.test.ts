@@ -7,8 +7,10 @@
  * holds it (the log shows no step between paused and running) and `resume`
  * lets it go on; `hearth stop` ends it after its step with its outputs in
  * the cache, `hearth fetch` writes them and the checkpoint is one
- * `--resume` accepts; a driver of another app neither opens the run's app
- * nor sees the run from its own.
+ * `--resume` accepts; `hearth stop` waits for the run's end (so `stop &&
+ * fetch` works), with a deadline and `--no-wait`; a user holding another
+ * app's token is refused by `hearth attach` and `hearth stop` and the run
+ * goes on unchanged, and that app does not see the run from its own.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
@@ -112,24 +114,53 @@ test("a detached run steps with no client, attaches from anywhere, pauses, resum
     await app.disconnect();
   }
 
-  // A driver of another app: its token does not open this run's app, and its own app holds no such run.
+  // A user holding another app's token (HEARTH_APP_TOKEN, what `hearth token someone-else` prints): `hearth attach`
+  // and `hearth stop` of this run are refused at the handshake, and the run goes on as it was.
   const secret = loadSecret(secretFile());
-  const other = { role: "driver" as const, id: NAME, app: NAME, key: Buffer.from(appToken(secret, "someone-else"), "hex") };
-  await assert.rejects(connect({ name: NAME, head: cluster.endpoint, credential: other }), /credential|auth/i);
-  const theirs = await connect({ name: "someone-else", head: cluster.endpoint, credential: { ...other, id: "someone-else", app: "someone-else" } });
+  const otherToken = appToken(secret, "someone-else");
+  const before = await runStatus();
+  for (const command of ["attach", "stop"]) {
+    const refused = await exec(process.execPath, [CLI, command, NAME, "--head", cluster.endpoint], { timeout: 60_000, env: { ...process.env, HEARTH_APP_TOKEN: otherToken } }).then(
+      () => assert.fail(`hearth ${command} ${NAME} with another app's token should have been refused`),
+      (e: { code: number; stdout: string; stderr: string }) => e,
+    );
+    assert.equal(refused.code, 1, `hearth ${command}: ${refused.stderr}`);
+    assert.match(refused.stderr, /^hearth: the server refused this connection in the ZeroMQ handshake/m, `hearth ${command}`);
+    assert.doesNotMatch(refused.stdout, /step +\d+ /, `hearth ${command} printed none of the run's log`);
+  }
+  const unchanged = await waitFor("a step after the refused stop", async () => {
+    const s = await runStatus();
+    return s.step > before.step ? s : undefined;
+  }, 120_000);
+  assert.equal(unchanged.state, "running", "the refused stop did not stop it");
+  assert.equal(unchanged.startedAt, before.startedAt, "the same run");
+  const reader = await connect({ name: NAME, head: cluster.endpoint });
+  try {
+    const events = await reader.objects.get<Array<{ type: string; state?: string }>>(`searchr1/${NAME}/events`);
+    assert.deepEqual(events.filter((e) => e.type === "state" && e.state === "stopping"), [], "nothing asked it to stop");
+  } finally {
+    await reader.disconnect();
+  }
+  // That token opens its own app only, which holds no such run.
+  const other = { role: "driver" as const, id: "someone-else", app: "someone-else", key: Buffer.from(otherToken, "hex") };
+  const theirs = await connect({ name: "someone-else", head: cluster.endpoint, credential: other });
   try {
     assert.equal(await readLoopStatus(theirs.objects, NAME), undefined);
   } finally {
     await theirs.close();
   }
 
-  // Stop: after its step, outputs written and put in the cache; the rollouts and trainers released.
-  await hearth("stop", NAME);
-  const done = await waitFor("the run to stop", async () => {
-    const s = await runStatus();
-    return s.state === "done" || s.state === "failed" ? s : undefined;
-  }, 240_000);
-  assert.equal(done.state, "done", done.why);
+  // Stop: like `docker stop`, the command returns once the run has ended (after its step: outputs written and put
+  // in the cache; the rollouts and trainers released), printing what the run does meanwhile; so `stop && fetch` works.
+  const stopped = await exec(process.execPath, [CLI, "stop", NAME, "--head", cluster.endpoint], { timeout: 300_000 });
+  assert.match(stopped.stdout, /^stopping run 'detached1' after its step in flight \(waiting up to 600 s/m);
+  assert.match(stopped.stdout, /^\[stopping\]$/m, "its progress: the state change");
+  assert.match(stopped.stdout, /^metrics: \S+\/metrics\.jsonl +report: \S+report\.html +checkpoint: /m, "its progress: where its outputs went");
+  const doneLine = /^run 'detached1' is done at step (\d+)\/(\d+): hearth fetch detached1 --out DIR writes its outputs$/m.exec(stopped.stdout);
+  assert.ok(doneLine, stopped.stdout);
+  const done = await runStatus();
+  assert.equal(done.state, "done", `done when stop returned (${done.why ?? ""})`);
+  assert.equal(done.step, Number(doneLine[1]), "at the step stop reported");
   const services = ((await cluster.status()).apps as Array<{ name: string; services: Array<{ name: string; state: string }> }>).find((a) => a.name === NAME)!.services;
   assert.deepEqual(services.filter((s) => s.name !== "loop" && s.state !== "stopped"), [], "rollouts and trainers released");
   const fetched = path.join(work, "fetched");
@@ -155,13 +186,35 @@ test("a detached run steps with no client, attaches from anywhere, pauses, resum
   assert.equal(log.at(-1)!.step, done.step + 1, "the step after the checkpoint's");
 
   // A run of the same name after the first ended: its loop takes the new run.
-  await hearth("train", "search-r1", "--name", NAME, "--steps", "1", ...small, "--detach");
+  await hearth("train", "search-r1", "--name", NAME, "--steps", "500", ...small, "--detach");
+  await waitFor("the second run of the name to step", async () => {
+    const s = await runStatus();
+    return s.startedAt > done.startedAt && s.step >= 1 ? s : undefined;
+  }, 240_000);
+  // stop's flags are checked before it asks anything.
+  await assert.rejects(hearth("stop", NAME, "--timeout", "soon"), /bad duration 'soon'/);
+  await assert.rejects(hearth("stop", NAME, "--timeout", "5m", "--no-wait"), /--timeout is how long to wait, --no-wait not to: give one of them/);
+  await assert.rejects(hearth("pause", NAME, "--no-wait"), /--timeout and --no-wait are flags of hearth stop/);
+  assert.equal((await runStatus()).state, "running", "a refused stop asked nothing");
+  // Past its deadline, stop exits 1 saying so, and the run goes on stopping: the deadline (1 ms) passes before a
+  // final evaluation, checkpoint and report could be written (they take rollouts, the trainers and the cache).
+  const late = await exec(process.execPath, [CLI, "stop", NAME, "--timeout", "1ms", "--head", cluster.endpoint], { timeout: 60_000 }).then(
+    () => assert.fail("stop --timeout 1ms returned before the run could end"),
+    (e: { code: number; stderr: string }) => e,
+  );
+  assert.equal(late.code, 1);
+  assert.match(late.stderr, /^hearth: run 'detached1' did not end within 1 ms of the stop: it is (running|stopping) at step \d+ of \d+, and goes on stopping \(hearth attach detached1 follows it\)$/m);
+  // --no-wait returns once the loop has the request (here, again); the run still ends.
+  assert.match(await hearth("stop", NAME, "--no-wait"), /^run 'detached1' stops after its step in flight, .*not waiting\)$/m);
   const again2 = await waitFor("the second run of the name to end", async () => {
     const s = await runStatus();
-    return s.startedAt > done.startedAt && (s.state === "done" || s.state === "failed") ? s : undefined;
+    return s.state === "done" || s.state === "failed" ? s : undefined;
   }, 240_000);
   assert.equal(again2.state, "done", again2.why);
-  assert.equal(again2.step, 1, "a new run, from its first step");
+  const second = path.join(work, "second");
+  await hearth("fetch", NAME, "--out", second);
+  const secondSteps = readFileSync(path.join(second, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => (JSON.parse(l) as { step: number }).step);
+  assert.deepEqual(secondSteps, Array.from({ length: again2.step }, (_, i) => i + 1), "a new run, from its first step");
 
   // `hearth runs` lists runs driven from outside the cluster too: attached while a driver is connected, idle once it left.
   const driven = await SearchR1Run.create(smallRun(cluster.endpoint, "driven1", path.join(work, "driven")));

@@ -3,18 +3,28 @@
  * bootstrap, three GRPO steps, metrics.jsonl fields, rollout and trainer
  * weights bit-identical after the steps on every member; a resumed run and a
  * reattaching second driver process that continue exactly (trainer weights
- * and AdamW moments); the live agreement checks.
+ * and AdamW moments); the live agreement checks; and a real run's report
+ * drawn in headless Chromium (its KL, sync and bytes rows hold numbers and
+ * every chart's SVG has a size).
  */
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import type { RunEvent } from "../../sdk/searchr1/events.js";
 import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
+import { finishSession } from "../../sdk/searchr1/finish.js";
 import { DIST, startCluster, type TestCluster } from "../helpers/cluster.js";
+import { REPO_ROOT } from "../kernel/bridge.js";
+import { assertDrawn } from "../kernel/notebook-rig.js";
+import { launchChromium } from "../kernel/notebook-server.js";
+import { CHROMIUM } from "../kernel/render.js";
+
+// Only inside page callbacks, which run in the page.
+declare const document: any;
 import { lengthParity, smallRun } from "./small-run.js";
 
 const exec = promisify(execFile);
@@ -202,4 +212,57 @@ test("same seed, same run: identical metrics and weights, with a CPU hog beside 
   assert.ok((a.metrics[0]!.samples_trained as number) > 0, "the steps trained");
   assert.deepEqual(b.metrics, a.metrics, "metrics.jsonl is identical but for wall-clock times");
   assert.deepEqual(b.states.map((s) => [s.weights, s.moments]), a.states.map((s) => [s.weights, s.moments]), "and so are the trainers' exact states");
+});
+
+test("a real run's report in headless Chromium: the KL, sync and bytes rows hold numbers, and every chart's SVG has a size", { skip: existsSync(CHROMIUM) ? false : `no ${CHROMIUM}` }, async () => {
+  const out = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-report-"));
+  const run = await SearchR1Run.create(options(out, { name: "e2e-report" }));
+  run.setReward(lengthParity);
+  let report: string;
+  try {
+    const t0 = performance.now();
+    const first = await run.evaluate();
+    for (let i = 0; i < 2; i++) assert.ok((await run.step()).metrics.samples_trained > 0, "the step trained (so KL and the gap are measured)");
+    report = (await finishSession(run, { t0, startEval: { step: 0, em: first.em, searches: first.searchesPerSample }, setupSeconds: 0, before: 0 })).report;
+  } finally {
+    await run.close();
+  }
+  const browser = await launchChromium();
+  try {
+    const page = await browser.context.newPage();
+    await page.goto(`file://${report}`);
+    // A row's cells as the page shows them, by its header cell, in a section.
+    const row = (section: string, name: string): Promise<string[]> =>
+      page.evaluate(([sec, n]) => {
+        const tr = Array.from(document.querySelectorAll(`#${sec} tr`)).find((r: any) => r.querySelector("th")?.innerText.trim() === n) as any;
+        return tr ? Array.from(tr.querySelectorAll("td")).map((td: any) => (td.innerText as string).trim()) : [];
+      }, [section, name] as const);
+    const number = /^-?\d+(\.\d+)?(e-?\d+)?$/;
+    const kl = await row("agreement", "KL to the reference");
+    assert.ok(kl.slice(0, 4).every((c) => number.test(c)), `KL: mean, median, last, max are numbers: ${JSON.stringify(kl)}`);
+    const gap = await row("agreement", "logprob gap (mean)");
+    assert.ok(gap.slice(0, 4).every((c) => number.test(c)), `logprob gap: ${JSON.stringify(gap)}`);
+    const sync = await row("phases", "sync");
+    assert.ok(sync.slice(0, 3).every((c) => number.test(c)), `sync seconds: ${JSON.stringify(sync)}`);
+    for (const name of ["published", "fetched"]) {
+      const bytes = await row("weights", name);
+      assert.ok(bytes.length >= 4 && bytes.slice(0, 4).every((c) => /^\d+(\.\d+)? (B|KiB|MiB|GiB)$/.test(c)), `${name} bytes: ${JSON.stringify(bytes)}`);
+      assert.ok(!/^0 B$/.test(bytes[3]!), `${name}: some bytes in all (${bytes[3]})`);
+    }
+    const boxes = await page.evaluate(() => Array.from(document.querySelectorAll("figure")).map((f: any) => {
+      const svg = f.querySelector("svg");
+      const b = svg ? svg.getBoundingClientRect() : { width: 0, height: 0 };
+      return { id: f.id, width: b.width, height: b.height, series: f.querySelectorAll("path.series").length };
+    }));
+    assert.ok(boxes.length >= 8, `the report's charts: ${JSON.stringify(boxes)}`);
+    for (const b of boxes) assert.ok(b.width > 100 && b.height > 50, `${b.id}'s SVG has a size: ${JSON.stringify(b)}`);
+    for (const id of ["fig-kl", "fig-bytes", "fig-phases"]) assert.ok(boxes.find((b) => b.id === id)!.series >= 1, `${id} draws its lines`);
+    const dir = path.join(REPO_ROOT, "test-output", "searchr1");
+    mkdirSync(dir, { recursive: true });
+    const png = path.join(dir, "report-real-run.png");
+    await page.screenshot({ path: png, fullPage: true });
+    assertDrawn(png);
+  } finally {
+    await browser.close();
+  }
 });

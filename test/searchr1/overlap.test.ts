@@ -1,9 +1,9 @@
 /**
  * Overlapped rollouts and training (`maxLag`) on real processes with the
- * tiny model: K = 0 is the synchronous loop exactly (metrics.jsonl, trainer
- * state and rollout weights equal a run without the option and an
- * independent synchronous loop written in the test from the services' own
- * calls, sharing no step code with the run); at K = 1 the rollouts run ahead
+ * tiny model: K = 0 (the default) is the synchronous loop exactly
+ * (metrics.jsonl, trainer state and rollout weights equal an independent
+ * synchronous loop written in the test from the services' own calls,
+ * sharing no step code with the run); at K = 1 the rollouts run ahead
  * and the lag stays within K, also when a rollout executor is killed
  * mid-call and its call is retried; trajectories older than K versions are
  * dropped and counted. Plus the scheduler's launch rule on a fake launcher
@@ -56,30 +56,28 @@ async function finalState(run: SearchR1Run) {
   return { states: await run.trainerGang.broadcast("stateDigest", [[], []]), digests: await run.digests() };
 }
 
-test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout weights equal a run without the option and an independent synchronous loop", async () => {
-  const runWith = async (name: string, extra: Partial<SearchR1Options>) => {
-    const o = options(name, extra);
-    const run = await SearchR1Run.create(o);
-    run.setReward(lengthParity);
-    try {
-      for (let i = 0; i < 2; i++) assert.ok((await run.step()).metrics.samples_trained > 0, `${name}: the step trained`);
-      return { metrics: metricsOf(o.out!), ...(await finalState(run)) };
-    } finally {
-      await run.close();
-    }
-  };
-  const plain = await runWith("k0-plain", {});
-  const zero = await runWith("k0-zero", { maxLag: 0 });
-  assert.deepEqual(zero.metrics, plain.metrics, "metrics.jsonl is identical but for wall-clock times");
+test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout weights equal an independent synchronous loop", async () => {
+  // K = 0 is also the default: nothing to compare between a run given `maxLag: 0` and one given nothing, since
+  // both get 0 (checked here on the options); what the run does at K = 0 is compared with the loop below.
+  assert.equal(BASE_OPTIONS.maxLag, 0, "the generic default is K = 0");
+  const o0 = options("k0-zero", { maxLag: 0 });
+  const run0 = await SearchR1Run.create(o0);
+  run0.setReward(lengthParity);
+  let zero: { metrics: Array<Record<string, unknown>> } & Awaited<ReturnType<typeof finalState>>;
+  try {
+    for (let i = 0; i < 2; i++) assert.ok((await run0.step()).metrics.samples_trained > 0, "k0-zero: the step trained");
+    zero = { metrics: metricsOf(o0.out!), ...(await finalState(run0)) };
+  } finally {
+    await run0.close();
+  }
   for (const m of zero.metrics) {
     assert.equal(m.max_lag, 0);
     assert.equal(m.policy_lag_max, 0, `step ${m.step}: every trajectory was sampled with the trainers' current weights`);
     assert.equal(m.stale_dropped, 0);
   }
   assert.deepEqual(zero.metrics.map((m) => m.policy_version), [1, 2], "one publication per step");
-  assert.deepEqual(zero.states.map((s) => [s.weights, s.moments, s.steps]), plain.states.map((s) => [s.weights, s.moments, s.steps]), "trainer states are bit-identical");
   assert.equal(zero.digests.rollouts.length, 2);
-  for (const r of zero.digests.rollouts) assert.equal(r.digest, plain.digests.trainers[0]!.digest, `rollout ${r.executorId} holds the same policy`);
+  for (const r of zero.digests.rollouts) assert.equal(r.digest, zero.digests.trainers[0]!.digest, `rollout ${r.executorId} holds the trainers' policy`);
 
   // An independent synchronous reference: the loop written here from the services' own calls (rollout calls, the
   // trajectories read from the cache, rewards and group advantages from their definitions, the trainers' train calls),
@@ -90,6 +88,7 @@ test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout we
   const run = await SearchR1Run.create(o);
   try {
     const ro = run.opts;
+    assert.equal(ro.maxLag, 0, "a run given no maxLag is synchronous (the reference drives it by hand, so either way)");
     const reference: Array<Record<string, unknown>> = [];
     for (let step = 1; step <= 2; step++) {
       const questions = stepQuestions(ro, run.task, step);

@@ -253,6 +253,29 @@ test("every section of the report is there, with its numbers", () => {
   assert.ok(!/onEvent|serviceModules|&quot;lr&quot;|"lr"/.test(html), "no function, unset option or JSON object of the options");
 });
 
+test("held-out EM per question category (the chain task's hops): a column per category in the summary, a line from start to end, and a curve per category", () => {
+  const h = history().map((m) => (m.eval_em !== undefined ? { ...m, eval_em_by: m.step === 10 ? { "1 hop": 1, "2 hops": 0.8, "3 hops": 0.25 } : { "1 hop": 1, "2 hops": 0.9, "3 hops": 0.5 } } : m));
+  const f: ReportFacts = { ...facts(), start: { ...facts().start, emBy: { "1 hop": 0.9, "2 hops": 0, "3 hops": 0.05 } }, final: { ...facts().final, emBy: { "1 hop": 1, "2 hops": 0.9, "3 hops": 0.5 } } };
+  const { html, summary } = report(f, h);
+  const lines = summary.split("\n");
+  assert.equal(lines[0], "step  held-out EM   1 hop  2 hops  3 hops  searches/sample  train reward  elapsed");
+  const row = (step: number) => lines.find((l) => l.startsWith(String(step).padStart(4)))!.split(/\s+/).filter(Boolean).slice(0, 5);
+  assert.deepEqual(row(0), ["0", "29.0%", "90.0%", "0.0%", "5.0%"], "the evaluation before RL, by category");
+  assert.deepEqual(row(10), ["10", "90.0%", "100.0%", "80.0%", "25.0%"]);
+  assert.deepEqual(row(20), ["20", "95.0%", "100.0%", "90.0%", "50.0%"]);
+  assert.match(summary, /^held-out EM by category: 1 hop 90\.0% → 100\.0%; 2 hops 0\.0% → 90\.0%; 3 hops 5\.0% → 50\.0%$/m);
+  const fig = byId(html, "figure", "fig-em-by");
+  assert.ok(fig.startsWith("<figcaption>Held-out exact match by question category (greedy)</figcaption><svg"));
+  assert.deepEqual([...fig.matchAll(/class="legend">([^<]*)</g)].map((m) => m[1]), ["1 hop", "2 hops", "3 hops"], "a curve per category");
+  assert.equal(fig.match(/<path class="series"/g)?.length, 3);
+  assert.match(byId(html, "section", "summary"), /held-out EM by category: 1 hop 90\.0% → 100\.0%/, "the report's summary says it too");
+  // Without categories (the easy task, HotpotQA): no such column, line or figure.
+  const plain = report(facts(), history());
+  assert.ok(!/fig-em-by/.test(plain.html));
+  assert.ok(!/by category/.test(plain.summary));
+  assert.equal(plain.summary.split("\n")[0], "step  held-out EM  searches/sample  train reward  elapsed");
+});
+
 test("a report without a warm start, samples or the newer metrics says what is missing", () => {
   const old = history().map((m) => {
     const { publish_s: _p, sync_s: _s, kl: _k, logprob_gap: _g, logprob_gap_max: _gm, rollout_util: _r, trainer_util: _t, ...rest } = m;

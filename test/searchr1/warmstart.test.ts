@@ -4,9 +4,10 @@
  * its manifest names the recipe, its hash, the seed and the command, and
  * records every file's digest; the same command makes the same weights; a
  * run starts from it with --policy; a stale or edited policy is refused before
- * any service starts, with the command that regenerates it; and the policy
+ * any service starts, with the command that regenerates it; the policy
  * the project ships matches this code's recipe (a recipe changed without
- * regenerating fails here).
+ * regenerating fails here), and its fingerprint covers what it was trained
+ * on: a changed demonstration, protocol text or task makes it stale.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -16,7 +17,9 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { checkWarmStart, folderDigests, planHash, readManifest } from "../../sdk/searchr1/bootstrap-run.js";
 import { layerOptions } from "../../sdk/searchr1/options.js";
-import { chainPlan, chainRecipe, prepareChain, shippedPolicy } from "../../sdk/searchr1/recipes/chain.js";
+import { chainDemonstrations } from "../../sdk/searchr1/bootstrap.js";
+import type { ChainTask } from "../../sdk/searchr1/chain-task.js";
+import { chainPlan, chainRecipe, prepareChain, REGENERATE, shippedPolicy } from "../../sdk/searchr1/recipes/chain.js";
 import { SearchR1Run } from "../../sdk/searchr1/run.js";
 import { CLI, startCluster, type TestCluster } from "../helpers/cluster.js";
 
@@ -100,10 +103,11 @@ test("a run starts from a made policy with --policy; a policy of another recipe,
   }
 
   const appsBefore = await cluster.status();
-  // Another recipe: the default warm-start options make another plan than the 3-step one.
+  // Another recipe: the default warm-start options make another plan than the 3-step one (1,200 steps, so the
+  // digest of its first batches covers 16 of them, not 3).
   await assert.rejects(
     SearchR1Run.create({ head: cluster.endpoint, name: "warmstart-stale", out, policy: dir, log: () => undefined }),
-    (err: Error) => /was made by recipe tiny-chain \w+, but this code's recipe is tiny-chain \w+ \(changed: steps\): it would be a stale policy\. Regenerate it with `hearth warmstart --out \S+`/.test(err.message),
+    (err: Error) => /was made by recipe tiny-chain \w+, but this code's recipe is tiny-chain \w+ \(changed: demos, steps\): it would be a stale policy\. Regenerate it with `hearth warmstart --out \S+`/.test(err.message),
   );
   const edited = path.join(work, "edited");
   await cli(["warmstart", "--steps", String(STEPS), "--out", edited, "--head", cluster.endpoint]);
@@ -125,4 +129,45 @@ test("the shipped policy was made by this code's recipe, and its files are the o
   const m = checkWarmStart(shippedPolicy(), chainPlan(prepareChain(defaults), defaults), "npm run warmstart");
   assert.equal(m.recipe, "tiny-chain");
   assert.equal(m.steps, defaults.bootstrapSteps);
+});
+
+/** The refusal of a stale shipped policy whose fingerprint differs in exactly `changed` (the fields the error lists). */
+function staleShipped(changed: string): RegExp {
+  return new RegExp(`was made by recipe tiny-chain \\w+, but this code's recipe is tiny-chain \\w+ \\(changed: ${changed}\\): it would be a stale policy\\. Regenerate it with \`npm run warmstart\``);
+}
+
+test("the shipped policy's fingerprint covers what it was trained on: one changed demonstration, protocol word or training question makes it stale, refused with the command that regenerates it", () => {
+  const defaults = layerOptions(chainRecipe.defaults, {});
+  const task = prepareChain(defaults);
+  const shipped = shippedPolicy();
+  // The unchanged code is accepted (so each refusal below is the change's doing).
+  checkWarmStart(shipped, chainPlan(task, defaults), REGENERATE);
+
+  // The code that makes demonstrations changed in one token of one demonstration (the answer of the first one of step 0):
+  // every declared setting is the same.
+  const stepZero = 1_000_003;
+  const oneChanged: typeof chainDemonstrations = (...args) => {
+    const demos = chainDemonstrations(...args);
+    if (args[5] !== stepZero || demos.length === 0) return demos;
+    const d = demos[0]!;
+    const answer = d.mask.lastIndexOf(1) - 1; // the answer word, before the closing </answer>
+    assert.ok(answer > 0 && d.mask[answer] === 1, "the first demonstration ends with a trained answer");
+    return [{ tokens: d.tokens.map((t, i) => (i === answer ? (t + 1) % task.tokenizer.size : t)), mask: d.mask }, ...demos.slice(1)];
+  };
+  const changedDemo = chainPlan(task, defaults, oneChanged);
+  assert.notEqual(planHash(changedDemo), planHash(chainPlan(task, defaults)));
+  assert.throws(() => checkWarmStart(shipped, changedDemo, REGENERATE), staleShipped("demos"));
+
+  // The protocol's words: one the demonstrations never show (the search-limit message) is still in the fingerprint...
+  const limit = { ...task, text: { ...task.text, limit: task.text.limit.replace("give the answer now", "answer now") } };
+  assert.throws(() => checkWarmStart(shipped, chainPlan(limit, defaults), REGENERATE), staleShipped("protocol"));
+  // ...and one they do show changes the demonstrations too.
+  const think = { ...task, text: { ...task.text, instruction: task.text.instruction.replace("think inside", "reason inside") } };
+  assert.throws(() => checkWarmStart(shipped, chainPlan(think, defaults), REGENERATE), staleShipped("protocol, demos"));
+
+  // The task: one training question worded otherwise (chain-task.ts changed), the world and vocabulary the same.
+  const world = task.extra as ChainTask;
+  const last = world.train.length - 1;
+  const reworded = { ...task, extra: { ...world, train: world.train.map((q, i) => (i === last ? { ...q, question: q.question.replace("what is", "what was") } : q)) } };
+  assert.throws(() => checkWarmStart(shipped, chainPlan(reworded, defaults), REGENERATE), /\(changed: [^)]*\btask\b[^)]*\): it would be a stale policy\. Regenerate it with `npm run warmstart`/);
 });

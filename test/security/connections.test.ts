@@ -3,8 +3,10 @@
  * judges each connection in the ZeroMQ handshake (its gate), so anonymous
  * sockets — no credential at all — are closed there and cost it no file
  * descriptor (counted in /proc/<pid>/fd), and one source address holds at
- * most --max-connections-per-source connections. Legitimate drivers keep
- * working throughout.
+ * most --max-connections-per-source connections while another source at the
+ * same time is let in (the cap is per source, not global). The agent's cache
+ * takes connections on their executor credential from any source. Legitimate
+ * drivers keep working throughout.
  */
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
@@ -13,9 +15,13 @@ import { pack } from "msgpackr";
 import { Dealer } from "zeromq";
 import { connect } from "../../sdk/connect.js";
 import { AuthError } from "../../sdk/wire/errors.js";
-import { rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
-import { rawGate } from "../helpers/raw-client.js";
+import path from "node:path";
+import { DIST, rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
+import { rawCredential, rawGate } from "../helpers/raw-client.js";
 import { outsider } from "./peers.js";
+import type { Vault } from "./services.js";
+
+const VAULT = { module: path.join(DIST, "test/security/services.js"), export: "Vault" };
 
 const clusters: TestCluster[] = [];
 const sockets: Dealer[] = [];
@@ -36,6 +42,15 @@ function outcome(socket: Dealer): Promise<string> {
     socket.events.on("handshake", () => resolve("handshake"));
     for (const t of ["handshake:error:protocol", "handshake:error:auth", "handshake:error:other"] as const) socket.events.on(t, () => resolve("refused"));
   });
+}
+
+/**
+ * The endpoint that dials `endpoint` (tcp://HOST:PORT) from local address
+ * `source` (ZeroMQ's `tcp://SOURCE:0;HOST:PORT`): every 127.x.y.z address is
+ * this machine's loopback, so one test can be several sources.
+ */
+function from(source: string, endpoint: string): string {
+  return endpoint.replace(/^tcp:\/\//, `tcp://${source}:0;`);
 }
 
 /** Opens `n` sockets (no reconnecting: each one connection) with `opts`, each sending a hello; returns each one's outcome within `timeoutMs` ("pending" if none). */
@@ -98,6 +113,14 @@ test("one source holds at most --max-connections-per-source connections; more ar
   assert.equal(admitted, 7, `7 admitted beside the observer (outcomes: ${JSON.stringify(outcomes)})`);
   assert.equal(outcomes.filter((o) => o === "refused").length, 13);
   assert.ok(fds(pid) <= before + 7 + 4, `the head holds ${fds(pid)} descriptors (${before} before)`);
+  // The cap is per source, not global: at 127.0.0.1's cap another source is let in (as many as its own cap), and
+  // taking those does not make room for 127.0.0.1.
+  const other = [];
+  for (let i = 0; i < 9; i++) other.push(...(await openMany(from("127.0.0.2", cluster.endpoint), 1, rawGate(outsider()))));
+  assert.deepEqual(other, [...Array<string>(8).fill("handshake"), "refused"], "127.0.0.2 holds its own 8, then is refused too");
+  assert.deepEqual(await openMany(cluster.endpoint, 1, rawGate(outsider())), ["refused"], "127.0.0.1 is still at its cap");
+  const status = await cluster.status();
+  assert.ok(!status.apps.some((a: any) => String(a.name).startsWith("flood-")), "no flood hello ran (the outsider's token opens its own app only)");
   const { error } = await rejection(connect({ name: "crowded", head: cluster.endpoint, timeoutMs: 5000 }));
   assert.ok(error instanceof AuthError, `${error.name}: ${error.message}`);
   assert.match(error.message, /refused this connection in the ZeroMQ handshake.*--max-connections-per-source/);
@@ -106,4 +129,32 @@ test("one source holds at most --max-connections-per-source connections; more ar
   await waitFor("the flood's connections to close", async () => ((await cluster.status()) && fds(pid) <= before + 2 ? true : undefined), 10_000);
   const app = await connect({ name: "roomy", head: cluster.endpoint });
   await app.close();
+});
+
+test("the agent's cache judges each connection by its executor credential, wherever it comes from: with 20 from 127.0.0.1 open, one from 127.0.0.2 is let in and an anonymous one refused", { timeout: 60_000 }, async () => {
+  // The node cache (cluster-agent/node-cache.ts) binds loopback only and has no per-source cap of its own (the
+  // head's --max-connections-per-source is the head's): what holds is that its gate takes a connection on its
+  // credential, never on a count of the other sources' connections, and refuses one without a credential from any
+  // source.
+  const cluster = await startCluster({ agents: [{ id: "c1", cpus: 2, mem: "1g" }] });
+  clusters.push(cluster);
+  const app = await connect({ name: "cache-sources", head: cluster.endpoint });
+  try {
+    const pool = await app.service<Vault>(VAULT, { name: "vault", warmup: 1 });
+    const me = await pool.call("identity");
+    assert.match(me.cache!, /^tcp:\/\/127\.0\.0\.1:\d+$/, "the cache listens on loopback");
+    const executor = rawGate(rawCredential("executor", me.executorId, "cache-sources"));
+    const flood = sockets.length;
+    const local = await openMany(me.cache!, 20, executor);
+    assert.deepEqual(local, Array<string>(20).fill("handshake"), "the executor's credential is let in, 20 times over");
+    assert.deepEqual(await openMany(from("127.0.0.2", me.cache!), 1, executor), ["handshake"], "so is it from 127.0.0.2, with 127.0.0.1's 20 open");
+    assert.deepEqual(await openMany(from("127.0.0.2", me.cache!), 1, {}), ["refused"], "an anonymous connection from 127.0.0.2 is closed in the handshake");
+    assert.deepEqual(await openMany(from("127.0.0.2", me.cache!), 1, rawGate(outsider())), ["refused"], "so is a driver's credential (only this node's executors read its cache)");
+    for (const s of sockets.splice(flood)) s.close();
+    // The executor itself still reads through its cache.
+    await app.objects.put({ ok: 1 }, { key: "k" });
+    assert.deepEqual(await pool.call("read", "k"), { ok: 1 });
+  } finally {
+    await app.close();
+  }
 });

@@ -4,7 +4,8 @@
  * a service whose code tries to read the cluster secret, HEARTH_HOME, the
  * agent's work dir (other executors' logs), the agent's environment and
  * another app's executor's environment (its executor token), and another
- * app's files; every read is refused, while the executor still reaches the
+ * app's files (a world-readable file that app's executor wrote in its HOME
+ * included); every read is refused, while the executor still reaches the
  * head and the node cache and gets a shipped folder from a folder only root
  * can read. An agent that cannot change user (not root) says so in the
  * head's status, and refuses --executor-uids.
@@ -80,6 +81,17 @@ test("an app's executor reads neither the secret, HEARTH_HOME, the agent's state
   // The control: the same probe reads what is its own.
   const own = await probeA.call("probe", [`/proc/${meA.pid}/environ`, meA.home!]);
   assert.deepEqual(own.map((r) => r.outcome), ["read", "read"], "an executor reads its own environment and HOME");
+});
+
+test("a file another app's executor wrote in its HOME, readable by all (0644), cannot be read: its HOME keeps it", { skip }, async () => {
+  const meB = await probeB.call("whoami");
+  const secretText = `iso-b's note ${Math.random()}`;
+  const file = await probeB.call("plant", "note.txt", secretText);
+  assert.equal(path.dirname(file), meB.home, "written in iso-b's HOME");
+  assert.deepEqual(await probeB.call("readText", file), { text: secretText, outcome: "read" }, "its writer reads it back");
+  const attempt = await probeA.call("readText", file);
+  assert.equal(attempt.text, null, "iso-a's executor did not get its contents");
+  assert.equal(attempt.outcome, "EACCES", "refused for permissions (the file exists and its own mode lets anyone read)");
 });
 
 test("an isolated executor still reaches the head and node cache, and gets a shipped folder only root could read in place", { skip }, async () => {

@@ -3,7 +3,7 @@
  * was given (routing id, cache endpoint, credential), so the test can try to
  * use what an attacker on the same machine could guess or learn.
  */
-import { readFileSync, readdirSync, statSync } from "node:fs";
+import { chmodSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { openFolder, type FolderRef } from "../../sdk/cache/folder.js";
@@ -82,6 +82,27 @@ export class Prober {
   /** Reads an object of its own app through the agent's cache. */
   async read(key: string): Promise<unknown> {
     return await this.ctx.objects.get(key);
+  }
+
+  /**
+   * Writes `text` to `name` in its HOME, readable by everyone (mode 0644), and
+   * returns the path: only the HOME folder's own permissions can then keep
+   * another app's executor from reading it.
+   */
+  plant(name: string, text: string): string {
+    const file = path.join(process.env.HOME ?? os.homedir(), name);
+    writeFileSync(file, text, { mode: 0o644 });
+    chmodSync(file, 0o644); // whatever the umask
+    return file;
+  }
+
+  /** The text of `file`, or the error code that kept it from being read. */
+  readText(file: string): { text: string | null; outcome: string } {
+    try {
+      return { text: readFileSync(file, "utf8"), outcome: "read" };
+    } catch (err) {
+      return { text: null, outcome: (err as NodeJS.ErrnoException).code ?? String(err) };
+    }
   }
 
   /** Opens a shipped folder and returns where it landed and the text of `name` in it. */

@@ -5,16 +5,19 @@
  * one rollout host, that host's link is cut: its agent is lost, the call
  * runs again on the other rollout host, the step completes whole, the run
  * goes on, and the trainers took exactly one update per step that trained
- * (nothing trained twice).
+ * (nothing trained twice); every rollout that answers afterwards holds the
+ * trainers' policy, metrics.jsonl has steps 1..n once, and the trainers'
+ * state, the policy and every step's metrics equal a run of the same seed
+ * whose link was never cut.
  *
  * Skips, saying why, only where namespaces cannot be made.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { SearchR1Run } from "../../sdk/searchr1/run.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
 import { netnsSupport } from "./netns.js";
 import { agentNodes, eventually, retriedCalls, startWorld, type SlurmWorld } from "./setup.js";
 
@@ -44,8 +47,9 @@ after(async () => {
 
 
 
-test("a rollout host's link cut mid-step: its call runs again on the other rollout host, the step completes whole, the run goes on, and nothing is trained twice", { skip }, async () => {
-  const sr = await SearchR1Run.create({
+/** The run's options on this world's Slurm. */
+function options(extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+  return {
     name: "sr1-link",
     engine: "slurm",
     bind: world.bind,
@@ -63,7 +67,18 @@ test("a rollout host's link cut mid-step: its call runs again on the other rollo
     trainerResreq: "cpu=1",
     threads: 1,
     log: () => undefined,
-  });
+    ...extra,
+  };
+}
+
+/** A step's deterministic metrics. */
+function sameMetrics(m: StepMetrics): unknown {
+  return { step: m.step, reward: m.reward_mean, loss: m.loss, kl: m.kl, trained: m.samples_trained, kept: m.groups_kept, policy: m.policy_version };
+}
+
+test("a rollout host's link cut mid-step: its call runs again on the other rollout host, the step completes whole, the run goes on, nothing is trained twice, and it ends as a run never cut", { skip }, async () => {
+  const sr = await SearchR1Run.create(options());
+  let cutRun: { steps: number; states: unknown; policy: string; metrics: unknown[] } = { steps: 0, states: null, policy: "", metrics: [] };
   const net = world.net!;
   let cut: string | undefined;
   try {
@@ -107,11 +122,33 @@ test("a rollout host's link cut mid-step: its call runs again on the other rollo
     const trainedSteps = trained();
     assert.ok(trainedSteps >= 1, "a step trained after the cut");
     assert.equal((await optimizerSteps()) - before, trainedSteps, "one optimizer step per step that trained: nothing trained twice");
+    // Every rollout that answers after the cut holds the trainers' weights, not only the ranks.
+    await sr.syncRollouts();
     const d = await sr.digests();
     assert.equal(d.trainers[1]!.digest, d.trainers[0]!.digest, "the ranks agree");
+    assert.ok(d.rollouts.length >= 1, "a rollout executor answers after the cut");
+    for (const r of d.rollouts) assert.equal(r.digest, d.trainers[0]!.digest, `rollout ${r.executorId} holds the trainers' policy after the cut`);
+    const steps = readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => (JSON.parse(l) as StepMetrics).step);
+    assert.deepEqual(steps, Array.from({ length: sr.stepsDone }, (_, i) => i + 1), "metrics.jsonl: steps 1..n, no gap, no repeat");
+    cutRun = { steps: sr.stepsDone, states: await sr.trainerGang.broadcast("stateDigest", [[], []]), policy: d.trainers[0]!.digest, metrics: sr.history.map(sameMetrics) };
     console.log(`# slurm search-r1: ${victim}'s link cut mid-step; the step completed ${stepMs} ms later with its call retried on ${rolloutHosts[0]}; ${sr.stepsDone} steps, ${trainedSteps} trained after the first`);
   } finally {
     if (cut) net.restore(cut);
     await sr.close();
+  }
+
+  // The same seed, never cut: after as many steps, the same trainer state, policy and metrics (the retried call
+  // sampled the same tokens). One rollout executor: where a call runs does not change what it samples, and the
+  // cut host's node may still be down for Slurm.
+  const ref = await SearchR1Run.create(options({ name: "sr1-uncut", out: path.join(out, "uncut"), rollouts: 1 }));
+  try {
+    while (ref.stepsDone < cutRun.steps) await ref.step();
+    assert.deepEqual(await ref.trainerGang.broadcast("stateDigest", [[], []]), cutRun.states, `after step ${cutRun.steps}: both ranks' weights, moments and steps as a run never cut`);
+    await ref.syncRollouts();
+    const d = await ref.digests();
+    for (const x of [...d.trainers, ...d.rollouts]) assert.equal(x.digest, cutRun.policy, "the same policy");
+    assert.deepEqual(ref.history.map(sameMetrics), cutRun.metrics, "and every step's metrics");
+  } finally {
+    await ref.close();
   }
 });

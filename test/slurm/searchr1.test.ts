@@ -8,7 +8,11 @@
  *
  * After every step every rollout executor and every trainer rank hold
  * bit-identical weights (digests), and each host's node cache fetched the
- * step's publication from the head exactly once. `hearth status` shows the
+ * step's publication from the head exactly once. A driver killed mid-run
+ * leaves its jobs to the keep-alive (the head's status starts its clock);
+ * a new driver reattaches on them, metrics.jsonl holds steps 1..n once, and
+ * its next step's trainer state, policy and metrics equal a run of the same
+ * seed never interrupted. `hearth status` shows the
  * run's jobs (ids, states, nodes, queue wait). Flags Slurm refuses (an
  * unknown partition) fail before any job is submitted, naming what was
  * refused.
@@ -223,10 +227,18 @@ test("the driver killed mid-run: its jobs stay for the keep-alive, and a new dri
   const jobsOf = async (): Promise<string[]> => (await world.slurm.jobs()).filter((j) => j.name === "hearth.sr1-reattach" && j.state === "RUNNING").map((j) => j.id).sort();
   const held = await jobsOf();
   assert.equal(held.length, 3, "2 rollout jobs and the gang's job");
-  await new Promise((r) => setTimeout(r, 2000));
+  // The signal that the driver is gone: the head started the app's keep-alive clock (its status names when it
+  // will release the app). Then the jobs are still there, held by the keep-alive, not by a driver.
+  type Listed = { apps: Array<{ name: string; drivers: number; releaseAt: number | null }> };
+  const gone = await eventually("the head to start the app's keep-alive clock", async () => {
+    const a = (JSON.parse((await run(process.execPath, [CLI, "status", "--json"], { env: world.env, timeout: 30_000 })).stdout) as Listed).apps.find((x) => x.name === "sr1-reattach");
+    return a && a.releaseAt !== null ? a : undefined;
+  }, 120_000);
+  assert.ok(gone.releaseAt! - Date.now() > 60_000, `the keep-alive holds the app for a while yet (released at ${new Date(gone.releaseAt!).toISOString()})`);
   assert.deepEqual(await jobsOf(), held, "the jobs stay after the driver is gone (keep-alive)");
 
   const log: string[] = [];
+  let reattached: { at: number; states: unknown; policy: string; metrics: unknown[] } = { at: 0, states: null, policy: "", metrics: [] };
   const sr = await SearchR1Run.create(options({ name: "sr1-reattach", out: dir, ...small, log: (l) => log.push(l) }));
   try {
     const at = sr.stepsDone;
@@ -241,11 +253,28 @@ test("the driver killed mid-run: its jobs stay for the keep-alive, and a new dri
     assert.equal(d.rollouts.length, 2);
     for (const x of [...d.trainers, ...d.rollouts]) assert.equal(x.digest, d.trainers[0]!.digest, "every rank and rollout holds the same weights after the reattached step");
     assert.deepEqual(await jobsOf(), held);
+    // metrics.jsonl: the killed driver's steps and the new one's, each exactly once, in order.
+    const steps = readFileSync(path.join(dir, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => (JSON.parse(l) as StepMetrics).step);
+    assert.deepEqual(steps, Array.from({ length: at + 1 }, (_, i) => i + 1), "steps 1..n, no gap, no repeat");
+    reattached = { at: m.step, states: await sr.trainerGang.broadcast("stateDigest", [[], []]), policy: d.trainers[0]!.digest, metrics: sr.history.map(sameMetrics) };
     console.log(`# slurm search-r1: driver killed after step ≥ 2; reattached at step ${at} on jobs ${held.join(", ")}; step ${m.step} ran there`);
   } finally {
     await sr.close();
   }
   assert.deepEqual(await jobsOf(), []);
+
+  // The same seed and options, never interrupted: the same trainer state, policy and metrics at that step.
+  const ref = await SearchR1Run.create(options({ name: "sr1-uninterrupted", out: path.join(out, "uninterrupted"), ...small }));
+  try {
+    while (ref.stepsDone < reattached.at) await ref.step();
+    assert.deepEqual(await ref.trainerGang.broadcast("stateDigest", [[], []]), reattached.states, `after step ${reattached.at}: both ranks' weights, moments and steps as a run never interrupted`);
+    await ref.syncRollouts();
+    const d = await ref.digests();
+    for (const x of [...d.trainers, ...d.rollouts]) assert.equal(x.digest, reattached.policy, "the same policy on every rank and rollout");
+    assert.deepEqual(ref.history.map(sameMetrics), reattached.metrics, "and every step's metrics");
+  } finally {
+    await ref.close();
+  }
 });
 
 test("--engine slurm --detach: the loop itself runs in a job and steps with no client; attach from a new process; stop ends the run's rollout and trainer jobs and its outputs are fetchable", { skip }, async () => {
@@ -279,11 +308,9 @@ test("--engine slurm --detach: the loop itself runs in a job and steps with no c
   assert.equal(await exited, 0, said);
   assert.deepEqual(steps(), steps().map((_, i) => i + 1), "every step from the first, in order");
 
-  await hearth("stop", NAME);
-  const done = await eventually("the run to end", async () => {
-    const s = await listed();
-    return s.state === "done" || s.state === "failed" ? s : undefined;
-  }, 240_000);
+  // stop waits for the run's end: done when it returns.
+  assert.match(await hearth("stop", NAME), new RegExp(`run '${NAME}' is done at step \\d+`));
+  const done = await listed();
   assert.equal(done.state, "done", done.why);
   const left = await eventually("the rollout and trainer jobs to end", async () => {
     const j = (await world.slurm.jobs()).filter((x) => x.name === `hearth.${NAME}`);
@@ -296,7 +323,8 @@ test("--engine slurm --detach: the loop itself runs in a job and steps with no c
   await eventually("the loop's job to end", async () => ((await world.slurm.jobs()).some((x) => x.name === `hearth.${NAME}`) ? undefined : true), 60_000);
   const fetched = path.join(out, "detached");
   await hearth("fetch", NAME, "--out", fetched);
-  assert.equal(readFileSync(path.join(fetched, "metrics.jsonl"), "utf8").trim().split("\n").length, done.step);
+  const fetchedSteps = readFileSync(path.join(fetched, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => (JSON.parse(l) as StepMetrics).step);
+  assert.deepEqual(fetchedSteps, Array.from({ length: done.step }, (_, i) => i + 1), "metrics.jsonl: steps 1..n, no gap, no repeat");
   console.log(`# slurm search-r1 --detach: the loop ran on ${s2.where.host}; ${done.step} steps, stopped and fetched`);
 });
 

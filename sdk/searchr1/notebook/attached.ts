@@ -26,7 +26,10 @@ import type { App } from "../../runtime/app.js";
 import type { PoolHandle } from "../../runtime/handles.js";
 import type { ScoredSample } from "../batch.js";
 import { stepRow } from "../cli.js";
-import { followRun, loopOf, type RunClientOptions } from "../detached.js";
+import { followRun, loopOf, STOP_WAIT_MS, type RunClientOptions } from "../detached.js";
+
+/** How long `stop()` waits, by default, for the run to write its outputs and end (the same as `hearth stop`). */
+export { STOP_WAIT_MS };
 import type { SearchR1Loop } from "../loop-service.js";
 import type { ServiceSource } from "../options.js";
 import type { RewardFn } from "../reward.js";
@@ -34,9 +37,6 @@ import { LOG_KEEP, LoopLogReader, readLoopStatus, type LoopEvent, type LoopStatu
 import { readRunState } from "../run-state.js";
 import type { StepMetrics } from "../pipeline.js";
 import { rescoreSamples, trajectoryTable, type RescoreView } from "./views.js";
-
-/** How long `stop()` waits, by default, for the run to write its outputs and end. */
-export const STOP_WAIT_MS = 10 * 60_000;
 
 /** Options of `follow()`. */
 export interface FollowOptions {

@@ -11,8 +11,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Bm25Index } from "../bm25.js";
 import { chainDemonstrations } from "../bootstrap.js";
-import { cachedWarmStart, checkWarmStart, planHash, type WarmStartPlan } from "../bootstrap-run.js";
-import { chainTask, type ChainTask } from "../chain-task.js";
+import { cachedWarmStart, checkWarmStart, demosDigest, jsonDigest, planHash, type WarmStartPlan } from "../bootstrap-run.js";
+import { chainTask, type ChainQuestion, type ChainTask } from "../chain-task.js";
 import type { SearchR1Options } from "../options.js";
 import type { PreparedTask, TaskRecipe, WarmStartContext } from "../recipe.js";
 import { rng } from "../synthetic.js";
@@ -30,8 +30,8 @@ const WORLD = { seed: 1, people: 1200, heldOut: 200 };
 /**
  * Probability that a warm-start demonstration searches the name it just read
  * instead of answering it, after its first and its second search: a full
- * two-hop chain is shown in 5 % of the demonstrations that need one, a full
- * three-hop chain in 0.75 %. (With 5 % after the second search too, RL never
+ * two-hop chain is shown in 2 % of the demonstrations that need one, a full
+ * three-hop chain in 1 %. (With 5 % after the second search too, RL never
  * found the third hop within 100 steps: measured.)
  */
 export const CHAIN_EXPLORE: readonly number[] = [0.02, 0.5];
@@ -69,30 +69,62 @@ export function shippedPolicy(): string {
   return path.join(policiesDir(), CHAIN_RECIPE);
 }
 
-/** The warm start of `task` with options `o` (the shipped policy is the plan of the recipe's defaults). */
-export function chainPlan(task: PreparedTask, o: Pick<SearchR1Options, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">): WarmStartPlan {
+/**
+ * The warm start of `task` with options `o` (the shipped policy is the plan of
+ * the recipe's defaults). Its material, hashed into the manifest, covers what
+ * the policy is trained on, not only the declared settings: a digest of the
+ * protocol text, of the task (corpus and the questions demonstrations are drawn
+ * from) and of the first batches of demonstrations (`demosDigest`), so a
+ * change to `chainDemonstrations`, chain-task.ts or the protocol's words
+ * makes the shipped policy stale. `demonstrate` makes the demonstrations
+ * (tests swap it to stand for a change to that code).
+ */
+export function chainPlan(
+  task: PreparedTask,
+  o: Pick<SearchR1Options, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">,
+  demonstrate: typeof chainDemonstrations = chainDemonstrations,
+): WarmStartPlan {
   const world = task.extra as ChainTask;
   const index = Bm25Index.build(task.corpus);
   const retrieve = (q: string, k: number) => index.search(q, k);
   const seed = 1;
   const tokenizer = createHash("sha256").update(task.tokenizer.files["tokenizer.json"]!).digest("hex").slice(0, 16);
+  const phases: WarmStartPlan["phases"] = [
+    {
+      steps: o.bootstrapSteps,
+      demos: (step, n) => {
+        const r = rng(seed * 7919 + step);
+        const entity = Array.from({ length: n }, () => r() < ENTITY_SHARE).filter(Boolean).length;
+        const s = seed * 1_000_003 + step;
+        return [
+          ...demonstrate(world.entityQuestions, task.tokenizer, task.text, retrieve, entity, s, CHAIN_EXPLORE),
+          ...demonstrate(world.train, task.tokenizer, task.text, retrieve, n - entity, s + 1, CHAIN_EXPLORE),
+        ];
+      },
+    },
+  ];
+  // What demonstrations are drawn from: each question's words and solution path, and the passages (not labels such as its category).
+  const drawn = (qs: readonly ChainQuestion[]) => qs.map((q) => [q.question, q.hops]);
+  const taskDigest = jsonDigest({ corpus: world.corpus, train: drawn(world.train), entityQuestions: drawn(world.entityQuestions) });
   return {
     recipe: CHAIN_RECIPE,
-    material: { v: 1, world: WORLD, tokenizer, model: task.model, trainer: task.trainer ?? {}, explore: CHAIN_EXPLORE, entityShare: ENTITY_SHARE, steps: o.bootstrapSteps, batch: o.bootstrapBatch, lr: o.bootstrapLr, seed },
-    phases: [
-      {
-        steps: o.bootstrapSteps,
-        demos: (step, n) => {
-          const r = rng(seed * 7919 + step);
-          const entity = Array.from({ length: n }, () => r() < ENTITY_SHARE).filter(Boolean).length;
-          const s = seed * 1_000_003 + step;
-          return [
-            ...chainDemonstrations(world.entityQuestions, task.tokenizer, task.text, retrieve, entity, s, CHAIN_EXPLORE),
-            ...chainDemonstrations(world.train, task.tokenizer, task.text, retrieve, n - entity, s + 1, CHAIN_EXPLORE),
-          ];
-        },
-      },
-    ],
+    material: {
+      v: 2,
+      world: WORLD,
+      tokenizer,
+      protocol: jsonDigest(task.text),
+      task: taskDigest,
+      demos: demosDigest(phases, o.bootstrapBatch),
+      model: task.model,
+      trainer: task.trainer ?? {},
+      explore: CHAIN_EXPLORE,
+      entityShare: ENTITY_SHARE,
+      steps: o.bootstrapSteps,
+      batch: o.bootstrapBatch,
+      lr: o.bootstrapLr,
+      seed,
+    },
+    phases,
     batch: o.bootstrapBatch,
     lr: o.bootstrapLr,
     seed,
