@@ -16,6 +16,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fromFile, fromParts, type ObjectCache, type ObjectRef, type StreamedValue } from "../cache/object-cache.js";
+import { maxBufferBytes } from "../cache/buffers.js";
 import { HearthError } from "../errors/index.js";
 import type { TensorEngine } from "../tensor/index.js";
 import type { FilePublication, PublishedFile } from "../tensor/types.js";
@@ -50,6 +51,9 @@ export const DEFAULT_REBASE: RebasePolicy = { maxPatches: 20, maxPatchShare: 0.5
 /** Shard size of full publications (256 MiB): a base travels and is applied a shard at a time. */
 export const DEFAULT_SHARD_BYTES = 256 * 1024 * 1024;
 
+/** A patch up to this size comes back from the engine in its reply, not a file (a step's patch: 26 MB at the 0.5B shape and 2.7 % changed). */
+export const DEFAULT_INLINE_PATCH_BYTES = 64 * 1024 * 1024;
+
 /** What one publication wrote. */
 export type PublishStats = Omit<FilePublication, "files"> & { cacheVersion: number; rebased: boolean };
 
@@ -61,6 +65,8 @@ export interface PublisherOptions {
   scratchDir?: string;
   /** Keep the engine's last-published bf16 copy for patches (default true; false: every publication is full, in half the memory). */
   keepLast?: boolean;
+  /** A patch up to this many bytes comes back in the engine's reply instead of a file (default DEFAULT_INLINE_PATCH_BYTES; 0: always a file). */
+  inlinePatchBytes?: number;
   /** Called as each shard has reached the head (benchmarks time the pipeline). */
   onShard?: (shard: { shard: number; size: number }) => void;
 }
@@ -111,6 +117,7 @@ export class WeightPublisher {
         full: rebase,
         version: options.version,
         keepLast: this.opts.keepLast,
+        inlineMax: Math.min(this.opts.inlinePatchBytes ?? DEFAULT_INLINE_PATCH_BYTES, maxBufferBytes()),
         onFile: (f) => {
           // A full publication's shards go to the head as the engine writes them, the next while this one travels.
           if (f.kind !== "full") return;
@@ -123,8 +130,8 @@ export class WeightPublisher {
         if (!writing) throw new HearthError(`publication v${pub.version}: the engine wrote a full publication nobody shipped`);
       } else {
         const file = pub.files[0];
-        if (!file || pub.files.length !== 1) throw new HearthError(`publication v${pub.version}: a patch is one file; the engine wrote ${pub.files.length}`);
-        writing = this.objects.patch(this.key, fromFile(file.path));
+        if (!file || pub.files.length !== 1) throw new HearthError(`publication v${pub.version}: a patch is one blob; the engine wrote ${pub.files.length}`);
+        writing = this.objects.patch(this.key, file.blob ?? fromFile(file.path));
       }
       const ref = await writing;
       if (pub.kind === "full") {

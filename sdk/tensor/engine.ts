@@ -452,10 +452,11 @@ export class TensorEngine {
    * (streamed: no blob is whole in any process) and call `onFile` as each is
    * complete, so it can be shipped while the next is written. Without
    * `keepLast` a full publication keeps no bf16 copy (the next one is full).
+   * A patch of at most `inlineMax` bytes comes back in the reply (`blob`).
    */
-  publishFiles(outDir: string, options: RequestOptions & { maxShardBytes?: number; full?: boolean; version?: number; keepLast?: boolean; onFile?: (f: PublishedFile) => void } = {}): Promise<FilePublication> {
-    const { maxShardBytes, full, version, keepLast, onFile, ...rest } = options;
-    return this.request("publish", { max_shard_bytes: maxShardBytes, full: full === true, version, out_dir: outDir, keep_last: keepLast !== false }, {
+  publishFiles(outDir: string, options: RequestOptions & { maxShardBytes?: number; full?: boolean; version?: number; keepLast?: boolean; inlineMax?: number; onFile?: (f: PublishedFile) => void } = {}): Promise<FilePublication> {
+    const { maxShardBytes, full, version, keepLast, inlineMax, onFile, ...rest } = options;
+    return this.request("publish", { max_shard_bytes: maxShardBytes, full: full === true, version, out_dir: outDir, keep_last: keepLast !== false, inline_max: inlineMax ?? 0 }, {
       ...rest,
       onEvent: (e) => onFile?.({ path: String(e.file), size: Number(e.size), shard: Number(e.shard), version: Number(e.version), kind: e.kind === "patch" ? "patch" : "full" }),
     });

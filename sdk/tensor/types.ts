@@ -170,9 +170,11 @@ export interface Publication extends PatchStats {
   blobs: Buffer[];
 }
 
-/** One blob of a publication written to a file (`publishFiles`). */
+/** One blob of a publication written to a file (`publishFiles`), or a small patch in the reply (`blob`, no path). */
 export interface PublishedFile {
   path: string;
+  /** A patch of at most `inlineMax` bytes, in the reply instead of a file. */
+  blob?: Buffer;
   size: number;
   /** The publication's version. */
   version: number;

@@ -175,6 +175,12 @@ def _write_tensor(f, t: Tensor) -> None:
     f.write(memoryview(flat.view(torch.uint8).numpy()))
 
 
+def serialized_size(tensors: Dict[str, Tensor], meta: Optional[Dict[str, str]] = None) -> int:
+    """Bytes `serialize` would make of these tensors (header included), without making them."""
+    head, total = _header([(n, t.dtype, t.shape) for n, t in tensors.items()], meta)
+    return len(head) + total
+
+
 def serialize(tensors: Dict[str, Tensor], meta: Optional[Dict[str, str]] = None) -> bytearray:
     """One safetensors file as bytes, tensors in the given order (for in-memory blobs)."""
     head, _ = _header([(n, t.dtype, t.shape) for n, t in tensors.items()], meta)

@@ -252,7 +252,8 @@ class Engine:
         if args.get("out_dir"):
             # Each blob is written to a file and announced as it is complete: nothing large crosses the pipe.
             files, stats = self.publisher.publish_files(model, full, args["out_dir"], self.emit,
-                                                        keep_last=args.get("keep_last", True) is not False)
+                                                        keep_last=args.get("keep_last", True) is not False,
+                                                        inline_max=int(args.get("inline_max") or 0))
             return {**asdict(stats), "files": files}
         blobs, stats = self.publisher.publish(model, full)
         return {**asdict(stats), "blobs": blobs}

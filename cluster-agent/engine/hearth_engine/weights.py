@@ -265,19 +265,24 @@ class Publisher:
         return stats
 
     def publish_files(self, model, full: bool, out_dir: str, emit: Callable[[dict], None],
-                      keep_last: bool = True) -> Tuple[List[Dict[str, object]], PatchStats]:
+                      keep_last: bool = True, inline_max: int = 0) -> Tuple[List[Dict[str, object]], PatchStats]:
         """Each blob written to a file in `out_dir` (streamed tensor by tensor: no blob is ever
         whole in memory) and announced with `emit` as soon as it is complete, so the caller
-        ships shard i while shard i + 1 is written."""
+        ships shard i while shard i + 1 is written. A patch of at most `inline_max` bytes
+        comes back in the reply instead (`blob`): a step's patch is small, and a file would
+        cost a write and a read of it."""
         out_dir = _publication_dir(out_dir)
         files: List[Dict[str, object]] = []
 
         def write(i: int, entries: Dict[str, Tensor], meta: Dict[str, str]) -> int:
+            kind = "full" if meta["format"] == "hearth-full" else "patch"
+            if kind == "patch" and safetensors.serialized_size(entries, meta) <= inline_max:
+                blob = safetensors.serialize(entries, meta)
+                files.append({"blob": blob, "size": len(blob), "shard": i, "version": self.version, "kind": kind})
+                return len(blob)
             path = os.path.join(out_dir, f"v{self.version}-{i}.safetensors")
             size = safetensors.save_file(entries, path, meta)
-            kind = "full" if meta["format"] == "hearth-full" else "patch"
-            f = {"path": path, "size": size, "shard": i, "version": self.version, "kind": kind}
-            files.append(f)
+            files.append({"path": path, "size": size, "shard": i, "version": self.version, "kind": kind})
             emit({"file": path, "size": size, "shard": i, "version": self.version, "kind": kind})
             return size
 
