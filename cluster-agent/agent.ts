@@ -49,6 +49,8 @@ export interface AgentOptions {
   cacheDir?: string;
   /** Bytes of part files the node cache keeps at most. Default a quarter of this machine's memory. */
   cacheLimit?: number;
+  /** TCP connections one address may hold to the node cache (default 4096). */
+  cacheMaxConnectionsPerSource?: number;
   /** Exit after hosting no executor for this long (agents of Slurm jobs: the job ends). Default: never. */
   exitWhenIdleMs?: number;
   /**
@@ -131,6 +133,7 @@ export class Agent {
       host: this.host,
       appOf: (executorId) => this.executors.appOf(executorId),
       groupOf: (app) => (isolated ? users.identityFor(app)?.gid : undefined),
+      maxConnectionsPerSource: opts.cacheMaxConnectionsPerSource,
       log: this.log,
     });
     this.executors = new ExecutorSupervisor({

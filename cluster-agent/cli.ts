@@ -47,6 +47,7 @@ commands:
           [--cache-dir DIR]     the node cache's files, one copy per node (default <work-dir>/cache; a tmpfs such as
                                 /dev/shm/hearth keeps them in memory); emptied at start
           [--cache-limit 8g]    bytes of files the node cache keeps (default a quarter of this machine's memory)
+          [--cache-max-connections-per-source 4096]   TCP connections one address may hold to the node cache
           [--exit-when-idle 5m] exit after hosting no executor for that long
           [--head-grace 60s]    exit (stopping executors) when the head is silent that long
           [--secret-file F]     the cluster secret (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret)
@@ -153,6 +154,7 @@ async function main(argv: string[]): Promise<number> {
           "executor-dir": { type: "string" },
           "cache-dir": { type: "string" },
           "cache-limit": { type: "string" },
+          "cache-max-connections-per-source": { type: "string" },
         },
       });
       // Read once here; the agent hands its executors their own credentials, never the secret.
@@ -177,6 +179,7 @@ async function main(argv: string[]): Promise<number> {
         executorDir: values["executor-dir"],
         cacheDir: values["cache-dir"],
         cacheLimit: values["cache-limit"] !== undefined ? parseMem(values["cache-limit"]) : undefined,
+        cacheMaxConnectionsPerSource: values["cache-max-connections-per-source"] !== undefined ? positiveInt("--cache-max-connections-per-source", values["cache-max-connections-per-source"]) : undefined,
         resources: {
           cpu: cpus,
           mem: values.mem !== undefined ? parseMem(values.mem) : undefined,

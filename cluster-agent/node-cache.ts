@@ -30,7 +30,8 @@ import { toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
 import { credentialFrom, deriveKey, type Role } from "../sdk/wire/auth.js";
-import { checkGateProof, serveZapDomain } from "../sdk/wire/zap.js";
+import { checkGateProof, serveZapDomain, type ZapRequest } from "../sdk/wire/zap.js";
+import { connectionsFrom } from "./head/source-connections.js";
 import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
 import { admitObjectBuffer } from "../sdk/cache/buffers.js";
 import { ObjectStore, isFilePart } from "./head/object-store.js";
@@ -67,6 +68,8 @@ export interface NodeCacheOptions {
   appOf: (executorId: string) => string | undefined;
   /** The group of an app's executors when they run as that app's own user (its files are made readable to it alone), else undefined. */
   groupOf: (app: string) => number | undefined;
+  /** TCP connections one address may hold to the cache; beyond it new ones are refused in the handshake. Default 4096. */
+  maxConnectionsPerSource?: number;
   log: (line: string) => void;
 }
 
@@ -90,6 +93,7 @@ export class NodeCache {
   private gets = 0;
   private endpoint = "";
   private peerEndpoint = "";
+  private ports: number[] = [];
   private stopGate?: () => void;
 
   constructor(private readonly opts: NodeCacheOptions) {
@@ -146,9 +150,10 @@ export class NodeCache {
     rmSync(this.opts.cacheDir, { recursive: true, force: true });
     // Traversable, not listable, by the apps' own users when executors run as them; private otherwise.
     mkdirSync(this.opts.cacheDir, { recursive: true, mode: 0o711 });
-    this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => (req.mechanism === "PLAIN" ? checkGateProof(req.credentials, (role, id, app) => this.keyFor(role, id, app)) : "no credential in the handshake"));
+    this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => this.gate(req));
     this.endpoint = await this.socket.bind("tcp://127.0.0.1:0");
     this.peerEndpoint = /^(127\.|localhost$)/.test(this.opts.host) ? this.endpoint : await this.socket.bind(`tcp://${this.opts.host}:0`);
+    this.ports = [...new Set([this.endpoint, this.peerEndpoint].map((e) => Number(/:(\d+)$/.exec(e)?.[1] ?? 0)))];
     void this.socket.serve((id, frames) => this.auth.receive(id, frames));
     this.bulk.connect(this.opts.head);
     void this.bulk.serve((frames) => {
@@ -158,6 +163,22 @@ export class NodeCache {
       // Anything else (a `reregister` while the head restarts) is the agent's business on its own connection.
     });
     return this.endpoint;
+  }
+
+  /**
+   * The gate (sdk/wire/zap.ts): a connection must prove an executor credential
+   * of this node or another node's agent credential, and its address may hold
+   * at most `maxConnectionsPerSource` connections to the cache (counted from
+   * the kernel's TCP table, as the head counts them).
+   */
+  private gate(req: ZapRequest): string | undefined {
+    if (req.mechanism !== "PLAIN") return "no credential in the handshake";
+    const refusal = checkGateProof(req.credentials, (role, id, app) => this.keyFor(role, id, app));
+    if (refusal !== undefined) return refusal;
+    const cap = this.opts.maxConnectionsPerSource ?? 4096;
+    let n = 0;
+    for (const port of this.ports) n += connectionsFrom(req.address, port) ?? 0;
+    return n > cap ? `${req.address} holds ${n} connections to the node cache, over its limit of ${cap} (hearth agent --cache-max-connections-per-source)` : undefined;
   }
 
   /** Where executors dial (set by start()). */

@@ -27,6 +27,8 @@ export class ReceivingPart implements PartSink {
   readonly data?: Buffer;
   /** Offsets of the chunks written. */
   private readonly have = new Set<number>();
+  /** Chunk writes under way, by offset. */
+  private readonly writing = new Map<number, Promise<void>>();
   private readonly waiters = new Map<number, Array<{ resolve: () => void; reject: (e: unknown) => void }>>();
   private fd?: number;
   private failure?: unknown;
@@ -74,6 +76,22 @@ export class ReceivingPart implements PartSink {
   async write(chunk: Buffer, offset: number): Promise<void> {
     if (this.failure !== undefined) throw this.failure;
     if (this.have.has(offset)) return;
+    // The same chunk from two sources (a peer that failed with it in flight, then the head): written and counted once.
+    const inFlight = this.writing.get(offset);
+    if (inFlight) {
+      const done = await inFlight.then(() => true, () => false);
+      if (done) return;
+    }
+    const w = this.writeOnce(chunk, offset);
+    this.writing.set(offset, w);
+    try {
+      await w;
+    } finally {
+      if (this.writing.get(offset) === w) this.writing.delete(offset);
+    }
+  }
+
+  private async writeOnce(chunk: Buffer, offset: number): Promise<void> {
     if (this.data) chunk.copy(this.data, offset);
     else {
       try {
@@ -85,6 +103,7 @@ export class ReceivingPart implements PartSink {
         throw e;
       }
     }
+    if (this.have.has(offset)) return;
     this.have.add(offset);
     this.written += chunk.byteLength;
     for (const w of this.waiters.get(offset) ?? []) w.resolve();

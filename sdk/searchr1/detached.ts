@@ -139,11 +139,13 @@ export interface StopRunOptions extends RunClientOptions {
  * waits until it has ended, as `docker stop` does: resolved, a "done" run's
  * outputs are in the cache (`fetchRun` works at once) and its services are
  * released; a run that failed while stopping resolves with state "failed".
- * A run already done or failed is an error (nothing to stop).
+ * A run already done or failed resolves with that status at once (as
+ * `docker stop` of a stopped container succeeds): `stop && fetch` works
+ * whenever it runs.
  */
 export async function stopRun(name: string, opts: StopRunOptions = {}): Promise<LoopStatus> {
   return withRun(name, opts, async (app, status) => {
-    if (status.state === "done" || status.state === "failed") throw new HearthError(`run '${name}' is ${status.state}${status.why ? ` (${status.why})` : ""}: nothing to stop`);
+    if (status.state === "done" || status.state === "failed") return status;
     // Events before the request are history: only what the run does from now on is progress.
     const reader = new LoopLogReader(app.objects, name);
     await reader.next();

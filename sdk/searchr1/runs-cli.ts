@@ -12,7 +12,7 @@ import { HearthError } from "../errors/index.js";
 import { stepRow } from "./cli.js";
 import { parseDuration } from "../format.js";
 import { attachRun, controlRun, fetchRun, listRuns, stopRun, STOP_WAIT_MS, type AttachedRunListing, type RunListing } from "./detached.js";
-import type { LoopEvent } from "./run-log.js";
+import type { LoopEvent, LoopStatus } from "./run-log.js";
 
 /** Usage of the run commands. */
 export const RUNS_USAGE = `runs    [--head ENDPOINT] [--json]            every detached run: name, state, step of total, last held-out EM, started, where its loop runs (admin)
@@ -117,6 +117,7 @@ export async function runRunsCommand(command: "runs" | "attach" | "pause" | "res
       const name = nameOf(command, positionals);
       if (values["no-wait"]) {
         const s = await stopRun(name, { head, wait: false });
+        if (s.state === "done" || s.state === "failed") return ended(name, s);
         console.log(`run '${name}' stops after its step in flight, then writes its outputs and releases its services (was ${s.state} at step ${s.step}/${s.total}; not waiting)`);
         return 0;
       }
@@ -134,12 +135,7 @@ export async function runRunsCommand(command: "runs" | "attach" | "pause" | "res
           console.log(`stopped waiting: run '${name}' is ${s.state} at step ${s.step}/${s.total} and goes on stopping (hearth attach ${name} follows it)`);
           return 130;
         }
-        if (s.state === "failed") {
-          console.log(`run '${name}' failed while stopping: ${s.why ?? "?"}`);
-          return 1;
-        }
-        console.log(`run '${name}' is done at step ${s.step}/${s.total}: hearth fetch ${name} --out DIR writes its outputs`);
-        return 0;
+        return ended(name, s);
       } finally {
         process.off("SIGINT", onSigint);
       }
@@ -152,4 +148,14 @@ export async function runRunsCommand(command: "runs" | "attach" | "pause" | "res
       return 0;
     }
   }
+}
+
+/** What `hearth stop` says of a run that has ended (done: 0; failed: 1). */
+function ended(name: string, s: LoopStatus): number {
+  if (s.state === "failed") {
+    console.log(`run '${name}' failed: ${s.why ?? "?"}`);
+    return 1;
+  }
+  console.log(`run '${name}' is done at step ${s.step}/${s.total}: hearth fetch ${name} --out DIR writes its outputs`);
+  return 0;
 }
