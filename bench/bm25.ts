@@ -15,9 +15,9 @@
  */
 import { createRequire } from "node:module";
 import MiniSearch from "minisearch";
-import { Bm25Index, tokenize, type Bm25Passage } from "../sdk/searchr1/bm25.js";
+import { Bm25Index, tokenize, type Bm25Passage } from "../sdk/envs/searchr1/retrieval/bm25.js";
 import { table } from "./stats.js";
-import { rng } from "../sdk/searchr1/synthetic.js";
+import { rng } from "../sdk/envs/searchr1/tasks/synthetic.js";
 
 const K = 10;
 

@@ -7,8 +7,8 @@
  * random words of the run's vocabulary and answers at once; it learns
  * nothing (the benchmark measures time, not learning).
  */
-import { SearchR1Rollout } from "../sdk/searchr1/rollout-service.js";
-import { SearchR1Trainer } from "../sdk/searchr1/trainer-service.js";
+import { SearchR1Rollout } from "../sdk/rl/services/rollout-service.js";
+import { SearchR1Trainer } from "../sdk/rl/services/trainer-service.js";
 import type { TensorEngine } from "../sdk/tensor/index.js";
 import type { ApplyResult, GenerateResult, GeneratedRow, InitModelOptions, InitModelResult, Publication, SamplingOptions, TrainBatch, TrainMetrics } from "../sdk/tensor/types.js";
 

@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { SearchR1Run, type StepMetrics } from "../sdk/searchr1/run.js";
+import { SearchR1Run, type StepMetrics } from "../sdk/rl/run/run.js";
 import { startCluster } from "../test/helpers/cluster.js";
 import { SIM_LATENCY } from "./overlap-services.js";
 import { table } from "./stats.js";

@@ -1,6 +1,6 @@
 /** The tables `npm run bench -- weights` prints (bench/weights.ts runs it). */
 import type { WeightsBenchOptions, WeightsBenchResult } from "./weights.js";
-import { DEFAULT_REBASE } from "../sdk/searchr1/weights.js";
+import { DEFAULT_REBASE } from "../sdk/rl/services/weights.js";
 import { table } from "./stats.js";
 
 const MiB = 1024 * 1024;

@@ -5,7 +5,7 @@
  * an incremental get through the node cache, then the engine's apply) and
  * says how long the fetch and the apply took, and what it holds.
  */
-import { applyPublications, type PublicationRecord, type SyncResult } from "../sdk/searchr1/weights.js";
+import { applyPublications, type PublicationRecord, type SyncResult } from "../sdk/rl/services/weights.js";
 import { TensorEngine, type PublicationFile } from "../sdk/tensor/index.js";
 import type { ExecutorContext } from "../sdk/runtime/types.js";
 

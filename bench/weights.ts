@@ -22,7 +22,7 @@ import { fileURLToPath } from "node:url";
 import { parseByteSize } from "../sdk/cache/buffers.js";
 import { connect } from "../sdk/connect.js";
 import type { PoolHandle } from "../sdk/runtime/handles.js";
-import { DEFAULT_REBASE, WeightPublisher } from "../sdk/searchr1/weights.js";
+import { DEFAULT_REBASE, WeightPublisher } from "../sdk/rl/services/weights.js";
 import { TensorEngine } from "../sdk/tensor/index.js";
 import { startCluster, type TestCluster } from "../test/helpers/cluster.js";
 import { rawStream } from "./raw-stream.js";

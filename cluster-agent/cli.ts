@@ -20,9 +20,9 @@ import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
-import { runTrainCommand, TRAIN_USAGE } from "../sdk/searchr1/cli.js";
-import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/searchr1/warmstart-cli.js";
-import { RUNS_USAGE, runRunsCommand } from "../sdk/searchr1/runs-cli.js";
+import { runTrainCommand, TRAIN_USAGE } from "../sdk/rl/cli/train-cli.js";
+import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/rl/cli/warmstart-cli.js";
+import { RUNS_USAGE, runRunsCommand } from "../sdk/rl/cli/runs-cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
 import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
 

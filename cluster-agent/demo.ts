@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { connect } from "../sdk/connect.js";
 import { formatStatus } from "./format-status.js";
 import type { WarmIndex } from "./demo-service.js";
-import { runTrainCommand } from "../sdk/searchr1/cli.js";
+import { runTrainCommand } from "../sdk/rl/cli/train-cli.js";
 
 /** Runs the demo; returns the process exit code. Extra flags go to `train search-r1`. */
 export async function runDemo(args: string[]): Promise<number> {

@@ -21,7 +21,7 @@ import { connect } from "../../sdk/connect.js";
 import { BufferLimitError, RemoteError } from "../../sdk/errors/index.js";
 import type { App } from "../../sdk/runtime/app.js";
 import type { PoolHandle } from "../../sdk/runtime/handles.js";
-import { DEFAULT_REBASE, WeightPublisher } from "../../sdk/searchr1/weights.js";
+import { DEFAULT_REBASE, WeightPublisher } from "../../sdk/rl/services/weights.js";
 import { TensorEngine } from "../../sdk/tensor/index.js";
 import type { WeightsRollout } from "../../bench/weights-service.js";
 import type { Streamer } from "../fixtures/stream-services.js";

@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { REFERENCE_BYTES_PER_CHANGE, runWeightsBench } from "../../bench/weights.js";
 import { connect } from "../../sdk/connect.js";
-import { applyPublications, WeightPublisher } from "../../sdk/searchr1/weights.js";
+import { applyPublications, WeightPublisher } from "../../sdk/rl/services/weights.js";
 import { TensorEngine } from "../../sdk/tensor/index.js";
 import { rejection, startCluster } from "../helpers/cluster.js";
 

@@ -5,14 +5,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { JUPYTER_DISPLAY, PLOTLY_MIME, toMimeBundle } from "../../sdk/notebook/index.js";
-import type { ScoredSample } from "../../sdk/searchr1/batch.js";
-import { StepStore, regroup, trainLoop } from "../../sdk/searchr1/interactive.js";
-import { terminalProgress, warmupProgress } from "../../sdk/searchr1/events.js";
-import { plot } from "../../sdk/searchr1/notebook/plots.js";
-import { emReward, f1Reward, type RewardFn } from "../../sdk/searchr1/reward.js";
-import type { StepMetrics, StepResult } from "../../sdk/searchr1/run.js";
-import { TrajectoryView, rescoreSamples, trajectoryRows, trajectorySpans, trajectoryTable } from "../../sdk/searchr1/notebook/views.js";
-import { metricsView, withStepDisplay } from "../../sdk/searchr1/step-summary.js";
+import type { ScoredSample } from "../../sdk/rl/scoring/batch.js";
+import { StepStore, regroup, trainLoop } from "../../sdk/rl/run/interactive.js";
+import { terminalProgress, warmupProgress } from "../../sdk/rl/run/events.js";
+import { plot } from "../../sdk/rl/notebook/plots.js";
+import { emReward, f1Reward, type RewardFn } from "../../sdk/envs/searchr1/reward.js";
+import type { StepMetrics, StepResult } from "../../sdk/rl/run/run.js";
+import { TrajectoryView, rescoreSamples, trajectoryRows, trajectorySpans, trajectoryTable } from "../../sdk/rl/notebook/views.js";
+import { metricsView, withStepDisplay } from "../../sdk/rl/report/step-summary.js";
 import { HearthError } from "../../sdk/errors/index.js";
 
 const VOCAB = ["[UNK]", "where", "was", "ada", "born", "?", "<search>", "ada", "</search>", "<information>", "ada", "lives", "in", "oslo", "</information>", "<answer>", "oslo", "norway", "</answer>", "paris"];

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { AdvantageError, DEFAULT_ADVANTAGE_EPS, flattenGroups, groupAdvantages } from "../../sdk/searchr1/advantages.js";
+import { AdvantageError, DEFAULT_ADVANTAGE_EPS, flattenGroups, groupAdvantages } from "../../sdk/rl/scoring/advantages.js";
 
 function near(actual: number[], expected: number[]): void {
   assert.equal(actual.length, expected.length);

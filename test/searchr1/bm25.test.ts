@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Bm25Error, Bm25Index, tokenize, type Bm25Passage } from "../../sdk/searchr1/bm25.js";
+import { Bm25Error, Bm25Index, tokenize, type Bm25Passage } from "../../sdk/envs/searchr1/retrieval/bm25.js";
 
 const tiny: Bm25Passage[] = [
   { title: "", text: "cat dog dog" }, // 3 tokens

@@ -10,12 +10,12 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Bm25Index } from "../../sdk/searchr1/bm25.js";
-import { chainTask, hopCategory, PERSON_KIND_WEIGHTS, type ChainKind, type ChainQuestion } from "../../sdk/searchr1/chain-task.js";
-import type { ScoredSample } from "../../sdk/searchr1/batch.js";
-import { layerOptions } from "../../sdk/searchr1/options.js";
-import { emByCategory, evalByCategory } from "../../sdk/searchr1/pipeline.js";
-import { chainRecipe, prepareChain } from "../../sdk/searchr1/recipes/chain.js";
+import { Bm25Index } from "../../sdk/envs/searchr1/retrieval/bm25.js";
+import { chainTask, hopCategory, PERSON_KIND_WEIGHTS, type ChainKind, type ChainQuestion } from "../../sdk/envs/searchr1/tasks/chain-task.js";
+import type { ScoredSample } from "../../sdk/rl/scoring/batch.js";
+import { layerOptions } from "../../sdk/rl/run/options.js";
+import { emByCategory, evalByCategory } from "../../sdk/rl/run/pipeline.js";
+import { chainRecipe, prepareChain } from "../../sdk/envs/searchr1/recipes/chain.js";
 
 /** The recipe's world (recipes/chain.ts): prepareChain builds the task from it. */
 const task = prepareChain(layerOptions(chainRecipe.defaults, { evalSize: 200 }));

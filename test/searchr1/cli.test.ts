@@ -15,8 +15,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { connect } from "../../sdk/connect.js";
-import type { RolloutSetup } from "../../sdk/searchr1/rollout-service.js";
-import { rolloutSetupKey } from "../../sdk/searchr1/run-objects.js";
+import type { RolloutSetup } from "../../sdk/rl/services/rollout-service.js";
+import { rolloutSetupKey } from "../../sdk/rl/state/run-objects.js";
 import { CLI, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 
 const exec = promisify(execFile);

@@ -20,9 +20,9 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { connect } from "../../sdk/connect.js";
-import { SearchR1Run } from "../../sdk/searchr1/run.js";
+import { SearchR1Run } from "../../sdk/rl/run/run.js";
 import { smallRun } from "./small-run.js";
-import { readLoopStatus, type LoopStatus } from "../../sdk/searchr1/run-log.js";
+import { readLoopStatus, type LoopStatus } from "../../sdk/rl/state/run-log.js";
 import { appToken, loadSecret, secretFile } from "../../sdk/wire/auth.js";
 import { CLI, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 

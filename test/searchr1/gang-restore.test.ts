@@ -14,8 +14,8 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { GangFailedError } from "../../sdk/errors/index.js";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
-import { readSnapshot } from "../../sdk/searchr1/snapshot.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
+import { readSnapshot } from "../../sdk/rl/state/snapshot.js";
 import { executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { lengthParity, smallRun } from "./small-run.js";
 

@@ -13,7 +13,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { SearchR1Run } from "../../sdk/searchr1/run.js";
+import { SearchR1Run } from "../../sdk/rl/run/run.js";
 import { REPO_ROOT } from "../kernel/bridge.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 

@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { HotpotQaError, loadHotpotQa } from "../../sdk/searchr1/hotpotqa.js";
+import { HotpotQaError, loadHotpotQa } from "../../sdk/envs/searchr1/tasks/hotpotqa.js";
 
 let dir = "";
 before(async () => {

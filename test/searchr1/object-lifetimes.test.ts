@@ -19,8 +19,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import { HearthError } from "../../sdk/errors/index.js";
-import { SearchR1Run, type SearchR1Options } from "../../sdk/searchr1/index.js";
-import { readRunState, runStateKey, type RunState } from "../../sdk/searchr1/run-state.js";
+import { SearchR1Run, type SearchR1Options } from "../../sdk/envs/searchr1/index.js";
+import { readRunState, runStateKey, type RunState } from "../../sdk/rl/state/run-state.js";
 import { startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { lengthParity, smallRun } from "./small-run.js";
 

@@ -6,9 +6,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
-import { formatInformation, informationBlock, insertion, parseSearch, runEpisodes, type EpisodeEngine } from "../../sdk/searchr1/protocol.js";
-import { PROTOCOL_WORDS, SYNTHETIC_TEXT as TEXT } from "../../sdk/searchr1/recipes/synthetic.js";
-import { tokenizerFromJson, wordTokenizerJson } from "../../sdk/searchr1/tokenizer.js";
+import { formatInformation, informationBlock, insertion, parseSearch, runEpisodes, type EpisodeEngine } from "../../sdk/envs/searchr1/protocol.js";
+import { PROTOCOL_WORDS, SYNTHETIC_TEXT as TEXT } from "../../sdk/envs/searchr1/recipes/synthetic.js";
+import { tokenizerFromJson, wordTokenizerJson } from "../../sdk/rl/text/tokenizer.js";
 
 const tok = tokenizerFromJson(wordTokenizerJson([...PROTOCOL_WORDS, "zorvath", "was", "born", "in", "meridel", "where", "?", "paris", "."]));
 

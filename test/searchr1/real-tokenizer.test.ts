@@ -11,9 +11,9 @@ import { createRequire } from "node:module";
 import path from "node:path";
 import { test } from "node:test";
 import { Template } from "@huggingface/jinja";
-import { buildPrompt, insertion, formatInformation, runEpisodes, type EpisodeEngine } from "../../sdk/searchr1/protocol.js";
-import { CHAT_TEXT } from "../../sdk/searchr1/recipes/hf-chat.js";
-import { tokenizerFromFiles, type TokenizerFiles } from "../../sdk/searchr1/tokenizer.js";
+import { buildPrompt, insertion, formatInformation, runEpisodes, type EpisodeEngine } from "../../sdk/envs/searchr1/protocol.js";
+import { CHAT_TEXT } from "../../sdk/envs/searchr1/recipes/hf-chat.js";
+import { tokenizerFromFiles, type TokenizerFiles } from "../../sdk/rl/text/tokenizer.js";
 import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
 import { HearthError } from "../../sdk/errors/index.js";
 

@@ -9,12 +9,12 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import type { ScoredSample } from "../../sdk/searchr1/batch.js";
-import { warmStartClock, type RunEvent } from "../../sdk/searchr1/events.js";
-import type { StepMetrics } from "../../sdk/searchr1/pipeline.js";
-import { niceTicks } from "../../sdk/searchr1/report-svg.js";
-import { DEFAULTS } from "../../sdk/searchr1/run.js";
-import { pickSample, writeReport, type ReportFacts } from "../../sdk/searchr1/report.js";
+import type { ScoredSample } from "../../sdk/rl/scoring/batch.js";
+import { warmStartClock, type RunEvent } from "../../sdk/rl/run/events.js";
+import type { StepMetrics } from "../../sdk/rl/run/pipeline.js";
+import { niceTicks } from "../../sdk/rl/report/report-svg.js";
+import { DEFAULTS } from "../../sdk/rl/run/run.js";
+import { pickSample, writeReport, type ReportFacts } from "../../sdk/rl/report/report.js";
 import { REPO_ROOT } from "../kernel/bridge.js";
 import { assertDrawn } from "../kernel/notebook-rig.js";
 import { CHROMIUM, screenshot } from "../kernel/render.js";

@@ -11,7 +11,7 @@ import {
   substringMatch,
   substringReward,
   type RewardFn,
-} from "../../sdk/searchr1/reward.js";
+} from "../../sdk/envs/searchr1/reward.js";
 
 test("normalizeAnswer: lowercase, punctuation, articles, whitespace", () => {
   assert.equal(normalizeAnswer("The Eiffel Tower"), "eiffel tower");

@@ -3,7 +3,7 @@
  * easy synthetic task, 4 prompts a step in groups of 4, a 4-step warm start, no periodic eval, and
  * sampling hot so that the barely warmed-up policy writes varied responses.
  */
-import type { SearchR1Options } from "../../sdk/searchr1/run.js";
+import type { SearchR1Options } from "../../sdk/rl/run/run.js";
 
 /** A reward that varies within groups even for a barely trained policy (exact match would be 0 everywhere): every step then trains. */
 export const lengthParity = (response: string): number => (response.length % 2 === 0 ? 1 : 0);

@@ -15,12 +15,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { checkWarmStart, folderDigests, planHash, readManifest } from "../../sdk/searchr1/bootstrap-run.js";
-import { layerOptions } from "../../sdk/searchr1/options.js";
-import { chainDemonstrations } from "../../sdk/searchr1/bootstrap.js";
-import type { ChainTask } from "../../sdk/searchr1/chain-task.js";
-import { chainPlan, chainRecipe, prepareChain, REGENERATE, shippedPolicy } from "../../sdk/searchr1/recipes/chain.js";
-import { SearchR1Run } from "../../sdk/searchr1/run.js";
+import { checkWarmStart, folderDigests, planHash, readManifest } from "../../sdk/rl/run/warm-start.js";
+import { layerOptions } from "../../sdk/rl/run/options.js";
+import { chainDemonstrations } from "../../sdk/envs/searchr1/demonstrations.js";
+import type { ChainTask } from "../../sdk/envs/searchr1/tasks/chain-task.js";
+import { chainPlan, chainRecipe, prepareChain, REGENERATE, shippedPolicy } from "../../sdk/envs/searchr1/recipes/chain.js";
+import { SearchR1Run } from "../../sdk/rl/run/run.js";
 import { CLI, startCluster, type TestCluster } from "../helpers/cluster.js";
 
 let cluster: TestCluster;

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
-import { DEFAULT_REBASE, WeightPublisher, applyPublications } from "../../sdk/searchr1/weights.js";
+import { DEFAULT_REBASE, WeightPublisher, applyPublications } from "../../sdk/rl/services/weights.js";
 import { TensorEngine } from "../../sdk/tensor/index.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 

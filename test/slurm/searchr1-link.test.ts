@@ -17,7 +17,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
 import { netnsSupport } from "./netns.js";
 import { agentNodes, eventually, retriedCalls, startWorld, type SlurmWorld } from "./setup.js";
 

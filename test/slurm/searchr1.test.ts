@@ -27,7 +27,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { after, before, test } from "node:test";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/searchr1/run.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
 import { GangFailedError } from "../../sdk/errors/index.js";
 import { netnsSupport } from "./netns.js";
 import { eventually, startWorld, type SlurmWorld } from "./setup.js";

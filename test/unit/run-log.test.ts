@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { ObjectCache } from "../../sdk/cache/object-cache.js";
-import { LOG_KEEP, LOG_REBASE, LoopLogReader, LoopLogWriter, loopEventsKey } from "../../sdk/searchr1/run-log.js";
+import { LOG_KEEP, LOG_REBASE, LoopLogReader, LoopLogWriter, loopEventsKey } from "../../sdk/rl/state/run-log.js";
 
 /** The cache's write semantics, in memory: a base and its patches per key. */
 function memoryCache(): { cache: ObjectCache; stored: (key: string) => unknown[] } {

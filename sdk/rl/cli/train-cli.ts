@@ -1,0 +1,169 @@
+/**
+ * `hearth train search-r1 …`: the command line of Search-R1 training, with the
+ * reference system's flag meanings, progress on the terminal, a summary table,
+ * metrics.jsonl and an HTML report in --out.
+ */
+import { parseArgs } from "node:util";
+import { HearthError } from "../../errors/index.js";
+import { terminalProgress, warmStartClock } from "../run/events.js";
+import { detachRun } from "../cluster/detached.js";
+import { finishSession } from "../report/finish.js";
+import { emByCategory } from "../run/pipeline.js";
+import { emByText } from "../report/report.js";
+import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../run/run.js";
+
+/** Numeric flags and the option each sets. */
+const NUMERIC = {
+  steps: "steps",
+  "prompts-per-step": "promptsPerStep",
+  "prompts-per-task": "promptsPerTask",
+  "group-size": "groupSize",
+  rollouts: "rollouts",
+  trainers: "trainers",
+  "eval-every": "evalEvery",
+  "eval-size": "evalSize",
+  lr: "lr",
+  "kl-coef": "klCoef",
+  "grad-clip": "gradClip",
+  "micro-batch": "microBatch",
+  "max-searches": "maxSearches",
+  "top-k": "topK",
+  "max-turn-tokens": "maxTurnTokens",
+  "max-response-tokens": "maxResponseTokens",
+  seed: "seed",
+  temperature: "temperature",
+  "bootstrap-steps": "bootstrapSteps",
+  "bootstrap-mixed-share": "bootstrapMixedShare",
+  "bootstrap-batch": "bootstrapBatch",
+  "bootstrap-lr": "bootstrapLr",
+  threads: "threads",
+  "logprob-gap-warn": "logprobGapWarn",
+  "rebase-every": "rebaseEvery",
+  "rebase-share": "rebaseShare",
+  "max-lag": "maxLag",
+  "keep-steps": "keepSteps",
+  "snapshot-every": "snapshotEvery",
+} as const satisfies Record<string, keyof SearchR1Options>;
+
+/** Text flags and the option each sets. */
+const TEXT = {
+  model: "model",
+  data: "data",
+  out: "out",
+  "rollout-resreq": "rolloutResreq",
+  "trainer-resreq": "trainerResreq",
+  "rollout-dtype": "rolloutDtype",
+  backend: "backend",
+  "model-transfer": "modelTransfer",
+  resume: "resume",
+  policy: "policy",
+  head: "head",
+  name: "name",
+  engine: "engine",
+  partition: "partition",
+  account: "account",
+  bind: "bind",
+} as const satisfies Record<string, keyof SearchR1Options>;
+
+const FLAGS = {
+  ...Object.fromEntries([...Object.keys(NUMERIC), ...Object.keys(TEXT)].map((k) => [k, { type: "string" as const }])),
+  "sbatch-arg": { type: "string" as const, multiple: true as const },
+  "no-checkpoint": { type: "boolean" as const },
+  detach: { type: "boolean" as const },
+  help: { type: "boolean" as const },
+};
+
+/** Usage text of `hearth train search-r1`. */
+export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] [--data synthetic|hotpotqa.json] [--steps N]
+  [--prompts-per-step N] [--prompts-per-task N] [--group-size G] [--rollouts N] [--trainers N]
+  [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--grad-clip X] [--micro-batch N]
+  [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
+  [--bootstrap-steps N] [--bootstrap-mixed-share X] [--bootstrap-batch N] [--bootstrap-lr X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
+  [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
+  [--max-lag K] [--keep-steps N] [--snapshot-every N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP] [--detach]
+  [--engine local|slurm] [--partition P] [--account A] [--sbatch-arg=ARG]... [--bind tcp://ADDRESS:PORT]
+With --detach the loop runs on the cluster as a service of the run's app and the command returns at once (hearth runs|attach|pause|resume|stop|fetch; docs/searchr1.md).
+With --engine slurm each rollout executor is a Slurm job and the trainers one job of --trainers tasks; --bind is an address the compute nodes reach (docs/slurm.md).
+Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
+
+function num(flag: string, v: string): number {
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isFinite(n)) throw new HearthError(`--${flag} must be a number; got '${v}'\n${TRAIN_USAGE}`);
+  return n;
+}
+
+/** Parses flags into the options they set (the rest come from the recipe); unknown flags and bad numbers are clear errors. */
+export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
+  let values: Record<string, string | undefined> & { "sbatch-arg"?: string[] };
+  try {
+    values = parseArgs({ args, options: FLAGS, strict: true }).values as typeof values;
+  } catch (err) {
+    throw new HearthError(`${(err as Error).message}\n${TRAIN_USAGE}`);
+  }
+  const out: Record<string, unknown> = {};
+  if (values["no-checkpoint"]) out.checkpoint = false;
+  if (values.detach) out.detach = true;
+  if (values["sbatch-arg"] !== undefined) out.sbatchArgs = values["sbatch-arg"];
+  for (const [flag, key] of Object.entries(NUMERIC)) {
+    const v = values[flag];
+    if (v !== undefined) out[key] = num(flag, v);
+  }
+  for (const [flag, key] of Object.entries(TEXT)) if (values[flag] !== undefined) out[key] = values[flag];
+  return out as Partial<SearchR1Options>;
+}
+
+/** One line of a step's metrics, as the CLI prints it. */
+export function stepRow(m: StepMetrics): string {
+  const ev = m.eval_em !== undefined ? `  eval EM ${(m.eval_em * 100).toFixed(1)}%${m.eval_em_by ? ` (${emByText(m.eval_em_by)})` : ""}` : "";
+  return `step ${String(m.step).padStart(3)}  reward ${m.reward_mean.toFixed(3)}  EM ${(m.em * 100).toFixed(1)}%  searches ${m.searches_per_sample.toFixed(2)}  kept ${m.groups_kept}  ${m.step_s.toFixed(1)} s${ev}`;
+}
+
+/** Runs `hearth train search-r1`; returns the exit code. */
+export async function runTrainCommand(args: string[]): Promise<number> {
+  const [workload, ...rest] = args;
+  if (workload !== "search-r1") throw new HearthError(`unknown workload '${workload ?? ""}'\n${TRAIN_USAGE}`);
+  if (rest.includes("--help")) {
+    console.log(TRAIN_USAGE);
+    return 0;
+  }
+  const { detach, ...given } = parseTrainFlags(rest) as Partial<SearchR1Options> & { detach?: boolean };
+  if (detach) {
+    const status = await detachRun(given);
+    console.log(`run '${status.name}' started on the cluster: its loop runs on ${status.where.host} (executor ${status.where.executorId})`);
+    console.log(`  follow it:   hearth attach ${status.name}      (Ctrl-C detaches; the run goes on)`);
+    console.log(`  list runs:   hearth runs`);
+    console.log(`  control it:  hearth pause|resume|stop ${status.name}`);
+    console.log(`  its outputs: hearth fetch ${status.name} --out DIR   (once it is done)`);
+    return 0;
+  }
+  const t0 = performance.now();
+  // The CLI owns its app: other flags than last time replace its services instead of failing.
+  const clock = warmStartClock(terminalProgress());
+  const run = await SearchR1Run.create({ ...given, replace: true, onEvent: clock.onEvent });
+  const opts = run.opts;
+  // Ctrl-C stops after the step in flight; the metrics, checkpoint and report are still written and the app released. A second Ctrl-C exits at once.
+  const stop = new AbortController();
+  const onSigint = (): void => {
+    if (stop.signal.aborted) process.exit(130);
+    opts.log("interrupted: stopping after the current step (Ctrl-C again to exit at once)");
+    stop.abort();
+  };
+  process.on("SIGINT", onSigint);
+  try {
+    const first = await run.evaluate();
+    const emBy = emByCategory(first);
+    opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy)${emBy ? ` (${emByText(emBy)})` : ""}, searches/sample ${first.searchesPerSample.toFixed(2)}`);
+    const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample, emBy };
+    const setupSeconds = (performance.now() - t0) / 1000;
+    const before = run.history.length;
+    await run.train(opts.steps, { progress: false, signal: stop.signal, onStep: (r) => opts.log(stepRow(r.metrics)) });
+    const done = await finishSession(run, { t0, startEval, setupSeconds, before, warmStart: clock.warmStart() });
+    console.log(`\n${done.summary}\n`);
+    console.log(`metrics: ${opts.out}/metrics.jsonl   report: ${done.report}   checkpoint: ${done.checkpoint}`);
+    return stop.signal.aborted ? 130 : 0;
+  } finally {
+    process.off("SIGINT", onSigint);
+    // A command-line run is over: release its executors (a notebook keeps them warm instead).
+    await run.close().catch(() => undefined);
+  }
+}

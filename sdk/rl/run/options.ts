@@ -1,0 +1,345 @@
+/**
+ * Options of a Search-R1 run, their defaults and their validation. Defaults
+ * come in layers: the generic ones here, then the task recipe's (the
+ * reference recipe for a real model, today's values for the tiny preset),
+ * then what the caller gave. Everything is checked before any service starts.
+ */
+import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
+import path from "node:path";
+import { parseResreq } from "../../runtime/resreq.js";
+import { HearthError } from "../../errors/index.js";
+import type { RunEventHandler } from "./events.js";
+import type { ConnectOptions } from "../../connect.js";
+
+/** Options of a run (the CLI flags, with the reference system's meanings). */
+export interface SearchR1Options {
+  /** `tiny` or a Hugging Face model folder. */
+  model: string;
+  /** `synthetic` or a HotpotQA JSON file. */
+  data: string;
+  steps: number;
+  promptsPerStep: number;
+  /** Prompts per rollout call. */
+  promptsPerTask: number;
+  groupSize: number;
+  rollouts: number;
+  trainers: number;
+  out: string;
+  evalEvery: number;
+  evalSize: number;
+  lr: number;
+  klCoef: number;
+  /** Gradient norm clip (0: none). */
+  gradClip: number;
+  /** Rows per forward/backward on a trainer (gradients accumulate over micro-batches). */
+  microBatch: number;
+  /** Searches allowed per sample. */
+  maxSearches: number;
+  /** Passages per search. */
+  topK: number;
+  /** Tokens one generation turn may produce. */
+  maxTurnTokens: number;
+  /** Tokens of a whole response, inserted passages included. */
+  maxResponseTokens: number;
+  seed: number;
+  temperature: number;
+  /**
+   * A warm-start folder made by `hearth warmstart` to start from instead of the
+   * recipe's shipped policy (its manifest must match the recipe and the
+   * warm-start options).
+   */
+  policy?: string;
+  /** Supervised warm start steps of the task recipe that has one (the synthetic tasks); 0 skips it. */
+  bootstrapSteps: number;
+  /** Share of the warm start spent on its final, mixed-behaviour phase. */
+  bootstrapMixedShare: number;
+  /** Demonstrations per warm-start step. */
+  bootstrapBatch: number;
+  /** Learning rate of the warm start. */
+  bootstrapLr: number;
+  /** Resources of each rollout executor, e.g. "cpu=8,mem=64g,gpu=1". */
+  rolloutResreq: string;
+  /** Resources of each trainer rank. */
+  trainerResreq: string;
+  /** Rollout weights: bf16 on CUDA and fp32 on CPU with `auto`. */
+  rolloutDtype: "auto" | "bfloat16" | "float32";
+  /** Torch threads per engine; 0 derives them from the service's cpu request. */
+  threads: number;
+  /** Trainer collective: nccl when the trainers have GPUs, gloo otherwise, with `auto`. */
+  backend: "auto" | "gloo" | "nccl";
+  /** How a model folder reaches the trainers: read in place when every trainer's agent runs on this host (auto), or per-file cache objects. */
+  modelTransfer: "auto" | "in-place" | "objects";
+  /** Warn when the mean |sampler − trainer| logprob gap of a step passes this. */
+  logprobGapWarn: number;
+  /** The published weights get a fresh base after this many patches… */
+  rebaseEvery: number;
+  /** …or once the patches outweigh this share of the base. */
+  rebaseShare: number;
+  /**
+   * Policy lag allowed between sampling and training, in published versions.
+   * 0: the synchronous loop (rollouts, then update, then publication). K ≥ 1:
+   * the rollouts of the next K steps run while the trainers update; a
+   * trajectory sampled more than K versions before the trainers' current one
+   * is dropped and counted.
+   */
+  maxLag: number;
+  /**
+   * Steps whose results (scored samples, trajectory objects) the run keeps
+   * for inspection and rescoring; an older step's objects are deleted when it
+   * leaves this window.
+   */
+  keepSteps: number;
+  /**
+   * Every this many steps (0: never) rank 0's exact trainer state (fp32
+   * weights, AdamW moments, steps) and model go into the cache as the run's
+   * snapshot, replacing the last one. A trainer gang lost mid-run (a rank's
+   * executor, node or Slurm job) is then declared again, restored from the
+   * snapshot and the step run again, when the snapshot is of the last
+   * completed step; otherwise the run fails naming what was lost. Costs one
+   * save a step (12 bytes a parameter through the head): meant for small
+   * models and for runs whose trainers may be preempted.
+   */
+  snapshotEvery: number;
+  /** Write the standalone checkpoint at the end of a CLI run (model, trainer state, driver state). */
+  checkpoint: boolean;
+  /** Replace this app's services when they were declared with other settings (the CLI owns its app). */
+  replace: boolean;
+  /** A checkpoint folder written by a previous run. */
+  resume?: string;
+  /** Head endpoint; default the embedded local one (or, with `engine: "slurm"`, the Slurm head of HEARTH_HOME). */
+  head?: string;
+  /**
+   * Where executors run: "local" (the embedded default, or the agents that
+   * joined `head`) or "slurm": each rollout executor is a single-task Slurm
+   * job, the trainers one job of `trainers` tasks (docs/slurm.md).
+   */
+  engine: "local" | "slurm";
+  /** Slurm: sbatch --partition of every job. */
+  partition?: string;
+  /** Slurm: sbatch --account of every job. */
+  account?: string;
+  /** Slurm: more sbatch options, one argument each, as sbatch takes them (e.g. "--time=08:00:00"). */
+  sbatchArgs: string[];
+  /** Slurm: what the head binds, an address the compute nodes reach (tcp://ADDRESS:PORT; port 0 picks a free one). Default loopback. */
+  bind?: string;
+  /**
+   * SDK only: the rest of `connect()`'s options, e.g. the Slurm engine's
+   * environment, polling and agent timeout (`slurm: {...}`) or HEARTH_HOME
+   * (`local: { home }`).
+   */
+  connectOptions?: Omit<ConnectOptions, "name" | "head" | "engine" | "partition" | "account" | "extraArgs">;
+  /** App name (reattach to warm executors). */
+  name: string;
+  /** Progress lines. */
+  log: (line: string) => void;
+  /**
+   * Service classes standing in for the rollout and trainer services (same
+   * methods; e.g. subclasses with a simulated engine, for benchmarks).
+   * Default: SearchR1Rollout and SearchR1Trainer.
+   */
+  serviceModules?: { rollout?: ServiceSource; trainer?: ServiceSource };
+  /** Typed progress (events.ts): the task, executors, warm start, publications, syncs, steps, evaluations. */
+  onEvent?: RunEventHandler;
+}
+
+/** Where a service class lives: an ES module file and its export. */
+export interface ServiceSource {
+  module: string;
+  export: string;
+}
+
+/** What a task recipe may set. */
+export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules" | "engine" | "partition" | "account" | "sbatchArgs" | "bind" | "connectOptions">>;
+
+/** The generic defaults, sized for the tiny preset on 2 CPU cores (a recipe's own override them). */
+export const BASE_OPTIONS: SearchR1Options = {
+  model: "tiny",
+  data: "synthetic",
+  steps: 150,
+  promptsPerStep: 16,
+  promptsPerTask: 4,
+  groupSize: 8,
+  rollouts: 2,
+  trainers: 2,
+  out: "out",
+  evalEvery: 10,
+  evalSize: 200,
+  lr: 1e-3,
+  klCoef: 0.001,
+  gradClip: 1.0,
+  microBatch: 16,
+  maxSearches: 4,
+  topK: 3,
+  maxTurnTokens: 64,
+  maxResponseTokens: 320,
+  seed: 1,
+  temperature: 1,
+  bootstrapSteps: 0,
+  bootstrapMixedShare: 0.3,
+  bootstrapBatch: 32,
+  bootstrapLr: 3e-3,
+  rolloutResreq: "cpu=0.5",
+  trainerResreq: "cpu=0.5",
+  rolloutDtype: "auto",
+  threads: 0,
+  backend: "auto",
+  modelTransfer: "auto",
+  logprobGapWarn: 0.05,
+  rebaseEvery: 20,
+  rebaseShare: 0.5,
+  maxLag: 0,
+  keepSteps: 50,
+  snapshotEvery: 0,
+  replace: false,
+  checkpoint: true,
+  engine: "local",
+  sbatchArgs: [],
+  name: "search-r1",
+  log: (line) => console.log(line),
+};
+
+/** Layers the defaults: generic, then the recipe's, then what the caller set (undefined values are ignored). */
+export function layerOptions(recipe: RecipeDefaults, given: Partial<SearchR1Options>): SearchR1Options {
+  const set = Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)) as Partial<SearchR1Options>;
+  return { ...BASE_OPTIONS, ...recipe, ...set };
+}
+
+/** The CLI spelling of an option. */
+export function flagName(key: string): string {
+  return `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+}
+
+const WHOLE: Record<string, number> = {
+  steps: 0,
+  promptsPerStep: 1,
+  promptsPerTask: 1,
+  groupSize: 1,
+  rollouts: 1,
+  trainers: 1,
+  evalEvery: 0,
+  evalSize: 1,
+  microBatch: 1,
+  maxSearches: 0,
+  topK: 1,
+  maxTurnTokens: 1,
+  maxResponseTokens: 1,
+  bootstrapSteps: 0,
+  bootstrapBatch: 1,
+  threads: 0,
+  seed: 0,
+  rebaseEvery: 1,
+  maxLag: 0,
+  keepSteps: 1,
+  snapshotEvery: 0,
+};
+const CHOICES: Record<string, readonly string[]> = {
+  rolloutDtype: ["auto", "bfloat16", "float32"],
+  backend: ["auto", "gloo", "nccl"],
+  modelTransfer: ["auto", "in-place", "objects"],
+};
+
+/** Checks every option; the error names the flag, what it got and what is accepted. */
+export function validateOptions(o: SearchR1Options): void {
+  for (const [k, min] of Object.entries(WHOLE)) {
+    const v = o[k as keyof SearchR1Options];
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new HearthError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`);
+  }
+  for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn", "rebaseShare", "bootstrapMixedShare", "bootstrapLr"] as const) {
+    if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new HearthError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`);
+  }
+  for (const [k, allowed] of Object.entries(CHOICES)) {
+    const v = o[k as keyof SearchR1Options];
+    if (typeof v !== "string" || !allowed.includes(v)) throw new HearthError(`${flagName(k)} must be one of ${allowed.join(", ")}; got ${String(v)}`);
+  }
+  for (const k of ["rolloutResreq", "trainerResreq"] as const) {
+    try {
+      const r = parseResreq(o[k]);
+      if (r.cpu <= 0) throw new HearthError(`cpu must be > 0`);
+    } catch (err) {
+      throw new HearthError(`${flagName(k)} ${JSON.stringify(o[k])}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+  if (o.maxTurnTokens > o.maxResponseTokens) throw new HearthError(`--max-turn-tokens (${o.maxTurnTokens}) cannot exceed --max-response-tokens (${o.maxResponseTokens})`);
+  if (o.backend === "nccl" && parseResreq(o.trainerResreq).gpu < 1) throw new HearthError(`--backend nccl needs trainers with a GPU: add gpu=1 to --trainer-resreq (now "${o.trainerResreq}")`);
+  if (o.policy !== undefined && !existsSync(path.join(o.policy, "warmstart.json"))) {
+    throw new HearthError(`--policy ${o.policy}: no warmstart.json there (expected a folder made by 'hearth warmstart --out DIR')`);
+  }
+  if (o.resume && !existsSync(path.join(o.resume, "driver-state.json"))) {
+    throw new HearthError(`--resume ${o.resume}: no driver-state.json there (expected a folder written by a previous run's checkpoint)`);
+  }
+  checkEngine(o);
+  checkOut(o.out);
+}
+
+/** sbatch options hearth writes itself for every job (docs/slurm.md, "What becomes a job"), and what to use instead. */
+const SBATCH_OWN: Record<string, string> = {
+  "--partition": "use --partition",
+  "-p": "use --partition",
+  "--account": "use --account",
+  "-A": "use --account",
+  "--job-name": "jobs are named hearth.<app>: use --name",
+  "-J": "jobs are named hearth.<app>: use --name",
+  "--comment": "hearth finds its jobs by their comment",
+  "--ntasks": "set by --rollouts (one job each) and --trainers (one job of that many tasks)",
+  "-n": "set by --rollouts and --trainers",
+  "--cpus-per-task": "use cpu= in --rollout-resreq / --trainer-resreq",
+  "-c": "use cpu= in --rollout-resreq / --trainer-resreq",
+  "--mem": "use mem= in --rollout-resreq / --trainer-resreq",
+  "--mem-per-cpu": "use mem= in --rollout-resreq / --trainer-resreq",
+  "--gpus-per-task": "use gpu= in --rollout-resreq / --trainer-resreq",
+  "--output": "job output goes to $HEARTH_HOME/slurm/<job id>.out",
+  "-o": "job output goes to $HEARTH_HOME/slurm/<job id>.out",
+  "--parsable": "hearth reads sbatch's answer itself",
+};
+
+/** The engine's flags: known engine, Slurm flags only with `--engine slurm`, each well-formed (Slurm itself is asked before any job is submitted). */
+function checkEngine(o: SearchR1Options): void {
+  if (o.engine !== "local" && o.engine !== "slurm") throw new HearthError(`--engine must be one of local, slurm; got ${String(o.engine)}`);
+  if (!Array.isArray(o.sbatchArgs) || o.sbatchArgs.some((a) => typeof a !== "string")) throw new HearthError(`--sbatch-arg values must be strings; got ${JSON.stringify(o.sbatchArgs)}`);
+  const slurmOnly = { partition: o.partition, account: o.account, bind: o.bind, sbatchArgs: o.sbatchArgs.length > 0 ? o.sbatchArgs : undefined };
+  if (o.engine !== "slurm") {
+    for (const [k, v] of Object.entries(slurmOnly)) {
+      if (v !== undefined) throw new HearthError(`${k === "sbatchArgs" ? "--sbatch-arg" : flagName(k)} needs --engine slurm (the ${o.engine} engine submits no Slurm jobs)`);
+    }
+    return;
+  }
+  if (o.partition !== undefined && !/^[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*$/.test(o.partition)) {
+    throw new HearthError(`--partition must name Slurm partitions (letters, digits, '_', '.', '-', comma-separated); got ${JSON.stringify(o.partition)}`);
+  }
+  if (o.account !== undefined && !/^[A-Za-z0-9_.+-]+$/.test(o.account)) throw new HearthError(`--account must name one Slurm account (letters, digits, '_', '.', '-'); got ${JSON.stringify(o.account)}`);
+  for (const a of o.sbatchArgs) {
+    if (!/^-{1,2}[A-Za-z]/.test(a) || /\s/.test(a.split("=")[0]!)) {
+      throw new HearthError(`--sbatch-arg ${JSON.stringify(a)}: each --sbatch-arg is one sbatch option, with its value after '=' (e.g. --sbatch-arg=--time=08:00:00)`);
+    }
+    const name = a.startsWith("--") ? a.split("=")[0]! : a.slice(0, 2);
+    const why = SBATCH_OWN[name];
+    if (why) throw new HearthError(`--sbatch-arg ${a}: hearth sets ${name} itself (${why})`);
+  }
+  if (o.bind !== undefined) {
+    const m = /^tcp:\/\/([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})$/.exec(o.bind);
+    if (!m || Number(m[2]) > 65535) throw new HearthError(`--bind must be tcp://ADDRESS:PORT, an address the compute nodes reach (port 0: any free one); got ${JSON.stringify(o.bind)}`);
+    if (o.head !== undefined) throw new HearthError(`--bind starts this machine's Slurm head on that address and --head names a running one: give one of them`);
+  }
+}
+
+/** `--out` must be a folder we can write (made if missing) before any service starts. */
+function checkOut(out: string): void {
+  try {
+    if (existsSync(out) && !statSync(out).isDirectory()) throw new Error("it exists and is not a folder");
+    mkdirSync(out, { recursive: true });
+    accessSync(out, constants.W_OK);
+  } catch (err) {
+    throw new HearthError(`--out ${out}: cannot write results there (${(err as Error).message}); pick a writable folder`, { cause: err });
+  }
+}
+
+/** Torch threads for a service: the option, or the whole CPUs its resreq asks for (at least 1). */
+export function threadsFor(o: SearchR1Options, resreq: string): number {
+  return o.threads > 0 ? o.threads : Math.max(1, Math.floor(parseResreq(resreq).cpu));
+}
+
+/** The collective the trainers use. */
+export function backendFor(o: SearchR1Options): "gloo" | "nccl" {
+  if (o.backend !== "auto") return o.backend;
+  return parseResreq(o.trainerResreq).gpu > 0 ? "nccl" : "gloo";
+}
