@@ -27,6 +27,11 @@ const layers = [
     from: "./cluster-agent/head/scheduler.ts",
     message: "service policies and the service lifecycle get their context (PolicyContext, LifecycleHost) from the scheduler; they do not import scheduler.ts.",
   },
+  // The RL layer is generic (docs/architecture.md, "The RL layer"): environments build on it, never the other way;
+  // which environments a command offers is said above both (sdk/envs/registry.ts, cluster-agent/).
+  { target: "./sdk/rl", from: "./sdk/envs", message: "sdk/rl is generic: it knows the Environment interface and environment packages, never an environment (sdk/envs/...)." },
+  { target: "./sdk/envs/searchr1", from: "./sdk/envs/calculator", message: "environments do not import each other." },
+  { target: "./sdk/envs/calculator", from: "./sdk/envs/searchr1", message: "environments do not import each other." },
   // The error tree and the shared text helpers are the bottom layer: every other layer (wire, cache, tensor,
   // runtime, the head and agents, the kernel) imports them, so they import nothing of hearth's.
   { target: ["./sdk/errors", "./sdk/format.ts"], from: "./sdk", except: ["./errors"], message: "sdk/errors and sdk/format.ts sit below every layer; they import nothing of hearth's." },

@@ -21,7 +21,8 @@ import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
 import { runTrainCommand, TRAIN_USAGE } from "../sdk/rl/cli/train-cli.js";
-import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/rl/cli/warmstart-cli.js";
+import { WORKLOADS } from "../sdk/envs/registry.js";
+import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/envs/searchr1/warmstart-cli.js";
 import { RUNS_USAGE, runRunsCommand } from "../sdk/rl/cli/runs-cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
 import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
@@ -245,7 +246,7 @@ async function main(argv: string[]): Promise<number> {
     case "demo":
       return runDemo(rest);
     case "train":
-      return runTrainCommand(rest);
+      return runTrainCommand(rest, WORKLOADS);
     case "runs":
     case "attach":
     case "pause":

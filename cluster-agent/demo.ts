@@ -10,12 +10,24 @@ import { fileURLToPath } from "node:url";
 import { connect } from "../sdk/connect.js";
 import { formatStatus } from "./format-status.js";
 import type { WarmIndex } from "./demo-service.js";
+import { HearthError } from "../sdk/errors/index.js";
 import { runTrainCommand } from "../sdk/rl/cli/train-cli.js";
+import { WORKLOADS } from "../sdk/envs/registry.js";
 
-/** Runs the demo; returns the process exit code. Extra flags go to `train search-r1`. */
+/** Runs the demo; returns the process exit code. `--env NAME` picks the environment (default search-r1); other flags go to `train NAME`. */
 export async function runDemo(args: string[]): Promise<number> {
   if (args[0] === "runtime") return runRuntimeDemo();
-  return runTrainCommand(["search-r1", ...args]);
+  const at = args.findIndex((a) => a === "--env" || a.startsWith("--env="));
+  let env = "search-r1";
+  const rest = [...args];
+  if (at >= 0) {
+    const a = args[at]!;
+    const value = a.includes("=") ? a.slice(a.indexOf("=") + 1) : args[at + 1];
+    if (!value) throw new HearthError(`--env needs an environment: ${Object.keys(WORKLOADS).join(", ")}`);
+    env = value;
+    rest.splice(at, a.includes("=") ? 1 : 2);
+  }
+  return runTrainCommand([env, ...rest], WORKLOADS);
 }
 
 async function runRuntimeDemo(): Promise<number> {

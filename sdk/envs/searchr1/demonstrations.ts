@@ -29,10 +29,8 @@ export const DEFAULT_MIX: DemoMix = { search: { born: 0.9, job: 0.2, employer: 0
 export const SEARCH_ALWAYS: DemoMix = { search: { born: 1, job: 1, employer: 1, country: 1 }, oneHopOnTwoHop: 0 };
 
 /** A demonstration: tokens with the loss mask (1 on what the policy should produce). */
-export interface Demo {
-  tokens: number[];
-  mask: number[];
-}
+export type { Demo } from "../../rl/types.js";
+import type { Demo } from "../../rl/types.js";
 
 function answerOf(q: Question): string {
   return q.golds[0]!;

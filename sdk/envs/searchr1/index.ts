@@ -1,6 +1,10 @@
 /**
- * Search-R1 on hearth: a policy that learns when to search, what to ask, and
- * when it knows enough to answer, trained with GRPO on warm executors.
+ * Search-R1 on hearth (`hearth/searchr1`): a policy that learns when to
+ * search, what to ask, and when it knows enough to answer, trained with GRPO
+ * on warm executors. Search-R1 is an environment of the generic RL layer
+ * (`hearth/rl`, re-exported here): its environment class (BM25 search over
+ * a corpus, warm on each rollout executor), its tasks, recipes, rewards and
+ * demonstrations, and `SearchR1Run`, an AgentRun of its package.
  *
  * @example
  * ```ts
@@ -21,43 +25,17 @@
  * await run.disconnect();
  * ```
  */
-export { SearchR1Run, DEFAULTS, type SearchR1Options, type StepMetrics, type StepResult, type EvalResult } from "../../rl/run/run.js";
-export { BASE_OPTIONS, layerOptions, validateOptions, type RecipeDefaults, type ServiceSource } from "../../rl/run/options.js";
-export { RolloutsAhead, lagOf, lagStats, type LagStats, type LaunchRollouts } from "../../rl/run/overlap.js";
+export * from "../../rl/index.js";
+
+// Search-R1's own.
+export { SearchR1Run, DEFAULTS } from "./run.js";
+export { searchR1 } from "./package.js";
+export { SearchR1Environment, type SearchR1EnvData } from "./environment.js";
+export { SEARCH_WORDS, SEARCH_R1_ENVIRONMENT, searchR1Environment, withSearchEnvironment, type SearchR1Task } from "./task.js";
 export { recipeFor, RECIPES, syntheticRecipe, chainRecipe, hfChatRecipe, SYNTHETIC_TEXT, CHAT_TEXT, PROTOCOL_WORDS, checkChatModelFolder } from "./recipes/index.js";
 export { chainTask, CHAIN_TEMPLATES, type ChainTask, type ChainQuestion, type ChainKind } from "./tasks/chain-task.js";
-export type { TaskRecipe, PreparedTask, ModelShape, WarmStartContext } from "../../rl/run/recipe.js";
-export { StepStore, KEPT_STEPS, trainLoop, regroup, type TrainOptions } from "../../rl/run/interactive.js";
-export { warmupProgress, terminalProgress, type RunEvent, type RunEventHandler } from "../../rl/run/events.js";
-export { SummaryView, StepCard, metricsView, stepSummary, stepPhases, withStepDisplay, type StepPhases } from "../../rl/report/step-summary.js";
-export {
-  TrajectoryView,
-  RescoreView,
-  trajectoryRows,
-  trajectoryTable,
-  trajectorySpans,
-  rescoreSamples,
-  plot,
-  type TrajectoryRow,
-  type Span,
-  type SpanKind,
-  type SpanDecoder,
-  type CurveMetric,
-  type StepSamples,
-  AttachedRun,
-  type FollowOptions,
-} from "../../rl/notebook/index.js";
-export { followRun, type RunClientOptions } from "../../rl/cluster/detached.js";
-export type { LoopStatus, LoopEvent, LoopState } from "../../rl/state/run-log.js";
-export { runTrainCommand, parseTrainFlags, TRAIN_USAGE } from "../../rl/cli/train-cli.js";
-export { emReward, f1Reward, substringReward, normalizeAnswer, extractAnswer, exactMatch, f1, substringMatch, type RewardFn } from "./reward.js";
-export { groupAdvantages, flattenGroups, type GroupAdvantages } from "../../rl/scoring/advantages.js";
+export { emReward, f1Reward, substringReward, normalizeAnswer, extractAnswer, exactMatch, f1, substringMatch } from "./reward.js";
 export { Bm25Index, type Bm25Options, type Bm25Hit, type Bm25Passage } from "./retrieval/bm25.js";
 export { syntheticTask, type SyntheticTask, type Question, type Passage, type QuestionKind } from "./tasks/synthetic.js";
-export { buildPrompt, runEpisodes, parseSearch, formatInformation, informationBlock, insertion, STOP_STRINGS, type ProtocolText, type Episode, type ProtocolOptions, type EpisodeEngine } from "./protocol.js";
-export { loadTokenizer, tokenizerFromFiles, tokenizerFromJson, readTokenizerFiles, wordTokenizerJson, TOKENIZER_FILES, type TextTokenizer, type TokenizerFiles } from "../../rl/text/tokenizer.js";
-export { ChatPrompt, renderBounded, TEMPLATE_TIMEOUT_MS } from "../../rl/text/chat-template.js";
-export { scoreSamples, buildSlices, type ScoredSample } from "../../rl/scoring/batch.js";
+export { buildPrompt, parseSearch, formatInformation, informationBlock, insertion, STOP_STRINGS, type ProtocolText, type Hit, type Retrieve } from "./protocol.js";
 export { demonstrations, DEFAULT_MIX, type DemoMix } from "./demonstrations.js";
-export { SearchR1Rollout, type Trajectory, type RolloutResult } from "../../rl/services/rollout-service.js";
-export { SearchR1Trainer, type TrainSlice, type TrainResult } from "../../rl/services/trainer-service.js";

@@ -21,15 +21,10 @@
  * (Unicode files ASCII $ + < = > ^ | ~ and the backtick under symbols). Unicode
  * whitespace (no-break space, ideographic space, …) collapses like ASCII spaces.
  */
-import { HearthError } from "../../errors/index.js";
+import { RewardError } from "../../rl/errors.js";
+import type { RewardFn } from "../../rl/types.js";
 
-/** A response or golden-answer list that cannot be scored (not a string, not an array). */
-export class RewardError extends HearthError {
-  override name = "RewardError";
-}
-
-/** Scores one response against its golden answers; higher is better, usually in [0, 1]. */
-export type RewardFn = (response: string, golds: string[]) => number;
+export { RewardError, type RewardFn };
 
 const PUNCTUATION = /[\p{P}\p{S}]/gu;
 const ARTICLES = /(?<![\p{L}\p{N}])(?:a|an|the)(?![\p{L}\p{N}])/gu;

@@ -9,7 +9,7 @@ import { findLocalCluster, hearthHome } from "../../engines/local.js";
 import { findSlurmHead } from "../../engines/slurm/index.js";
 import { CURVE_KEYS_ENV } from "../../wire/curve.js";
 import { HearthError } from "../../errors/index.js";
-import { stepRow } from "./train-cli.js";
+import { stepRow } from "../report/report.js";
 import { parseDuration } from "../../format.js";
 import { attachRun, controlRun, fetchRun, listRuns, stopRun, STOP_WAIT_MS, type AttachedRunListing, type RunListing } from "../cluster/detached.js";
 import type { LoopEvent, LoopStatus } from "../state/run-log.js";
@@ -46,7 +46,7 @@ export function eventLine(e: LoopEvent): string | undefined {
     case "log": return e.text;
     case "state": return `[${e.state}${e.why ? `: ${e.why}` : ""}]`;
     case "step": return stepRow(e.metrics);
-    case "eval": return `held-out EM at step ${e.step}: ${(e.em * 100).toFixed(1)}% (searches/sample ${e.searchesPerSample.toFixed(2)})`;
+    case "eval": return `held-out EM at step ${e.step}: ${(e.em * 100).toFixed(1)}% (${e.calls ?? "tool calls"}/sample ${e.callsPerSample.toFixed(2)})`;
     case "warmstart": return e.cached ? "warm start loaded from the cache" : e.step === e.total ? `warm start ${e.step}/${e.total} done` : undefined;
     default: return undefined;
   }

@@ -1,6 +1,7 @@
 /**
- * `hearth train search-r1 …`: the command line of Search-R1 training, with the
- * reference system's flag meanings, progress on the terminal, a summary table,
+ * `hearth train ENV …`: the command line of training, for any environment
+ * package the caller registers (`search-r1` with the reference system's flag
+ * meanings, `calculator`), with progress on the terminal, a summary table,
  * metrics.jsonl and an HTML report in --out.
  */
 import { parseArgs } from "node:util";
@@ -9,8 +10,11 @@ import { terminalProgress, warmStartClock } from "../run/events.js";
 import { detachRun } from "../cluster/detached.js";
 import { finishSession } from "../report/finish.js";
 import { emByCategory } from "../run/pipeline.js";
-import { emByText } from "../report/report.js";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../run/run.js";
+import { emByText, stepRow } from "../report/report.js";
+import { AgentRun, type RunOptions } from "../run/run.js";
+
+export { stepRow };
+import type { EnvironmentPackage } from "../run/recipe.js";
 
 /** Numeric flags and the option each sets. */
 const NUMERIC = {
@@ -26,8 +30,11 @@ const NUMERIC = {
   "kl-coef": "klCoef",
   "grad-clip": "gradClip",
   "micro-batch": "microBatch",
-  "max-searches": "maxSearches",
+  "max-tool-calls": "maxToolCalls",
+  // Search-R1's name for it, kept.
+  "max-searches": "maxToolCalls",
   "top-k": "topK",
+  "tool-timeout-ms": "toolTimeoutMs",
   "max-turn-tokens": "maxTurnTokens",
   "max-response-tokens": "maxResponseTokens",
   seed: "seed",
@@ -43,7 +50,7 @@ const NUMERIC = {
   "max-lag": "maxLag",
   "keep-steps": "keepSteps",
   "snapshot-every": "snapshotEvery",
-} as const satisfies Record<string, keyof SearchR1Options>;
+} as const satisfies Record<string, keyof RunOptions>;
 
 /** Text flags and the option each sets. */
 const TEXT = {
@@ -63,7 +70,7 @@ const TEXT = {
   partition: "partition",
   account: "account",
   bind: "bind",
-} as const satisfies Record<string, keyof SearchR1Options>;
+} as const satisfies Record<string, keyof RunOptions>;
 
 const FLAGS = {
   ...Object.fromEntries([...Object.keys(NUMERIC), ...Object.keys(TEXT)].map((k) => [k, { type: "string" as const }])),
@@ -73,11 +80,11 @@ const FLAGS = {
   help: { type: "boolean" as const },
 };
 
-/** Usage text of `hearth train search-r1`. */
-export const TRAIN_USAGE = `usage: hearth train search-r1 [--model tiny|HF_DIR] [--data synthetic|hotpotqa.json] [--steps N]
+/** Usage text of `hearth train`. */
+export const TRAIN_USAGE = `usage: hearth train search-r1|calculator [--model tiny|HF_DIR] [--data synthetic|hotpotqa.json] [--steps N]
   [--prompts-per-step N] [--prompts-per-task N] [--group-size G] [--rollouts N] [--trainers N]
   [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--grad-clip X] [--micro-batch N]
-  [--max-searches N] [--top-k N] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
+  [--max-tool-calls N (alias --max-searches)] [--top-k N] [--tool-timeout-ms MS] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
   [--bootstrap-steps N] [--bootstrap-mixed-share X] [--bootstrap-batch N] [--bootstrap-lr X] [--rollout-resreq "cpu=8,mem=64g,gpu=1"] [--trainer-resreq RESREQ]
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
   [--max-lag K] [--keep-steps N] [--snapshot-every N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP] [--detach]
@@ -93,7 +100,7 @@ function num(flag: string, v: string): number {
 }
 
 /** Parses flags into the options they set (the rest come from the recipe); unknown flags and bad numbers are clear errors. */
-export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
+export function parseTrainFlags(args: string[]): Partial<RunOptions> {
   let values: Record<string, string | undefined> & { "sbatch-arg"?: string[] };
   try {
     values = parseArgs({ args, options: FLAGS, strict: true }).values as typeof values;
@@ -109,26 +116,24 @@ export function parseTrainFlags(args: string[]): Partial<SearchR1Options> {
     if (v !== undefined) out[key] = num(flag, v);
   }
   for (const [flag, key] of Object.entries(TEXT)) if (values[flag] !== undefined) out[key] = values[flag];
-  return out as Partial<SearchR1Options>;
+  return out as Partial<RunOptions>;
 }
 
-/** One line of a step's metrics, as the CLI prints it. */
-export function stepRow(m: StepMetrics): string {
-  const ev = m.eval_em !== undefined ? `  eval EM ${(m.eval_em * 100).toFixed(1)}%${m.eval_em_by ? ` (${emByText(m.eval_em_by)})` : ""}` : "";
-  return `step ${String(m.step).padStart(3)}  reward ${m.reward_mean.toFixed(3)}  EM ${(m.em * 100).toFixed(1)}%  searches ${m.searches_per_sample.toFixed(2)}  kept ${m.groups_kept}  ${m.step_s.toFixed(1)} s${ev}`;
-}
+/** The environment packages `hearth train WORKLOAD` knows, by workload name. */
+export type Workloads = Readonly<Record<string, EnvironmentPackage>>;
 
-/** Runs `hearth train search-r1`; returns the exit code. */
-export async function runTrainCommand(args: string[]): Promise<number> {
+/** Runs `hearth train WORKLOAD` with the package `workloads` names for it; returns the exit code. */
+export async function runTrainCommand(args: string[], workloads: Workloads): Promise<number> {
   const [workload, ...rest] = args;
-  if (workload !== "search-r1") throw new HearthError(`unknown workload '${workload ?? ""}'\n${TRAIN_USAGE}`);
+  const pkg = workload === undefined ? undefined : workloads[workload];
+  if (!pkg) throw new HearthError(`unknown workload '${workload ?? ""}': hearth trains ${Object.keys(workloads).join(", ")}\n${TRAIN_USAGE}`);
   if (rest.includes("--help")) {
     console.log(TRAIN_USAGE);
     return 0;
   }
-  const { detach, ...given } = parseTrainFlags(rest) as Partial<SearchR1Options> & { detach?: boolean };
+  const { detach, ...given } = parseTrainFlags(rest) as Partial<RunOptions> & { detach?: boolean };
   if (detach) {
-    const status = await detachRun(given);
+    const status = await detachRun(given, pkg);
     console.log(`run '${status.name}' started on the cluster: its loop runs on ${status.where.host} (executor ${status.where.executorId})`);
     console.log(`  follow it:   hearth attach ${status.name}      (Ctrl-C detaches; the run goes on)`);
     console.log(`  list runs:   hearth runs`);
@@ -139,7 +144,7 @@ export async function runTrainCommand(args: string[]): Promise<number> {
   const t0 = performance.now();
   // The CLI owns its app: other flags than last time replace its services instead of failing.
   const clock = warmStartClock(terminalProgress());
-  const run = await SearchR1Run.create({ ...given, replace: true, onEvent: clock.onEvent });
+  const run = await AgentRun.create({ ...given, replace: true, onEvent: clock.onEvent }, pkg);
   const opts = run.opts;
   // Ctrl-C stops after the step in flight; the metrics, checkpoint and report are still written and the app released. A second Ctrl-C exits at once.
   const stop = new AbortController();
@@ -152,8 +157,9 @@ export async function runTrainCommand(args: string[]): Promise<number> {
   try {
     const first = await run.evaluate();
     const emBy = emByCategory(first);
-    opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} questions, greedy)${emBy ? ` (${emByText(emBy)})` : ""}, searches/sample ${first.searchesPerSample.toFixed(2)}`);
-    const startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample, emBy };
+    const env = run.task.environment;
+    opts.log(`held-out EM before RL: ${(first.em * 100).toFixed(1)}% (${opts.evalSize} ${env.items ?? "items"}, greedy)${emBy ? ` (${emByText(emBy)})` : ""}, ${env.words.calls}/sample ${first.callsPerSample.toFixed(2)}`);
+    const startEval = { step: run.stepsDone, em: first.em, calls: first.callsPerSample, emBy };
     const setupSeconds = (performance.now() - t0) / 1000;
     const before = run.history.length;
     await run.train(opts.steps, { progress: false, signal: stop.signal, onStep: (r) => opts.log(stepRow(r.metrics)) });

@@ -7,7 +7,6 @@
  * reads the status and log the loop writes (run-log.ts), and disconnects.
  */
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import type { ObjectCache } from "../../cache/object-cache.js";
 import { connect } from "../../connect.js";
 import { hearthHome } from "../../engines/local.js";
@@ -16,14 +15,14 @@ import { HearthError } from "../../errors/index.js";
 import type { App } from "../../runtime/app.js";
 import type { PoolHandle } from "../../runtime/handles.js";
 import { HeadClient } from "../../runtime/head-client.js";
-import { fetchTree, resumeTreeKey, shipTree, type SearchR1Loop, type ShippedTree } from "./loop-service.js";
+import { fetchTree, resumeTreeKey, shipTree, type RunLoopService, type ShippedTree } from "./loop-service.js";
 import { readResume } from "../state/checkpoint.js";
-import { layerOptions, validateOptions, type SearchR1Options } from "../run/options.js";
-import { recipeFor } from "../../envs/searchr1/recipes/index.js";
+import type { RunOptions } from "../run/options.js";
+import { runOptions } from "../run/open.js";
+import type { EnvironmentPackage } from "../run/recipe.js";
+import { LOOP_CLASS } from "../services/modules.js";
 import { readRunState } from "../state/run-state.js";
 import { LoopLogReader, loopOutputsKey, readLoopStatus, type LoopEvent, type LoopStatus } from "../state/run-log.js";
-
-const HERE = path.dirname(fileURLToPath(import.meta.url));
 
 /** The loop's service name in its run's app. */
 export const LOOP_SERVICE = "loop";
@@ -39,11 +38,11 @@ export interface RunClientOptions {
 }
 
 /** Opens the run's loop service (the same declaration every client makes, so it names the running one). */
-export async function loopOf(app: App): Promise<PoolHandle<SearchR1Loop>> {
-  return (await app.service<SearchR1Loop>(
-    { module: path.join(HERE, "loop-service.js"), export: "SearchR1Loop" },
+export async function loopOf(app: App): Promise<PoolHandle<RunLoopService>> {
+  return (await app.service<RunLoopService>(
+    LOOP_CLASS,
     { name: LOOP_SERVICE, resreq: LOOP_RESREQ, warmup: 1, max: 1, concurrency: 8, drivesApp: true, idleTimeout: 0 },
-  )) as PoolHandle<SearchR1Loop>;
+  )) as PoolHandle<RunLoopService>;
 }
 
 /**
@@ -51,10 +50,9 @@ export async function loopOf(app: App): Promise<PoolHandle<SearchR1Loop>> {
  * status at once (state "warming"). The options are checked here first, so
  * a bad flag fails before anything starts.
  */
-export async function detachRun(given: Partial<SearchR1Options>, opts: RunClientOptions = {}): Promise<LoopStatus> {
+export async function detachRun(given: Partial<RunOptions>, pkg: EnvironmentPackage, opts: RunClientOptions = {}): Promise<LoopStatus> {
   if (given.out !== undefined) throw new HearthError("--out does not apply to a detached run: its loop writes where it runs; get its outputs with `hearth fetch NAME --out DIR`");
-  const layered = layerOptions(recipeFor(given.model ?? "tiny", given.data ?? "synthetic").defaults, given);
-  validateOptions(layered);
+  const { opts: layered } = runOptions(given, pkg);
   if (given.resume !== undefined) readResume(given.resume); // a folder that is no checkpoint fails here, before anything starts
   const slurm = layered.engine === "slurm";
   // On Slurm the loop's own job is submitted from here (its agent runs it as you: it submits the run's jobs); once it runs, its own engine takes the app's jobs over.
@@ -75,7 +73,7 @@ export async function detachRun(given: Partial<SearchR1Options>, opts: RunClient
   try {
     const loop = await loopOf(app);
     const { head: _head, ...flags } = given;
-    let rest: Partial<SearchR1Options> = flags;
+    let rest: Partial<RunOptions> = flags;
     if (slurm) {
       // The loop reaches the head that runs now (no bind), with its key file; HEARTH_HOME is on the file system the nodes share.
       const home = hearthHome(given.connectOptions?.local?.home);
@@ -87,7 +85,7 @@ export async function detachRun(given: Partial<SearchR1Options>, opts: RunClient
       await app.objects.delete(resumeTreeKey(layered.name));
       await app.objects.put(await shipTree(app.objects, path.resolve(given.resume)), { key: resumeTreeKey(layered.name) });
     }
-    return await loop.call("start", rest);
+    return await loop.call("start", rest, pkg.module);
   } finally {
     await app.disconnect();
   }

@@ -1,11 +1,11 @@
 /**
- * SearchR1Loop: a run's training loop as a service on the cluster, so that
+ * RunLoopService: a run's training loop as a service on the cluster, so that
  * the run outlives the notebook or terminal that started it. One executor
  * per run, in the run's own app (the app is named after the run). Declared
  * with `drivesApp`, so its agent hands it that app's driver token, and only
  * that: the loop opens its own app as a driver (as the CLI would) and
  * drives its sibling services, the rollout pool and the trainer gang, with
- * the very SearchR1Run the CLI uses.
+ * the very AgentRun the CLI uses.
  *
  * It writes what it does to the object cache (run-log.ts: a status object
  * and an append-only event log) and its outputs (metrics.jsonl, report,
@@ -37,10 +37,11 @@ import { warmStartClock } from "../run/events.js";
 import { finishSession } from "../report/finish.js";
 import { emByCategory } from "../run/pipeline.js";
 import type { ServiceSource } from "../run/options.js";
-import { emReward, type RewardFn } from "../../envs/searchr1/reward.js";
 import { LoopLogWriter, loopOutputsKey, loopStatusKey, readLoopStatus, throughHeadRestarts, type LoopState, type LoopStatus } from "../state/run-log.js";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../run/run.js";
-import type { ScoredSample } from "../scoring/batch.js";
+import { AgentRun, type RunOptions, type StepMetrics } from "../run/run.js";
+import type { RewardFn, ScoredSample } from "../types.js";
+import type { EnvironmentPackage } from "../run/recipe.js";
+import { runKeys } from "../state/run-objects.js";
 
 /** A folder of the outputs and its subfolders, each shipped as cache objects (`rel` "" is the top). */
 export interface ShippedTree {
@@ -71,7 +72,7 @@ export async function dropTree(objects: ObjectCache, tree: ShippedTree): Promise
 
 /** The key under which a client ships the checkpoint a detached run resumes from (`--detach --resume DIR`). */
 export function resumeTreeKey(name: string): string {
-  return `searchr1/${name}/resume-from`;
+  return `${runKeys(name)}resume-from`;
 }
 
 /** Where a loop writes its outputs: under its executor's own temporary folder (its app's user can write there). */
@@ -84,6 +85,23 @@ const ACTIVE: ReadonlySet<LoopState> = new Set(["warming", "running", "paused", 
 
 /** Times the loop renews its connection after head restarts, in a row, before it gives up. */
 const HEAD_RESTARTS = 5;
+
+/** Where an environment package is: the module a run's loop imports, and its export (an EnvironmentPackage). */
+export type PackageRef = EnvironmentPackage["module"];
+
+/** Imports the environment package `ref` names, where the loop runs (a clear error when it is not one). */
+export async function loadPackage(ref: PackageRef): Promise<EnvironmentPackage> {
+  if (typeof ref?.module !== "string" || typeof ref.export !== "string") throw new HearthError("a detached run needs its environment package as { module: FILE, export: NAME }");
+  let mod: Record<string, unknown>;
+  try {
+    mod = await importServiceModule(ref.module);
+  } catch (err) {
+    throw new HearthError(`environment package ${ref.module} cannot be loaded where the run's loop runs (${os.hostname()}): ${(err as Error).message}`);
+  }
+  const pkg = mod[ref.export] as EnvironmentPackage | undefined;
+  if (typeof pkg?.recipeFor !== "function" || typeof pkg.name !== "string") throw new HearthError(`${ref.module} has no export '${ref.export}' that is an environment package ({ name, module, recipeFor })`);
+  return pkg;
+}
 
 /** Loads a reward function from an ES module and checks it returns a number (fresh each time: an edited file is read again). */
 export async function loadReward(ref: ServiceSource): Promise<RewardFn> {
@@ -106,16 +124,16 @@ export async function loadReward(ref: ServiceSource): Promise<RewardFn> {
  * on Slurm also with the run's Slurm settings (HEARTH_HOME, the head's key
  * file, the jobs' environment), since its own engine submits the run's jobs.
  */
-function loopConnect(options: Partial<SearchR1Options>, credential: NonNullable<SearchR1Options["connectOptions"]>["credential"]): SearchR1Options["connectOptions"] {
+function loopConnect(options: Partial<RunOptions>, credential: NonNullable<RunOptions["connectOptions"]>["credential"]): RunOptions["connectOptions"] {
   return options.engine === "slurm" ? { ...options.connectOptions, credential } : { credential };
 }
 
 /** The service. */
-export class SearchR1Loop {
+export class RunLoopService {
   private ctx!: ExecutorContext;
   private log!: LoopLogWriter;
   private status?: LoopStatus;
-  private run?: SearchR1Run;
+  private run?: AgentRun;
   private running?: Promise<void>;
   private paused = false;
   private stopAsked = false;
@@ -123,8 +141,10 @@ export class SearchR1Loop {
   private wake?: () => void;
   /** A step asked for while paused (`step()`), answered when it is done. */
   private oneStep?: { resolve: (m: StepMetrics) => void; reject: (err: unknown) => void };
-  /** The reward in use (applied to each run the loop creates). */
-  private reward: RewardFn = emReward;
+  /** The reward swapped in (applied to each run the loop creates); undefined: the environment's own. */
+  private reward?: RewardFn;
+  /** The environment package the run is of (its module, which the loop imports). */
+  private pkg?: EnvironmentPackage;
   /** Writes of the status, in order. */
   private writes: Promise<unknown> = Promise.resolve();
 
@@ -148,11 +168,12 @@ export class SearchR1Loop {
    * as plain data) and answers at once with its status; the loop goes on
    * here until its steps are done or it is stopped.
    */
-  async start(options: Partial<SearchR1Options>): Promise<LoopStatus> {
+  async start(options: Partial<RunOptions>, env: PackageRef): Promise<LoopStatus> {
     if (this.running && (!this.status || ACTIVE.has(this.status.state))) throw new HearthError(`run '${this.ctx.app}' already runs on this loop (${this.status?.state ?? "starting"}); attach to it, or stop it first`);
     // A run of this name that ended (done or failed) is replaced by the new one.
     this.paused = false;
     this.stopAsked = false;
+    this.pkg = await loadPackage(env);
     const { head, credential, out } = this.where();
     if (options.resume !== undefined) {
       // The client shipped the checkpoint through the cache (detachRun): written here, next to the outputs, and its objects dropped.
@@ -174,6 +195,7 @@ export class SearchR1Loop {
       updatedAt: now,
       where: { executorId: this.ctx.executorId, agentId: this.ctx.agentId, host: this.ctx.host, out },
       options,
+      env,
     };
     await this.log.open();
     await this.writeStatus();
@@ -219,12 +241,12 @@ export class SearchR1Loop {
    * flight keeps the reward it started with.
    */
   async setReward(ref: ServiceSource | null): Promise<LoopStatus | undefined> {
-    this.reward = ref === null ? emReward : await loadReward(ref);
-    this.run?.setReward(this.reward);
+    this.reward = ref === null ? undefined : await loadReward(ref);
+    if (this.run) this.run.setReward(this.reward ?? this.run.task.environment.reward);
     if (this.status) {
       if (ref === null) delete this.status.reward;
       else this.status.reward = { module: path.resolve(ref.module), export: ref.export };
-      this.log.append({ type: "log", text: `reward: ${ref === null ? "exact match (the default)" : `${ref.module}#${ref.export}`} from step ${this.status.step + 2 - (this.status.state === "paused" ? 1 : 0)}` });
+      this.log.append({ type: "log", text: `reward: ${ref === null ? "the environment's own (the default)" : `${ref.module}#${ref.export}`} from step ${this.status.step + 2 - (this.status.state === "paused" ? 1 : 0)}` });
       await this.writeStatus();
     }
     return this.status;
@@ -241,7 +263,7 @@ export class SearchR1Loop {
    * weights, AdamW moments, steps) and every rollout executor's policy,
    * after bringing each rollout to the trainers' latest publication.
    */
-  async digests(): Promise<{ step: number; trainers: Array<{ rank: number; weights: string; moments: string; steps: number }>; policy: Awaited<ReturnType<SearchR1Run["digests"]>> }> {
+  async digests(): Promise<{ step: number; trainers: Array<{ rank: number; weights: string; moments: string; steps: number }>; policy: Awaited<ReturnType<AgentRun["digests"]>> }> {
     if (this.status?.state !== "paused") throw new HearthError(`run '${this.ctx.app}' is ${this.status?.state ?? "not started"}: digests are taken of a paused run (pause it first), so that no step moves them meanwhile`);
     const run = this.need();
     const trainers = await run.trainerGang.broadcast("stateDigest", Array.from({ length: run.opts.trainers }, () => [] as []));
@@ -254,13 +276,13 @@ export class SearchR1Loop {
     return this.status;
   }
 
-  private need(): SearchR1Run {
+  private need(): AgentRun {
     if (!this.run) throw new HearthError(`run '${this.ctx.app}' has no steps to show yet (${this.status?.state ?? "not started"})`);
     return this.run;
   }
 
   /** Where the loop finds its head and its app's credential, and writes its outputs. */
-  private where(): { head: string; credential: NonNullable<SearchR1Options["connectOptions"]>["credential"]; out: string } {
+  private where(): { head: string; credential: NonNullable<RunOptions["connectOptions"]>["credential"]; out: string } {
     const token = process.env[APP_TOKEN_ENV];
     if (!token || !/^[0-9a-f]{64}$/.test(token)) throw new HearthError(`the loop of '${this.ctx.app}' has no app token: declare its service with { drivesApp: true }`);
     const head = process.env.HEARTH_HEAD;
@@ -273,7 +295,8 @@ export class SearchR1Loop {
   /** Takes over the run of a lost loop executor, from its last completed step. */
   private async takeOver(prior: LoopStatus): Promise<void> {
     const { head, credential, out } = this.where();
-    if (!prior.options) throw new HearthError(`run '${prior.name}' lost its loop executor ${prior.where.executorId}, and its status does not hold the flags it was started with: it cannot be taken over`);
+    if (!prior.options || !prior.env) throw new HearthError(`run '${prior.name}' lost its loop executor ${prior.where.executorId}, and its status does not hold the flags and environment it was started with: it cannot be taken over`);
+    this.pkg = await loadPackage(prior.env);
     const lost = `${prior.where.executorId} on ${prior.where.host}`;
     this.status = {
       ...prior,
@@ -318,19 +341,19 @@ export class SearchR1Loop {
    * Opens the run: a new one, or (taking over from `prior`) the one the
    * trainers hold at `prior.step`, which must be exactly where it was.
    */
-  private async open(given: Partial<SearchR1Options>, onEvent: SearchR1Options["onEvent"], prior?: { step: number; name: string }): Promise<SearchR1Run> {
-    const run = await SearchR1Run.create({ ...given, onEvent, log: (text) => this.log.append({ type: "log", text }) });
+  private async open(given: Partial<RunOptions>, onEvent: RunOptions["onEvent"], prior?: { step: number; name: string }): Promise<AgentRun> {
+    const run = await AgentRun.create({ ...given, onEvent, log: (text) => this.log.append({ type: "log", text }) }, this.pkg!);
     if (prior && run.stepsDone !== prior.step) {
       await run.disconnect().catch(() => undefined);
       throw new HearthError(
         `run '${prior.name}' cannot be taken over at step ${prior.step}: its trainers no longer hold its state (they restarted or were replaced with the loop), so it started again at step ${run.stepsDone}. What was lost: the trainers' weights and optimizer state after step ${prior.step}. Resume it from a checkpoint (--resume DIR)`,
       );
     }
-    run.setReward(this.reward);
+    if (this.reward) run.setReward(this.reward);
     return run;
   }
 
-  private async loop(given: Partial<SearchR1Options>, prior?: LoopStatus): Promise<void> {
+  private async loop(given: Partial<RunOptions>, prior?: LoopStatus): Promise<void> {
     const t0 = performance.now();
     const status = this.status!;
     // A loop that takes over from a lost one continues its run when that one had started stepping.
@@ -348,7 +371,7 @@ export class SearchR1Loop {
         const first = await run.evaluate();
         status.evalEm = first.em;
         status.evalStep = run.stepsDone;
-        status.startEval = { step: run.stepsDone, em: first.em, searches: first.searchesPerSample, emBy: emByCategory(first) };
+        status.startEval = { step: run.stepsDone, em: first.em, calls: first.callsPerSample, emBy: emByCategory(first) };
       }
       const startEval = status.startEval!;
       const setupSeconds = (performance.now() - t0) / 1000;

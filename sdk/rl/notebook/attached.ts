@@ -1,13 +1,13 @@
 /**
  * A run that lives on the cluster, seen from a notebook (or any program):
- * `await SearchR1Run.attach(name)` opens the run's app as one of its drivers
+ * `await AgentRun.attach(name)` opens the run's app as one of its drivers
  * and gives a live handle on the loop that runs it (loop-service.ts). The
  * handle holds nothing the run needs: detach, lose the kernel, or attach
  * again from another machine, and the run goes on.
  *
  * @example
  * ```ts
- * const run = await SearchR1Run.attach("nightly");
+ * const run = await AgentRun.attach("nightly");
  * await run.follow();                       // a progress bar that follows the run (interrupt: stop following)
  * run.history.at(-1);                       // every step's metrics so far
  * await run.trajectories();                 // the latest step's trajectories, as a table
@@ -24,18 +24,16 @@ import type { DataTable } from "../../notebook/table.js";
 import { connect } from "../../connect.js";
 import type { App } from "../../runtime/app.js";
 import type { PoolHandle } from "../../runtime/handles.js";
-import type { ScoredSample } from "../scoring/batch.js";
-import { stepRow } from "../cli/train-cli.js";
+import { stepRow } from "../report/report.js";
 import { followRun, loopOf, STOP_WAIT_MS, type RunClientOptions } from "../cluster/detached.js";
 
 /** How long `stop()` waits, by default, for the run to write its outputs and end (the same as `hearth stop`). */
 export { STOP_WAIT_MS };
-import type { SearchR1Loop } from "../cluster/loop-service.js";
+import type { RunLoopService } from "../cluster/loop-service.js";
 import type { ServiceSource } from "../run/options.js";
-import type { RewardFn } from "../../envs/searchr1/reward.js";
 import { LOG_KEEP, LoopLogReader, readLoopStatus, type LoopEvent, type LoopStatus } from "../state/run-log.js";
 import { readRunState } from "../state/run-state.js";
-import type { StepMetrics } from "../run/pipeline.js";
+import type { RewardFn, ScoredSample, StepMetrics } from "../types.js";
 import { rescoreSamples, trajectoryTable, type RescoreView } from "./views.js";
 
 /** Options of `follow()`. */
@@ -59,7 +57,7 @@ export class AttachedRun {
   private constructor(
     readonly name: string,
     private readonly app: App,
-    private readonly loop: PoolHandle<SearchR1Loop>,
+    private readonly loop: PoolHandle<RunLoopService>,
     private readonly reader: LoopLogReader,
     status: LoopStatus,
   ) {
@@ -176,7 +174,7 @@ export class AttachedRun {
   }
 
   /** Every trainer rank's exact state digest and every rollout's policy digest, of the paused run. */
-  async digests(): ReturnType<SearchR1Loop["digests"]> {
+  async digests(): ReturnType<RunLoopService["digests"]> {
     return this.loop.call("digests");
   }
 

@@ -1,12 +1,12 @@
 /**
  * Search-R1 in notebooks: trajectory tables and span views, rescoring, and
- * plots. Loading this module also gives SearchR1Run its notebook methods
+ * plots. Loading this module also gives AgentRun its notebook methods
  * (`trajectories`, `trajectory`, `rescore`).
  *
  * @example
  * ```ts
- * import { SearchR1Run, plot } from "hearth/searchr1";
- * const run = await SearchR1Run.create();
+ * import { AgentRun, plot } from "hearth/searchr1";
+ * const run = await AgentRun.create();
  * await run.step();
  * run.trajectories();             // a table
  * plot.curve(run.history, "reward");

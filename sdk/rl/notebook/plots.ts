@@ -12,16 +12,34 @@
 import { HearthError } from "../../errors/index.js";
 import { figure, type Figure, type Trace } from "../../notebook/index.js";
 import type { ScoredSample } from "../scoring/batch.js";
-import type { StepMetrics } from "../run/run.js";
+import { callsWord, type StepMetrics } from "../types.js";
 
-/** The curves `plot.curve` draws. */
-export type CurveMetric = "em" | "reward" | "searches";
+/**
+ * The curves `plot.curve` draws: "em", "reward", "calls" (the environment's
+ * tool calls per sample; its own word works too: "searches"), or any numeric
+ * field of the metrics ("kl", "step_s").
+ */
+export type CurveMetric = "em" | "reward" | "calls" | (string & {});
 
-const CURVES: Record<CurveMetric, { field: keyof StepMetrics; eval?: keyof StepMetrics; title: string }> = {
+interface Curve {
+  field: string;
+  eval?: string;
+  title: string;
+}
+
+const CURVES: Record<string, Curve> = {
   em: { field: "em", eval: "eval_em", title: "exact match" },
   reward: { field: "reward_mean", title: "mean reward" },
-  searches: { field: "searches_per_sample", eval: "eval_searches", title: "searches per sample" },
 };
+
+function curveOf(history: readonly StepMetrics[], metric: string): Curve {
+  const known = CURVES[metric];
+  if (known) return known;
+  const word = history.length > 0 ? callsWord(history[0]!) : "calls";
+  if (metric === "calls" || metric === word) return { field: `${word}_per_sample`, eval: `eval_${word}`, title: `${word} per sample` };
+  if (history.some((m) => typeof m[metric] === "number")) return { field: metric, title: metric };
+  throw new HearthError(`plot.curve: unknown metric ${JSON.stringify(metric)}; use em, reward, calls (${word}), or a numeric field of the metrics`);
+}
 
 /** Samples of a step: a step result or the samples themselves. */
 export type StepSamples = { samples: readonly ScoredSample[]; metrics?: { step: number } } | readonly ScoredSample[];
@@ -32,10 +50,9 @@ function samplesOf(s: StepSamples): { samples: readonly ScoredSample[]; label: s
   return { samples: r.samples, label: r.metrics ? `step ${r.metrics.step}: ` : "" };
 }
 
-/** A training curve over steps; for em and searches, held-out values join as a second trace where evaluated. */
+/** A training curve over steps; for em and calls, held-out values join as a second trace where evaluated. */
 function curve(history: readonly StepMetrics[], metric: CurveMetric): Figure {
-  const c = CURVES[metric];
-  if (!c) throw new HearthError(`plot.curve: unknown metric ${JSON.stringify(metric)}; use one of ${Object.keys(CURVES).join(", ")}`);
+  const c = curveOf(history, metric);
   const traces: Trace[] = [{ type: "scatter", mode: "lines+markers", name: `train ${metric}`, x: history.map((m) => m.step), y: history.map((m) => m[c.field] as number) }];
   const ev = c.eval ? history.filter((m) => typeof m[c.eval!] === "number") : [];
   if (ev.length > 0) traces.push({ type: "scatter", mode: "lines+markers", name: `held-out ${metric}`, x: ev.map((m) => m.step), y: ev.map((m) => m[c.eval!] as number) });

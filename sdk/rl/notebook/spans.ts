@@ -1,17 +1,17 @@
 /**
  * One trajectory told apart by where its tokens came from: the prompt, what
  * the policy generated (mask 1, trained on) and what the environment
- * inserted (mask 0: search results, notices). Pure, so the notebook's
+ * inserted (mask 0: observations: search results, tool output, notices). Pure, so the notebook's
  * trajectory view and the run report share it without loading each other.
  */
-import type { ScoredSample } from "../scoring/batch.js";
+import type { ScoredSample } from "../types.js";
 import type { TextTokenizer } from "../text/tokenizer.js";
 
 /** What span decoding needs from a tokenizer. */
 export type SpanDecoder = Pick<TextTokenizer, "decode">;
 
 /** Which part of a trajectory a token belongs to. */
-export type SpanKind = "prompt" | "generated" | "retrieved";
+export type SpanKind = "prompt" | "generated" | "observation";
 
 /** A run of consecutive tokens of one kind, decoded. */
 export interface Span {
@@ -26,7 +26,7 @@ export interface Span {
 export const SPAN_STYLE: Record<SpanKind, string> = {
   prompt: "background: #eeeeee; color: #555555",
   generated: "background: #d4f7d4; color: #0b4d0b",
-  retrieved: "background: #dbe8ff; color: #0b2f66",
+  observation: "background: #dbe8ff; color: #0b2f66",
 };
 
 /**
@@ -35,7 +35,7 @@ export const SPAN_STYLE: Record<SpanKind, string> = {
  * was inserted by the environment (search results, notices; not trained on).
  */
 export function trajectorySpans(t: Pick<ScoredSample, "tokens" | "mask" | "promptLength">, tokenizer: SpanDecoder): Span[] {
-  const kindAt = (k: number): SpanKind => (k < t.promptLength ? "prompt" : t.mask[k] ? "generated" : "retrieved");
+  const kindAt = (k: number): SpanKind => (k < t.promptLength ? "prompt" : t.mask[k] ? "generated" : "observation");
   const spans: Span[] = [];
   for (let start = 0; start < t.tokens.length; ) {
     const kind = kindAt(start);
@@ -49,7 +49,7 @@ export function trajectorySpans(t: Pick<ScoredSample, "tokens" | "mask" | "promp
 
 /** Tokens per span kind. */
 export function spanCounts(spans: readonly Span[]): Record<SpanKind, number> {
-  const c: Record<SpanKind, number> = { prompt: 0, generated: 0, retrieved: 0 };
+  const c: Record<SpanKind, number> = { prompt: 0, generated: 0, observation: 0 };
   for (const s of spans) c[s.kind] += s.end - s.start;
   return c;
 }

@@ -1,15 +1,15 @@
 /**
- * Notebook views of Search-R1 steps, built from scored samples only (no run,
+ * Notebook views of a run's steps, built from scored samples only (no run,
  * no executors), so they are cheap to test: the trajectory table, one
- * trajectory split into prompt / generated / retrieved spans (the loss mask
+ * trajectory split into prompt / generated / observation spans (the loss mask
  * made visible) and a rescore's summary (a step's summary is step-summary.ts). Each renders as
  * HTML in the hearth kernel and as text anywhere else.
  */
 import { JUPYTER_DISPLAY, escapeHtml, table, type DataTable, type MimeBundle } from "../../notebook/index.js";
 import { HearthError } from "../../errors/index.js";
-import { scoreSamples, type ScoredSample } from "../scoring/batch.js";
+import { scoreSamples } from "../scoring/batch.js";
 import { regroup } from "../run/interactive.js";
-import type { RewardFn } from "../../envs/searchr1/reward.js";
+import type { RewardFn, ScoredSample } from "../types.js";
 import { SummaryView } from "../report/step-summary.js";
 import { SPAN_STYLE, spanCounts, trajectorySpans, type Span, type SpanDecoder, type SpanKind } from "./spans.js";
 
@@ -21,14 +21,15 @@ export interface TrajectoryRow {
   question: string;
   golds: string;
   response: string;
-  searches: number;
+  /** Tool calls the sample made. */
+  calls: number;
   answer: string;
   reward: number;
   advantage: number;
   kept: boolean;
-  /** All tokens: prompt, generated and retrieved. */
+  /** All tokens: prompt, generated and inserted observations. */
   tokens: number;
-  /** Tokens the loss ignores (mask 0: the prompt and inserted passages). */
+  /** Tokens the loss ignores (mask 0: the prompt and inserted observations). */
   masked: number;
 }
 
@@ -39,7 +40,7 @@ export function trajectoryRows(samples: readonly ScoredSample[]): TrajectoryRow[
     question: s.question,
     golds: s.golds.join(" | "),
     response: s.response,
-    searches: s.searches.length,
+    calls: s.calls.length,
     answer: s.answer ?? "",
     reward: s.reward,
     advantage: s.advantage,
@@ -82,12 +83,12 @@ export class TrajectoryView {
   private header(): string {
     const s = this.sample;
     const where = `trajectory ${this.index}${this.step !== undefined ? ` of step ${this.step}` : ""}`;
-    return `${where}: reward ${fmt(s.reward)}, advantage ${fmt(s.advantage)}${s.kept ? "" : " (group dropped)"}, answer ${JSON.stringify(s.answer)}, golds ${JSON.stringify(s.golds)}, ${s.searches.length} search(es), finish ${s.finish}`;
+    return `${where}: reward ${fmt(s.reward)}, advantage ${fmt(s.advantage)}${s.kept ? "" : " (group dropped)"}, answer ${JSON.stringify(s.answer)}, golds ${JSON.stringify(s.golds)}, ${s.calls.length} tool call(s), finish ${s.finish}${s.error ? ` (${s.error})` : ""}`;
   }
 
   [JUPYTER_DISPLAY](): MimeBundle {
     const c = this.counts();
-    const legend = `prompt ${c.prompt} tokens · generated (trained) ${c.generated} · retrieved (masked) ${c.retrieved}`;
+    const legend = `prompt ${c.prompt} tokens · generated (trained) ${c.generated} · observations (masked) ${c.observation}`;
     const text = [this.header(), legend, ...this.spans.map((s) => `[${s.kind} ${s.start}-${s.end}] ${s.text}`)].join("\n");
     const chips = (Object.keys(SPAN_STYLE) as SpanKind[]).map((k) => `<span style="${SPAN_STYLE[k]}; padding: 0 4px">${k} (${c[k]})</span>`).join(" ");
     const body = this.spans
@@ -98,17 +99,6 @@ export class TrajectoryView {
       `<div style="font-family: monospace; white-space: pre-wrap; line-height: 1.6">${body}</div></div>`;
     return { "text/plain": text, "text/html": html };
   }
-}
-
-/** Aggregates of one step's samples. */
-export interface SampleStats {
-  samples: number;
-  rewardMean: number;
-  kept: number;
-  groupsKept: number;
-  groupsDropped: number;
-  searchesPerSample: number;
-  tokensMean: number;
 }
 
 /** What a rescore changed. */
@@ -153,7 +143,7 @@ function fmt(x: number): string {
 /**
  * Recomputes rewards and group advantages of stored samples with `reward`.
  * A reward that throws or returns a non-finite number throws (scoreSamples'
- * RangeError naming the sample) before anything changes.
+ * RewardError naming the sample) before anything changes.
  */
 export function rescoreSamples(step: number, samples: readonly ScoredSample[], reward: RewardFn, groupSize?: number): RescoreView {
   if (typeof reward !== "function") throw new HearthError("rescore needs a reward function (response, golds) => number");

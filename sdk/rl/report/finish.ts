@@ -7,7 +7,8 @@
 import { emByCategory } from "../run/pipeline.js";
 import { pickSample, writeReport, type EvalPoint } from "./report.js";
 import type { WarmStartTime } from "../run/events.js";
-import type { SearchR1Run } from "../run/run.js";
+import type { AgentRun } from "../run/run.js";
+import { callsOf } from "../types.js";
 
 /** What the session measured before its steps. */
 export interface SessionStart {
@@ -20,18 +21,20 @@ export interface SessionStart {
 }
 
 /** Evaluates (if needed), writes the checkpoint (unless --no-checkpoint) and the report; returns what it wrote. */
-export async function finishSession(run: SearchR1Run, s: SessionStart): Promise<{ summary: string; report: string; checkpoint: string; finalEm: number }> {
+export async function finishSession(run: AgentRun, s: SessionStart): Promise<{ summary: string; report: string; checkpoint: string; finalEm: number }> {
   const opts = run.opts;
   const last = run.history.at(-1);
-  let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, searches: last.eval_searches ?? 0, emBy: last.eval_em_by } : undefined;
+  const words = run.task.environment.words;
+  let final = last?.eval_em !== undefined && last.step === run.stepsDone ? { em: last.eval_em, calls: callsOf(last, words.calls).eval ?? 0, emBy: last.eval_em_by } : undefined;
   if (!final) {
     const ev = await run.evaluate();
-    final = { em: ev.em, searches: ev.searchesPerSample, emBy: emByCategory(ev) };
+    final = { em: ev.em, calls: ev.callsPerSample, emBy: emByCategory(ev) };
   }
   const checkpoint = opts.checkpoint ? await run.saveCheckpoint() : "(not written: --no-checkpoint)";
   const latest = run.results.steps().length > 0 ? run.result() : undefined;
   const sample = latest && pickSample(latest.samples);
   const report = writeReport(opts.out, run.history, {
+    env: { title: run.task.environment.title, words },
     start: s.startEval,
     final: { step: run.stepsDone, ...final },
     seconds: (performance.now() - s.t0) / 1000,

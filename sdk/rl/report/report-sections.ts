@@ -7,8 +7,7 @@
  * one trajectory with its spans told apart, and the options.
  */
 import { formatBytes } from "../../format.js";
-import type { ScoredSample } from "../scoring/batch.js";
-import type { StepMetrics } from "../run/pipeline.js";
+import type { EnvWords, ScoredSample, StepMetrics } from "../types.js";
 import { esc } from "./report-svg.js";
 import { SPAN_STYLE, spanCounts, trajectorySpans, type SpanDecoder, type SpanKind } from "../notebook/spans.js";
 
@@ -133,22 +132,21 @@ export function optionsTable(options: Record<string, unknown>): string {
 }
 
 /**
- * The sample worth showing from a step: one that searched and earned a
- * reward of 1, else the best rewarded one that searched, else the first.
+ * The sample worth showing from a step: one that called a tool and earned a
+ * reward of 1, else the best rewarded one that called one, else the first.
  */
 export function pickSample(samples: readonly ScoredSample[]): ScoredSample | undefined {
-  const searched = samples.filter((s) => s.searches.length > 0);
-  return searched.find((s) => s.reward === 1) ?? [...searched].sort((a, b) => b.reward - a.reward)[0] ?? samples[0];
+  const called = samples.filter((s) => s.calls.length > 0);
+  return called.find((s) => s.reward === 1) ?? [...called].sort((a, b) => b.reward - a.reward)[0] ?? samples[0];
 }
 
-const SPAN_LABEL: Record<SpanKind, string> = {
-  prompt: "prompt",
-  generated: "generated (trained on)",
-  retrieved: "retrieved (masked out)",
-};
-
-/** One trajectory, its prompt, generated and retrieved spans coloured apart. */
-export function trajectorySection(t: { step: number; sample: ScoredSample; decoder: SpanDecoder }): string {
+/** One trajectory, its prompt, generated and inserted (observation) spans coloured apart; `words` names the environment's calls. */
+export function trajectorySection(t: { step: number; sample: ScoredSample; decoder: SpanDecoder }, words: EnvWords): string {
+  const SPAN_LABEL: Record<SpanKind, string> = {
+    prompt: "prompt",
+    generated: "generated (trained on)",
+    observation: `${words.observation}s (masked out)`,
+  };
   const s = t.sample;
   const spans = trajectorySpans(s, t.decoder);
   const c = spanCounts(spans);
@@ -159,7 +157,7 @@ export function trajectorySection(t: { step: number; sample: ScoredSample; decod
     ["answer", s.answer ?? "(none)"],
     ["reward", String(s.reward)],
     ["advantage", s.advantage.toFixed(3)],
-    ["searches", s.searches.length === 0 ? "none" : s.searches.map((q) => `“${q}”`).join(", ")],
+    [words.calls, s.calls.length === 0 ? "none" : s.calls.map((q) => `“${q}”`).join(", ")],
     ["finish", s.finish],
     ["sampled by policy version", String(s.policyVersion)],
   ];

@@ -9,24 +9,26 @@
  */
 import { writeFileSync } from "node:fs";
 import path from "node:path";
-import type { ScoredSample } from "../scoring/batch.js";
-import type { StepMetrics } from "../run/pipeline.js";
+import { callsOf, type EnvWords, type ScoredSample, type StepMetrics } from "../types.js";
 import { bytesTable, checksTable, fmtSeconds, optionsTable, pct, phaseTable, trajectorySection } from "./report-sections.js";
 import { esc, lineChart, type Series } from "./report-svg.js";
 import type { SpanDecoder } from "../notebook/spans.js";
 
 export { pickSample } from "./report-sections.js";
 
-/** One held-out evaluation: EM, searches per sample, and EM per question category when the task's questions have them (the chain task: hop counts). */
+/** One held-out evaluation: EM, tool calls per sample, and EM per item category when the task's questions have them (the chain task: hop counts). */
 export interface EvalPoint {
   step: number;
   em: number;
-  searches: number;
+  /** Tool calls per sample. */
+  calls: number;
   emBy?: Record<string, number>;
 }
 
 /** Evaluation points and run facts for the summary. */
 export interface ReportFacts {
+  /** The environment: its title ("Search-R1") and how it names its calls. */
+  env: { title: string; words: EnvWords };
   start: EvalPoint;
   final: EvalPoint;
   /** The whole command. */
@@ -55,26 +57,34 @@ export function emByText(by: Record<string, number> | undefined): string {
   return Object.entries(by ?? {}).sort(([a], [b]) => a.localeCompare(b, "en", { numeric: true })).map(([c, em]) => `${c} ${pct(em)}`).join(" · ");
 }
 
+/** One line of a step's metrics, as the CLI prints it. */
+export function stepRow(m: StepMetrics): string {
+  const ev = m.eval_em !== undefined ? `  eval EM ${(m.eval_em * 100).toFixed(1)}%${m.eval_em_by ? ` (${emByText(m.eval_em_by)})` : ""}` : "";
+  const c = callsOf(m);
+  return `step ${String(m.step).padStart(3)}  reward ${m.reward_mean.toFixed(3)}  EM ${(m.em * 100).toFixed(1)}%  ${c.word} ${c.perSample.toFixed(2)}  kept ${m.groups_kept}  ${m.step_s.toFixed(1)} s${ev}`;
+}
+
 /** The summary table printed at the end of a run: a row per evaluation, with a column per question category when there are some. */
 export function summaryTable(history: StepMetrics[], f: ReportFacts): string {
   const evals = history.filter((m) => m.eval_em !== undefined);
   const cats = evalCategories(history, f);
   const widths = cats.map((c) => Math.max(c.length, 6));
   const byCells = (by: Record<string, number> | undefined): string => cats.map((c, i) => `  ${(by?.[c] !== undefined ? pct(by[c]) : "-").padStart(widths[i]!)}`).join("");
-  const row = (step: number, em: number, by: Record<string, number> | undefined, searches: number, reward: string, elapsed: string): string =>
-    `${String(step).padStart(4)}  ${pct(em).padStart(11)}${byCells(by)}  ${searches.toFixed(2).padStart(15)}  ${reward.padStart(12)}  ${elapsed.padStart(7)}`;
+  const perSample = `${f.env.words.calls}/sample`;
+  const row = (step: number, em: number, by: Record<string, number> | undefined, calls: number, reward: string, elapsed: string): string =>
+    `${String(step).padStart(4)}  ${pct(em).padStart(11)}${byCells(by)}  ${calls.toFixed(2).padStart(perSample.length)}  ${reward.padStart(12)}  ${elapsed.padStart(7)}`;
   const lines = [
-    `step  held-out EM${cats.map((c, i) => `  ${c.padStart(widths[i]!)}`).join("")}  searches/sample  train reward  elapsed`,
+    `step  held-out EM${cats.map((c, i) => `  ${c.padStart(widths[i]!)}`).join("")}  ${perSample}  train reward  elapsed`,
     `----  -----------${widths.map((w) => `  ${"-".repeat(w)}`).join("")}  ---------------  ------------  -------`,
-    row(f.start.step, f.start.em, f.start.emBy, f.start.searches, "-", "-"),
+    row(f.start.step, f.start.em, f.start.emBy, f.start.calls, "-", "-"),
   ];
   let elapsed = 0;
   const at = new Map<number, number>();
   for (const m of history) at.set(m.step, (elapsed += m.step_s));
-  for (const m of evals) lines.push(row(m.step, m.eval_em!, m.eval_em_by, m.eval_searches ?? 0, m.reward_mean.toFixed(3), `${Math.round(at.get(m.step) ?? 0)} s`));
-  if (!evals.some((m) => m.step === f.final.step)) lines.push(row(f.final.step, f.final.em, f.final.emBy, f.final.searches, "-", `${Math.round(elapsed)} s`));
+  for (const m of evals) lines.push(row(m.step, m.eval_em!, m.eval_em_by, callsOf(m, f.env.words.calls).eval ?? 0, m.reward_mean.toFixed(3), `${Math.round(at.get(m.step) ?? 0)} s`));
+  if (!evals.some((m) => m.step === f.final.step)) lines.push(row(f.final.step, f.final.em, f.final.emBy, f.final.calls, "-", `${Math.round(elapsed)} s`));
   const warm = f.warmStart ? (f.warmStart.cached ? ", warm start cached" : ` incl. warm start ${Math.round(f.warmStart.seconds)} s`) : "";
-  lines.push("", `held-out EM ${pct(f.start.em)} → ${pct(f.final.em)} in ${history.length} steps; searches/sample ${f.start.searches.toFixed(2)} → ${f.final.searches.toFixed(2)}`);
+  lines.push("", `held-out EM ${pct(f.start.em)} → ${pct(f.final.em)} in ${history.length} steps; ${perSample} ${f.start.calls.toFixed(2)} → ${f.final.calls.toFixed(2)}`);
   if (cats.length > 0) {
     const final = f.final.emBy ?? evals.find((m) => m.step === f.final.step)?.eval_em_by;
     lines.push(`held-out EM by category: ${cats.map((c) => `${c} ${f.start.emBy?.[c] !== undefined ? pct(f.start.emBy[c]) : "-"} → ${final?.[c] !== undefined ? pct(final[c]) : "-"}`).join("; ")}`);
@@ -105,7 +115,8 @@ function byteUnit(max: number): { div: number; name: string } {
 function learningCharts(history: StepMetrics[], f: ReportFacts): string[] {
   const evalPts: Array<[number, number]> = [[f.start.step, f.start.em], ...points(history, (m) => m.eval_em)];
   if (!history.some((m) => m.step === f.final.step && m.eval_em !== undefined) && f.final.step !== f.start.step) evalPts.push([f.final.step, f.final.em]);
-  const evalSearch: Array<[number, number]> = [[f.start.step, f.start.searches], ...points(history, (m) => m.eval_searches)];
+  const calls = f.env.words.calls;
+  const evalCalls: Array<[number, number]> = [[f.start.step, f.start.calls], ...points(history, (m) => callsOf(m, calls).eval)];
   const maxReward = Math.max(0, ...history.map((m) => m.reward_mean));
   const cats = evalCategories(history, f);
   const palette = [COLOR.green, COLOR.blue, COLOR.purple, COLOR.teal, COLOR.grey, COLOR.orange];
@@ -139,11 +150,11 @@ function learningCharts(history: StepMetrics[], f: ReportFacts): string[] {
       yInteger: true,
     }),
     lineChart({
-      id: "fig-searches",
-      caption: "Searches per sample",
+      id: "fig-calls",
+      caption: `${calls[0]!.toUpperCase()}${calls.slice(1)} per sample`,
       series: [
-        { label: "train (sampled)", color: COLOR.orange, points: points(history, (m) => m.searches_per_sample) },
-        { label: "held-out (greedy)", color: COLOR.blue, points: evalSearch, dashed: true },
+        { label: "train (sampled)", color: COLOR.orange, points: points(history, (m) => callsOf(m, calls).perSample) },
+        { label: "held-out (greedy)", color: COLOR.blue, points: evalCalls, dashed: true },
       ],
       yFormat: tick,
     }),
@@ -241,10 +252,10 @@ export function writeReport(out: string, history: StepMetrics[], f: ReportFacts)
   const summary = summaryTable(history, f);
   const o = f.options;
   const who = [o.model !== undefined ? `model ${String(o.model)}` : "", o.data !== undefined ? `data ${String(o.data)}` : "", o.rollouts !== undefined ? `${String(o.rollouts)} rollout executor(s), ${String(o.trainers)} trainer(s)` : ""].filter(Boolean);
-  const lede = `${history.length} RL steps · held-out EM ${pct(f.start.em)} → ${pct(f.final.em)} · searches/sample ${f.start.searches.toFixed(2)} → ${f.final.searches.toFixed(2)} · ${Math.round(f.seconds)} s in all${who.length ? ` · ${who.map(esc).join(" · ")}` : ""}`;
+  const lede = `${history.length} RL steps · held-out EM ${pct(f.start.em)} → ${pct(f.final.em)} · ${f.env.words.calls}/sample ${f.start.calls.toFixed(2)} → ${f.final.calls.toFixed(2)} · ${Math.round(f.seconds)} s in all${who.length ? ` · ${who.map(esc).join(" · ")}` : ""}`;
   const t = f.trajectory;
-  const html = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>hearth Search-R1 report</title><style>${CSS}</style></head><body>
-<h1>Search-R1 on hearth</h1>
+  const html = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>hearth ${esc(f.env.title)} report</title><style>${CSS}</style></head><body>
+<h1>${esc(f.env.title)} on hearth</h1>
 <p class="lede">${lede}</p>
 <nav><a href="#time">time</a><a href="#learning">learning</a><a href="#phases">step phases</a><a href="#weights">weights</a><a href="#agreement">agreement</a><a href="#trajectory">trajectory</a><a href="#summary">summary</a><a href="#options">options</a></nav>
 <section id="time"><h2>Where the time went</h2>${timeTable(f)}</section>
@@ -252,7 +263,7 @@ export function writeReport(out: string, history: StepMetrics[], f: ReportFacts)
 <section id="phases"><h2>Step time by phase</h2>${phaseChart(history)}${phaseTable(history)}</section>
 <section id="weights"><h2>Weights published and fetched</h2><div class="figs">${bytesChart(history)}<div>${bytesTable(history)}</div></div></section>
 <section id="agreement"><h2>Agreement checks and utilisation</h2><div class="figs">${agreementChart(history)}${utilChart(history)}</div>${checksTable(history)}</section>
-<section id="trajectory"><h2>One trajectory</h2>${t ? trajectorySection(t) : `<p class="empty">no step's samples were held by this command</p>`}</section>
+<section id="trajectory"><h2>One trajectory</h2>${t ? trajectorySection(t, f.env.words) : `<p class="empty">no step's samples were held by this command</p>`}</section>
 <section id="summary"><h2>Summary</h2><pre>${esc(summary)}</pre></section>
 <section id="options"><h2>Options</h2>${optionsTable(f.options)}</section>
 </body></html>`;

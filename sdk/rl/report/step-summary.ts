@@ -1,6 +1,6 @@
 /**
  * What a step result displays as, in notebooks and as text: a compact card
- * that reads at a glance (reward, EM, searches, kept groups, the step's time
+ * that reads at a glance (reward, EM, tool calls, kept groups, the step's time
  * by phase, the weight bytes synced, KL and the sampler/trainer logprob gap,
  * held-out EM on evaluation steps) with every metric one click away (an HTML
  * `<details>` holding the full table) or one call away (`result.metrics`, or
@@ -10,7 +10,7 @@
 import { JUPYTER_DISPLAY, type MimeBundle } from "../../notebook/display.js";
 import { escapeHtml, htmlTable, textTable } from "../../notebook/text.js";
 import { formatBytes } from "../../format.js";
-import type { ScoredSample } from "../scoring/batch.js";
+import { callsOf, type ScoredSample } from "../types.js";
 
 /** A titled key/value table: every metric of a step (`metricsView`), or a rescore's summary. */
 export class SummaryView {
@@ -61,12 +61,13 @@ const small = (v: number): string => (v !== 0 && Math.abs(v) < 0.01 ? v.toExpone
 /** The card's facts, as label/value pairs (the same for HTML and text). */
 function facts(m: Record<string, unknown>): { headline: Array<[string, string]>; phases: StepPhases; sync: string; checks: string; evaluation?: string } {
   const num = (k: string): number | undefined => (typeof m[k] === "number" ? (m[k] as number) : undefined);
+  const calls = callsOf(m);
   const kept = num("groups_kept") ?? 0;
   const groups = kept + (num("groups_dropped") ?? 0);
   const headline: Array<[string, string]> = [
     ["reward", (num("reward_mean") ?? NaN).toFixed(3)],
     ["EM", pct(num("em") ?? NaN)],
-    ["searches / sample", (num("searches_per_sample") ?? NaN).toFixed(2)],
+    [`${calls.word} / sample`, calls.perSample.toFixed(2)],
     ["groups kept", `${kept} / ${groups}`],
   ];
   const syncBytes = num("sync_bytes");
@@ -78,7 +79,7 @@ function facts(m: Record<string, unknown>): { headline: Array<[string, string]>;
     : `KL ${kl !== undefined ? small(kl) : "–"} · logprob gap ${gap !== undefined ? small(gap) : "–"} (max ${num("logprob_gap_max") !== undefined ? small(num("logprob_gap_max")!) : "–"})${num("policy_lag_max") ? ` · policy lag ≤ ${num("policy_lag_max")}` : ""}`;
   const evalEm = num("eval_em");
   const by = m.eval_em_by as Record<string, number> | undefined;
-  const evaluation = evalEm === undefined ? undefined : `held-out EM ${pct(evalEm)}${by ? ` (${Object.entries(by).map(([c, v]) => `${c} ${pct(v)}`).join(" · ")})` : ""}, searches ${(num("eval_searches") ?? 0).toFixed(2)}`;
+  const evaluation = evalEm === undefined ? undefined : `held-out EM ${pct(evalEm)}${by ? ` (${Object.entries(by).map(([c, v]) => `${c} ${pct(v)}`).join(" · ")})` : ""}, ${calls.word} ${(calls.eval ?? 0).toFixed(2)}`;
   return { headline, phases: stepPhases(m), sync, checks, evaluation };
 }
 

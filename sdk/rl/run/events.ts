@@ -1,5 +1,5 @@
 /**
- * Typed progress of a run. `SearchR1Run` emits these through the `onEvent`
+ * Typed progress of a run. A run (AgentRun) emits these through the `onEvent`
  * option as it works (the task, its executors, the warm start step by step,
  * each publication, each step's weight sync, each training step and each
  * evaluation), so a progress display reads facts, not log lines. Two
@@ -8,17 +8,17 @@
  */
 import { progress, type ProgressBar } from "../../notebook/progress.js";
 import { inNotebook } from "../../notebook/display.js";
-import type { StepMetrics } from "./pipeline.js";
+import type { StepMetrics } from "../types.js";
 
 /** One thing a run did. */
 export type RunEvent =
-  | { type: "task"; describe: string; train: number; heldOut: number; passages: number }
+  | { type: "task"; describe: string; train: number; heldOut: number }
   | { type: "executors"; rollouts: number; trainers: number; reattached: boolean }
   | { type: "warmstart"; step: number; total: number; nll?: number; cached?: boolean }
   | { type: "published"; version: number; bytes: number; kind: string; params?: number }
   | { type: "sync"; step: number; bytes: number; executors: number; version: number }
   | { type: "step"; step: number; metrics: StepMetrics }
-  | { type: "eval"; step: number; em: number; searchesPerSample: number }
+  | { type: "eval"; step: number; em: number; callsPerSample: number; /** The environment's word for its calls ("searches"). */ calls: string }
   | { type: "warning"; step: number; text: string };
 
 /** Receives events. */
@@ -27,7 +27,7 @@ export type RunEventHandler = (e: RunEvent) => void;
 const PHASES = ["task prepared", "executors warm", "warm start done", "weights published"] as const;
 
 /**
- * A notebook bar over `SearchR1Run.create`'s phases, advanced by its events
+ * A notebook bar over a run's `create` phases, advanced by its events
  * (the warm start shows its own step count). Pass `onEvent` to create; `log`
  * passes lines on to `next` (default: in notebooks only the `note:` lines are
  * printed, such as which starting policy the trainers load; elsewhere every

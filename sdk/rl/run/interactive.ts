@@ -3,13 +3,12 @@
  * store of recent step results and a training loop with a progress bar that
  * stops between steps (the warm-up's bar is events.ts).
  *
- * `SearchR1Run` delegates to these; they hold no executors themselves.
+ * `AgentRun` delegates to these; they hold no executors themselves.
  */
 import { HearthError } from "../../errors/index.js";
 import { inNotebook } from "../../notebook/display.js";
 import { progress, type ProgressBar } from "../../notebook/progress.js";
-import type { ScoredSample } from "../scoring/batch.js";
-import type { StepMetrics, StepResult } from "./run.js";
+import { callsOf, type ScoredSample, type StepMetrics, type StepResult } from "../types.js";
 
 /** Step results kept for inspection by default (`--keep-steps`; trajectories hold every token, so the store is bounded). */
 export const KEPT_STEPS = 50;
@@ -123,7 +122,8 @@ export async function trainLoop(n: number, step: () => Promise<StepResult>, opts
       out.push(r.metrics);
       opts.onStep?.(r);
       const m = r.metrics;
-      bar?.tick(1, `step ${m.step}: reward ${m.reward_mean.toFixed(2)}, em ${m.em.toFixed(2)}, searches ${m.searches_per_sample.toFixed(2)}`);
+      const c = callsOf(m);
+      bar?.tick(1, `step ${m.step}: reward ${m.reward_mean.toFixed(2)}, em ${m.em.toFixed(2)}, ${c.word} ${c.perSample.toFixed(2)}`);
     }
   } catch (err) {
     failure = err;

@@ -8,11 +8,14 @@ import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs"
 import path from "node:path";
 import { parseResreq } from "../../runtime/resreq.js";
 import { HearthError } from "../../errors/index.js";
+import { OptionError } from "../errors.js";
 import type { RunEventHandler } from "./events.js";
 import type { ConnectOptions } from "../../connect.js";
 
 /** Options of a run (the CLI flags, with the reference system's meanings). */
-export interface SearchR1Options {
+export interface RunOptions {
+  /** The environment (its package's name, `--env`): a run takes it from the package it is created with. */
+  env: string;
   /** `tiny` or a Hugging Face model folder. */
   model: string;
   /** `synthetic` or a HotpotQA JSON file. */
@@ -33,10 +36,12 @@ export interface SearchR1Options {
   gradClip: number;
   /** Rows per forward/backward on a trainer (gradients accumulate over micro-batches). */
   microBatch: number;
-  /** Searches allowed per sample. */
-  maxSearches: number;
-  /** Passages per search. */
+  /** Tool calls allowed per sample (the layer's limit: a call past it is answered without running the tool). */
+  maxToolCalls: number;
+  /** Passages per search (Search-R1's: its recipes hand it to the environment). */
   topK: number;
+  /** The longest one tool call (an environment's step) may take before its sample fails. */
+  toolTimeoutMs: number;
   /** Tokens one generation turn may produce. */
   maxTurnTokens: number;
   /** Tokens of a whole response, inserted passages included. */
@@ -135,7 +140,7 @@ export interface SearchR1Options {
   /**
    * Service classes standing in for the rollout and trainer services (same
    * methods; e.g. subclasses with a simulated engine, for benchmarks).
-   * Default: SearchR1Rollout and SearchR1Trainer.
+   * Default: RolloutService and TrainerService.
    */
   serviceModules?: { rollout?: ServiceSource; trainer?: ServiceSource };
   /** Typed progress (events.ts): the task, executors, warm start, publications, syncs, steps, evaluations. */
@@ -149,10 +154,11 @@ export interface ServiceSource {
 }
 
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<SearchR1Options, "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules" | "engine" | "partition" | "account" | "sbatchArgs" | "bind" | "connectOptions">>;
+export type RecipeDefaults = Partial<Omit<RunOptions, "env" | "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules" | "engine" | "partition" | "account" | "sbatchArgs" | "bind" | "connectOptions">>;
 
 /** The generic defaults, sized for the tiny preset on 2 CPU cores (a recipe's own override them). */
-export const BASE_OPTIONS: SearchR1Options = {
+export const BASE_OPTIONS: RunOptions = {
+  env: "searchr1",
   model: "tiny",
   data: "synthetic",
   steps: 150,
@@ -168,8 +174,9 @@ export const BASE_OPTIONS: SearchR1Options = {
   klCoef: 0.001,
   gradClip: 1.0,
   microBatch: 16,
-  maxSearches: 4,
+  maxToolCalls: 4,
   topK: 3,
+  toolTimeoutMs: 30_000,
   maxTurnTokens: 64,
   maxResponseTokens: 320,
   seed: 1,
@@ -199,8 +206,8 @@ export const BASE_OPTIONS: SearchR1Options = {
 };
 
 /** Layers the defaults: generic, then the recipe's, then what the caller set (undefined values are ignored). */
-export function layerOptions(recipe: RecipeDefaults, given: Partial<SearchR1Options>): SearchR1Options {
-  const set = Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)) as Partial<SearchR1Options>;
+export function layerOptions(recipe: RecipeDefaults, given: Partial<RunOptions>): RunOptions {
+  const set = Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)) as Partial<RunOptions>;
   return { ...BASE_OPTIONS, ...recipe, ...set };
 }
 
@@ -219,8 +226,9 @@ const WHOLE: Record<string, number> = {
   evalEvery: 0,
   evalSize: 1,
   microBatch: 1,
-  maxSearches: 0,
+  maxToolCalls: 0,
   topK: 1,
+  toolTimeoutMs: 1,
   maxTurnTokens: 1,
   maxResponseTokens: 1,
   bootstrapSteps: 0,
@@ -239,33 +247,33 @@ const CHOICES: Record<string, readonly string[]> = {
 };
 
 /** Checks every option; the error names the flag, what it got and what is accepted. */
-export function validateOptions(o: SearchR1Options): void {
+export function validateOptions(o: RunOptions): void {
   for (const [k, min] of Object.entries(WHOLE)) {
-    const v = o[k as keyof SearchR1Options];
-    if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new HearthError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`);
+    const v = o[k as keyof RunOptions];
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new OptionError(`${flagName(k)} must be a whole number ≥ ${min}; got ${String(v)}`, { flag: flagName(k) });
   }
   for (const k of ["lr", "klCoef", "temperature", "gradClip", "logprobGapWarn", "rebaseShare", "bootstrapMixedShare", "bootstrapLr"] as const) {
-    if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new HearthError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`);
+    if (typeof o[k] !== "number" || !Number.isFinite(o[k]) || o[k] < 0) throw new OptionError(`${flagName(k)} must be a number ≥ 0; got ${String(o[k])}`, { flag: flagName(k) });
   }
   for (const [k, allowed] of Object.entries(CHOICES)) {
-    const v = o[k as keyof SearchR1Options];
-    if (typeof v !== "string" || !allowed.includes(v)) throw new HearthError(`${flagName(k)} must be one of ${allowed.join(", ")}; got ${String(v)}`);
+    const v = o[k as keyof RunOptions];
+    if (typeof v !== "string" || !allowed.includes(v)) throw new OptionError(`${flagName(k)} must be one of ${allowed.join(", ")}; got ${String(v)}`, { flag: flagName(k) });
   }
   for (const k of ["rolloutResreq", "trainerResreq"] as const) {
     try {
       const r = parseResreq(o[k]);
       if (r.cpu <= 0) throw new HearthError(`cpu must be > 0`);
     } catch (err) {
-      throw new HearthError(`${flagName(k)} ${JSON.stringify(o[k])}: ${(err as Error).message}`, { cause: err });
+      throw new OptionError(`${flagName(k)} ${JSON.stringify(o[k])}: ${(err as Error).message}`, { flag: flagName(k), cause: err });
     }
   }
-  if (o.maxTurnTokens > o.maxResponseTokens) throw new HearthError(`--max-turn-tokens (${o.maxTurnTokens}) cannot exceed --max-response-tokens (${o.maxResponseTokens})`);
-  if (o.backend === "nccl" && parseResreq(o.trainerResreq).gpu < 1) throw new HearthError(`--backend nccl needs trainers with a GPU: add gpu=1 to --trainer-resreq (now "${o.trainerResreq}")`);
+  if (o.maxTurnTokens > o.maxResponseTokens) throw new OptionError(`--max-turn-tokens (${o.maxTurnTokens}) cannot exceed --max-response-tokens (${o.maxResponseTokens})`, { flag: "--max-turn-tokens" });
+  if (o.backend === "nccl" && parseResreq(o.trainerResreq).gpu < 1) throw new OptionError(`--backend nccl needs trainers with a GPU: add gpu=1 to --trainer-resreq (now "${o.trainerResreq}")`, { flag: "--backend" });
   if (o.policy !== undefined && !existsSync(path.join(o.policy, "warmstart.json"))) {
-    throw new HearthError(`--policy ${o.policy}: no warmstart.json there (expected a folder made by 'hearth warmstart --out DIR')`);
+    throw new OptionError(`--policy ${o.policy}: no warmstart.json there (expected a folder made by 'hearth warmstart --out DIR')`, { flag: "--policy" });
   }
   if (o.resume && !existsSync(path.join(o.resume, "driver-state.json"))) {
-    throw new HearthError(`--resume ${o.resume}: no driver-state.json there (expected a folder written by a previous run's checkpoint)`);
+    throw new OptionError(`--resume ${o.resume}: no driver-state.json there (expected a folder written by a previous run's checkpoint)`, { flag: "--resume" });
   }
   checkEngine(o);
   checkOut(o.out);
@@ -293,32 +301,33 @@ const SBATCH_OWN: Record<string, string> = {
 };
 
 /** The engine's flags: known engine, Slurm flags only with `--engine slurm`, each well-formed (Slurm itself is asked before any job is submitted). */
-function checkEngine(o: SearchR1Options): void {
-  if (o.engine !== "local" && o.engine !== "slurm") throw new HearthError(`--engine must be one of local, slurm; got ${String(o.engine)}`);
-  if (!Array.isArray(o.sbatchArgs) || o.sbatchArgs.some((a) => typeof a !== "string")) throw new HearthError(`--sbatch-arg values must be strings; got ${JSON.stringify(o.sbatchArgs)}`);
+function checkEngine(o: RunOptions): void {
+  if (o.engine !== "local" && o.engine !== "slurm") throw new OptionError(`--engine must be one of local, slurm; got ${String(o.engine)}`, { flag: "--engine" });
+  if (!Array.isArray(o.sbatchArgs) || o.sbatchArgs.some((a) => typeof a !== "string")) throw new OptionError(`--sbatch-arg values must be strings; got ${JSON.stringify(o.sbatchArgs)}`, { flag: "--sbatch-arg" });
   const slurmOnly = { partition: o.partition, account: o.account, bind: o.bind, sbatchArgs: o.sbatchArgs.length > 0 ? o.sbatchArgs : undefined };
   if (o.engine !== "slurm") {
     for (const [k, v] of Object.entries(slurmOnly)) {
-      if (v !== undefined) throw new HearthError(`${k === "sbatchArgs" ? "--sbatch-arg" : flagName(k)} needs --engine slurm (the ${o.engine} engine submits no Slurm jobs)`);
+      const flag = k === "sbatchArgs" ? "--sbatch-arg" : flagName(k);
+      if (v !== undefined) throw new OptionError(`${flag} needs --engine slurm (the ${o.engine} engine submits no Slurm jobs)`, { flag });
     }
     return;
   }
   if (o.partition !== undefined && !/^[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*$/.test(o.partition)) {
-    throw new HearthError(`--partition must name Slurm partitions (letters, digits, '_', '.', '-', comma-separated); got ${JSON.stringify(o.partition)}`);
+    throw new OptionError(`--partition must name Slurm partitions (letters, digits, '_', '.', '-', comma-separated); got ${JSON.stringify(o.partition)}`, { flag: "--partition" });
   }
-  if (o.account !== undefined && !/^[A-Za-z0-9_.+-]+$/.test(o.account)) throw new HearthError(`--account must name one Slurm account (letters, digits, '_', '.', '-'); got ${JSON.stringify(o.account)}`);
+  if (o.account !== undefined && !/^[A-Za-z0-9_.+-]+$/.test(o.account)) throw new OptionError(`--account must name one Slurm account (letters, digits, '_', '.', '-'); got ${JSON.stringify(o.account)}`, { flag: "--account" });
   for (const a of o.sbatchArgs) {
     if (!/^-{1,2}[A-Za-z]/.test(a) || /\s/.test(a.split("=")[0]!)) {
-      throw new HearthError(`--sbatch-arg ${JSON.stringify(a)}: each --sbatch-arg is one sbatch option, with its value after '=' (e.g. --sbatch-arg=--time=08:00:00)`);
+      throw new OptionError(`--sbatch-arg ${JSON.stringify(a)}: each --sbatch-arg is one sbatch option, with its value after '=' (e.g. --sbatch-arg=--time=08:00:00)`, { flag: "--sbatch-arg" });
     }
     const name = a.startsWith("--") ? a.split("=")[0]! : a.slice(0, 2);
     const why = SBATCH_OWN[name];
-    if (why) throw new HearthError(`--sbatch-arg ${a}: hearth sets ${name} itself (${why})`);
+    if (why) throw new OptionError(`--sbatch-arg ${a}: hearth sets ${name} itself (${why})`, { flag: "--sbatch-arg" });
   }
   if (o.bind !== undefined) {
     const m = /^tcp:\/\/([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})$/.exec(o.bind);
-    if (!m || Number(m[2]) > 65535) throw new HearthError(`--bind must be tcp://ADDRESS:PORT, an address the compute nodes reach (port 0: any free one); got ${JSON.stringify(o.bind)}`);
-    if (o.head !== undefined) throw new HearthError(`--bind starts this machine's Slurm head on that address and --head names a running one: give one of them`);
+    if (!m || Number(m[2]) > 65535) throw new OptionError(`--bind must be tcp://ADDRESS:PORT, an address the compute nodes reach (port 0: any free one); got ${JSON.stringify(o.bind)}`, { flag: "--bind" });
+    if (o.head !== undefined) throw new OptionError(`--bind starts this machine's Slurm head on that address and --head names a running one: give one of them`, { flag: "--bind" });
   }
 }
 
@@ -329,17 +338,17 @@ function checkOut(out: string): void {
     mkdirSync(out, { recursive: true });
     accessSync(out, constants.W_OK);
   } catch (err) {
-    throw new HearthError(`--out ${out}: cannot write results there (${(err as Error).message}); pick a writable folder`, { cause: err });
+    throw new OptionError(`--out ${out}: cannot write results there (${(err as Error).message}); pick a writable folder`, { flag: "--out", cause: err });
   }
 }
 
 /** Torch threads for a service: the option, or the whole CPUs its resreq asks for (at least 1). */
-export function threadsFor(o: SearchR1Options, resreq: string): number {
+export function threadsFor(o: RunOptions, resreq: string): number {
   return o.threads > 0 ? o.threads : Math.max(1, Math.floor(parseResreq(resreq).cpu));
 }
 
 /** The collective the trainers use. */
-export function backendFor(o: SearchR1Options): "gloo" | "nccl" {
+export function backendFor(o: RunOptions): "gloo" | "nccl" {
   if (o.backend !== "auto") return o.backend;
   return parseResreq(o.trainerResreq).gpu > 0 ? "nccl" : "gloo";
 }

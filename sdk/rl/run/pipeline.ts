@@ -1,175 +1,74 @@
 /**
- * One Search-R1 step as a pipeline of plain functions over the run's
- * services: fan prompts out to the rollout pool, score the answers with the
- * reward, compute group advantages, ship per-rank slices to the trainer gang
- * (rank 0 then publishes the new weights), and gather the step's metrics.
- * With a max lag K ≥ 1 the next K steps' rollouts are already running while
- * this step updates (overlap.ts); with K = 0 the step is the synchronous
- * loop. Nothing here knows which task recipe it runs.
+ * One step as a pipeline of plain functions over the run's services, the
+ * same for every environment: roll task items out on the pool (`rollouts`),
+ * score the episodes with the reward and compute group advantages
+ * (`collect`), train the gang on the kept samples (`trainOn`), and publish
+ * the new weights (`publish`); `runStep` is those four, and the run's
+ * public `rollout` / `score` / `trainOn` / `publish` are the same calls for
+ * a loop of one's own. With a max lag K ≥ 1 the next K steps' rollouts are
+ * already running while this step updates (overlap.ts); with K = 0 the step
+ * is the synchronous loop. Nothing here knows which environment it runs:
+ * the task names its calls (EnvWords) and says what counts as right.
  */
 import type { ObjectRef } from "../../cache/object-cache.js";
 import type { App } from "../../runtime/app.js";
 import { deriveSeed } from "../../tensor/seeds.js";
 import type { GangHandle, PoolHandle } from "../../runtime/handles.js";
-import { buildSlices, scoreSamples, type ScoredSample } from "../scoring/batch.js";
-import type { SearchR1Options } from "./options.js";
-import type { ProtocolOptions } from "../../envs/searchr1/protocol.js";
+import { buildSlices, scoreSamples } from "../scoring/batch.js";
+import { rng } from "../random.js";
+import type { RunOptions } from "./options.js";
 import type { PreparedTask } from "./recipe.js";
 import { lagOf, lagStats, type RolloutsAhead } from "./overlap.js";
-import { emReward, type RewardFn } from "../../envs/searchr1/reward.js";
-import type { RolloutItem, RolloutResult, SearchR1Rollout, Trajectory } from "../services/rollout-service.js";
+import type { RolloutService } from "../services/rollout-service.js";
+import type { TrainerService } from "../services/trainer-service.js";
 import { evalKeys, stepKeys } from "../state/run-objects.js";
-import { rng, type Question } from "../../envs/searchr1/tasks/synthetic.js";
-import type { SearchR1Trainer, TrainResult } from "../services/trainer-service.js";
+import type { CategoryEval, EpisodeLimits, EvalResult, PublishStats, RewardFn, RolloutItem, RolloutResult, Scored, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult, Trajectory } from "../types.js";
 
-/** One step's metrics (the metrics.jsonl fields). */
-export interface StepMetrics {
-  step: number;
-  reward_mean: number;
-  em: number;
-  searches_per_sample: number;
-  groups_kept: number;
-  groups_dropped: number;
-  samples_trained: number;
-  tokens: number;
-  rollout_s: number;
-  update_s: number;
-  publish_bytes: number;
-  /** Seconds rank 0 spent publishing the new weights (part of update_s). */
-  publish_s?: number;
-  step_s: number;
-  weights_version: number;
-  /** Weight bytes the rollouts fetched for this step, and how many executors fetched any. */
-  sync_bytes: number;
-  sync_executors: number;
-  /** Longest time one rollout call spent fetching and applying new weights (part of its rollout). */
-  sync_s?: number;
-  /** Live agreement checks from the trainers (absent when no sample was trained on): mean and max |sampler − trainer| logprob on generated tokens. */
-  logprob_gap?: number;
-  logprob_gap_max?: number;
-  /** k3 KL to the frozen reference, per generated token. */
-  kl?: number;
-  /** Policy ratio π/π_old: mean and max over generated tokens; share of tokens clipped. */
-  ratio_mean?: number;
-  ratio_max?: number;
-  clip_frac?: number;
-  /** Policy entropy on generated tokens. */
-  entropy?: number;
-  loss?: number;
-  grad_norm?: number;
-  eval_em?: number;
-  eval_searches?: number;
-  /** Held-out EM per question category (Question.category: the chain task's hop count), on evaluation steps of tasks whose questions have one. */
-  eval_em_by?: Record<string, number>;
-  /* The overlap fields below are written by every step; optional only because a history from before them lacks them. */
-  /** The lag allowed (--max-lag), and the trainers' policy version this step trained from. */
-  max_lag?: number;
-  policy_version?: number;
-  /** How many versions the trained trajectories lag behind it: max and mean (0 when in sync). */
-  policy_lag_max?: number;
-  policy_lag_mean?: number;
-  /** Trajectories dropped for lagging more than max_lag versions (only with max_lag ≥ 1). */
-  stale_dropped?: number;
-  /** Executor-seconds the rollout calls of this step's trajectories took, and the trainers' train calls (summed over ranks). */
-  rollout_busy_s?: number;
-  trainer_busy_s?: number;
-  /** Busy seconds over step_s × executors (rollouts; trainers): the share of the step each kind worked. */
-  rollout_util?: number;
-  trainer_util?: number;
-}
-
-/** What `step()` returns. */
-export interface StepResult {
-  metrics: StepMetrics;
-  /** The step's trajectories (one object per rollout call). */
-  trajectories: ObjectRef[];
-  /** Scored samples, for inspection. */
-  samples: ScoredSample[];
-}
-
-/** Result of an evaluation. */
-export interface EvalResult {
-  em: number;
-  searchesPerSample: number;
-  samples: ScoredSample[];
-  /** EM and searches per question category (empty when the task's questions have none), in category order. */
-  byCategory: CategoryEval[];
-}
-
-/** An evaluation's results on the held-out questions of one category. */
-export interface CategoryEval {
-  category: string;
-  questions: number;
-  em: number;
-  searchesPerSample: number;
-}
-
-/** Breaks scored samples down by their question's category (questions without one are left out). */
-export function evalByCategory(questions: readonly Question[], samples: readonly ScoredSample[]): CategoryEval[] {
-  const categoryOf = new Map(questions.map((q) => [q.id, q.category]));
-  const groups = new Map<string, ScoredSample[]>();
-  for (const s of samples) {
-    const c = categoryOf.get(s.itemId);
-    if (c === undefined) continue;
-    groups.set(c, [...(groups.get(c) ?? []), s]);
-  }
-  return [...groups.entries()]
-    .sort(([a], [b]) => a.localeCompare(b, "en", { numeric: true }))
-    .map(([category, xs]) => ({ category, questions: xs.length, em: mean(xs.map((s) => emReward(s.response, s.golds))), searchesPerSample: mean(xs.map((s) => s.searches.length)) }));
-}
-
-/** The per-category EM of an evaluation as a metrics field (undefined when it has no categories). */
-export function emByCategory(ev: Pick<EvalResult, "byCategory">): Record<string, number> | undefined {
-  return ev.byCategory.length === 0 ? undefined : Object.fromEntries(ev.byCategory.map((c) => [c.category, c.em]));
-}
+export type { CategoryEval, EvalResult, StepMetrics, StepResult } from "../types.js";
 
 /** What the pipeline runs on. */
 export interface StepServices {
   app: App;
-  opts: SearchR1Options;
+  opts: RunOptions;
   task: PreparedTask;
-  rollout: PoolHandle<SearchR1Rollout>;
-  trainer: GangHandle<SearchR1Trainer>;
+  rollout: PoolHandle<RolloutService>;
+  trainer: GangHandle<TrainerService>;
   rolloutSetup: ObjectRef;
   weightsKey: string;
   /** The rollouts started ahead of their steps and the trainers' policy version. */
   ahead: RolloutsAhead<RolloutParts>;
 }
 
-/** The rollout calls of one batch of questions. */
-export type RolloutParts = Array<{ q: Question[]; r: RolloutResult }>;
+/** The rollout calls of one batch of task items (each call's items, and what it returned). */
+export type RolloutParts = Array<{ q: TaskItem[]; r: RolloutResult }>;
 
-/** The protocol limits a run's rollouts use. */
-export function protocolOptions(o: SearchR1Options, temperature: number, seed: number): ProtocolOptions {
-  return { maxSearches: o.maxSearches, topK: o.topK, maxTurnTokens: o.maxTurnTokens, maxResponseTokens: o.maxResponseTokens, temperature, seed };
+/** The layer's limits a run's rollouts use, at `temperature` with batch seed `seed`. */
+export function limitsOf(o: RunOptions, temperature: number, seed: number): EpisodeLimits {
+  return { maxToolCalls: o.maxToolCalls, maxTurnTokens: o.maxTurnTokens, maxResponseTokens: o.maxResponseTokens, temperature, seed };
 }
 
 /**
- * Rolls out questions (G samples each) across the pool, `promptsPerTask` per
- * call. Sample g of the question at position p of step `step` samples with
+ * Rolls out task items (G samples each) across the pool, `promptsPerTask`
+ * per call. Sample g of the item at position p of step `step` samples with
  * deriveSeed(run seed, step, p, g): the same tokens whichever executor takes
  * the call, in whatever batch, whenever. Each call's trajectories object
  * goes under the key prefix `keys` (run-objects.ts), whose owner deletes it.
  */
-export async function rollouts(svc: StepServices, questions: Question[], groupSize: number, temperature: number, step: number, keys?: string): Promise<RolloutParts> {
+export async function rollouts(svc: StepServices, items: readonly TaskItem[], groupSize: number, temperature: number, step: number, keys?: string): Promise<RolloutParts> {
   const per = svc.opts.promptsPerTask;
-  const chunks: Question[][] = [];
-  for (let i = 0; i < questions.length; i += per) chunks.push(questions.slice(i, i + per));
+  const chunks: TaskItem[][] = [];
+  for (let i = 0; i < items.length; i += per) chunks.push(items.slice(i, i + per));
   return Promise.all(
     chunks.map(async (q, i) => {
-      const items: RolloutItem[] = q.map((x, j) => ({ id: x.id, question: x.question, seed: deriveSeed(svc.opts.seed, step, i * per + j) }));
-      const r = await svc.rollout.call("rollout", {
-        setup: svc.rolloutSetup,
-        weights: svc.weightsKey,
-        items,
-        groupSize,
-        protocol: protocolOptions(svc.opts, temperature, step * 1000 + i),
-        keys,
-      });
+      const batch: RolloutItem[] = q.map((x, j) => ({ id: x.id, question: x.question, seed: deriveSeed(svc.opts.seed, step, i * per + j) }));
+      const r = await svc.rollout.call("rollout", { setup: svc.rolloutSetup, weights: svc.weightsKey, items: batch, groupSize, limits: limitsOf(svc.opts, temperature, step * 1000 + i), keys });
       return { q, r };
     }),
   );
 }
+
+/** Scored samples, the groups kept and dropped, and the trajectories left out for lagging. */
+export type Collected = Scored & { staleDropped: number };
 
 /**
  * Fetches the trajectories of rollout calls and scores them with `reward`.
@@ -178,46 +77,55 @@ export async function rollouts(svc: StepServices, questions: Question[], groupSi
  * The client keeps no copy (the scored samples hold what was read); the
  * objects stay for their owner to delete.
  */
-export async function collect(app: App, parts: RolloutParts, reward: RewardFn, fresh?: (t: Trajectory) => boolean): Promise<ReturnType<typeof scoreSamples> & { staleDropped: number }> {
+export async function collect(svc: Pick<StepServices, "app" | "task">, parts: RolloutParts, reward: RewardFn, opts: { fresh?: (t: Trajectory) => boolean; step?: number } = {}): Promise<Collected> {
   const groups: Array<{ question: string; golds: string[]; samples: Trajectory[] }> = [];
   let staleDropped = 0;
   for (const { q, r } of parts) {
-    const trajs = await app.objects.get<Trajectory[]>(r.trajectories);
-    app.objects.forget(r.trajectories);
-    q.forEach((question, g) => {
+    const trajs = await svc.app.objects.get<Trajectory[]>(r.trajectories);
+    svc.app.objects.forget(r.trajectories);
+    q.forEach((item, g) => {
       const samples = trajs.filter((t) => t.group === g);
-      if (fresh && !samples.every(fresh)) staleDropped += samples.length;
-      else groups.push({ question: question.question, golds: question.golds, samples });
+      if (opts.fresh && !samples.every(opts.fresh)) staleDropped += samples.length;
+      else groups.push({ question: item.question, golds: item.golds, samples });
     });
   }
-  return { ...scoreSamples(groups, reward), staleDropped };
+  return { ...scoreSamples(groups, reward, { answerOf: svc.task.environment.answerOf, step: opts.step }), staleDropped };
 }
 
 /**
- * One update on the kept samples: slices balanced by tokens, one per rank, by
- * reference (under the key prefix `keys`, when given), deleted once trained on.
+ * One update of every trainer rank on the kept samples, without publishing:
+ * slices balanced by tokens, one per rank, by reference (under the key
+ * prefix `keys`, when given), deleted once trained on. No samples: no update.
  */
-export async function update(svc: StepServices, kept: ScoredSample[], keys?: string): Promise<TrainResult[]> {
+export async function trainOn(svc: StepServices, kept: readonly ScoredSample[], keys?: string): Promise<TrainResult[]> {
   if (kept.length === 0) return [];
   const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage })), svc.opts.trainers);
   const refs = await Promise.all(slices.map((s, rank) => svc.app.objects.put(s, { key: keys === undefined ? undefined : `${keys}slice-${rank}`, scratch: true })));
   try {
-    return await svc.trainer.broadcast("train", refs.map((ref) => [ref] as [ObjectRef]));
+    return await svc.trainer.broadcast("train", refs.map((ref) => [ref, false] as [ObjectRef, boolean]));
   } finally {
     await Promise.all(refs.map((ref) => svc.app.objects.delete(ref.key)));
   }
 }
 
-/** The training questions of `step`: a seeded draw, the same for the same run seed and step. */
-export function stepQuestions(o: SearchR1Options, task: PreparedTask, step: number): Question[] {
+/** Rank 0 publishes the trainers' weights (what the next rollouts sync to); the run's policy version follows. */
+export async function publish(svc: StepServices): Promise<{ publish?: PublishStats; publishSeconds?: number }> {
+  const res = await svc.trainer.broadcast("publish", Array.from({ length: svc.opts.trainers }, () => [] as []));
+  const r0 = res.find((r) => r.rank === 0);
+  if (r0?.publish) svc.ahead.policyVersion = r0.publish.version;
+  return { publish: r0?.publish, publishSeconds: r0?.publishSeconds };
+}
+
+/** The training items of `step`: a seeded draw, the same for the same run seed and step. */
+export function stepItems(o: RunOptions, task: PreparedTask, step: number): TaskItem[] {
   const r = rng(o.seed * 100_003 + step);
   return Array.from({ length: o.promptsPerStep }, () => task.train[Math.floor(r() * task.train.length)]!);
 }
 
-/** Launches the rollouts of step `step` (its seeded questions, G samples each, under the step's keys); what RolloutsAhead starts. */
+/** Launches the rollouts of step `step` (its seeded items, G samples each, under the step's keys); what RolloutsAhead starts. */
 export function stepRollouts(svc: StepServices, step: number): Promise<RolloutParts> {
   const o = svc.opts;
-  return rollouts(svc, stepQuestions(o, svc.task, step), o.groupSize, o.temperature, step, stepKeys(o.name, step));
+  return rollouts(svc, stepItems(o, svc.task, step), o.groupSize, o.temperature, step, stepKeys(o.name, step));
 }
 
 /**
@@ -234,37 +142,50 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
   // Every earlier step has published: this is the version the update trains from.
   const version = ahead.policyVersion;
   const k = ahead.maxLag;
-  const scored = await collect(svc.app, parts, reward, k === 0 ? undefined : (t) => lagOf(t, version) <= k);
+  const scored = await collect(svc, parts, reward, { fresh: k === 0 ? undefined : (t) => lagOf(t, version) <= k, step });
   const t1 = performance.now();
   const kept = scored.samples.filter((s) => s.kept);
-  const trained = await update(svc, kept, stepKeys(svc.opts.name, step));
+  const trained = await trainOn(svc, kept, stepKeys(svc.opts.name, step));
+  const { publish: published, publishSeconds } = trained.length > 0 ? await publish(svc) : { publish: undefined, publishSeconds: undefined };
   const t2 = performance.now();
-  const published = trained[0]?.publish;
-  if (published) ahead.policyVersion = published.version;
-  const lag = lagStats(scored.samples, version);
+  const metrics = stepMetrics(svc, step, { parts, scored, kept, trained, published, publishSeconds, version, t0, t1, t2 });
+  return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples };
+}
+
+/** A step's metrics from its parts (the environment names the tool-call field). */
+function stepMetrics(
+  svc: StepServices,
+  step: number,
+  s: { parts: RolloutParts; scored: Collected; kept: ScoredSample[]; trained: TrainResult[]; published?: PublishStats; publishSeconds?: number; version: number; t0: number; t1: number; t2: number },
+): StepMetrics {
+  const env = svc.task.environment;
+  const { parts, scored, trained, published } = s;
+  const lag = lagStats(scored.samples, s.version);
+  const errors = scored.samples.filter((x) => x.finish === "error").length;
   const metrics: StepMetrics = {
     step,
-    reward_mean: mean(scored.samples.map((s) => s.reward)),
-    em: mean(scored.samples.map((s) => emReward(s.response, s.golds))),
-    searches_per_sample: mean(scored.samples.map((s) => s.searches.length)),
+    reward_mean: mean(scored.samples.map((x) => x.reward)),
+    em: mean(scored.samples.map((x) => env.exactMatch(x.response, x.golds))),
+    [`${env.words.calls}_per_sample`]: mean(scored.samples.map((x) => x.calls.length)),
     groups_kept: scored.groupsKept,
     groups_dropped: scored.groupsDropped,
-    samples_trained: kept.length,
-    tokens: scored.samples.reduce((a, s) => a + s.tokens.length, 0),
-    rollout_s: (t1 - t0) / 1000,
-    update_s: (t2 - t1) / 1000,
+    samples_trained: s.kept.length,
+    tokens: scored.samples.reduce((a, x) => a + x.tokens.length, 0),
+    rollout_s: (s.t1 - s.t0) / 1000,
+    update_s: (s.t2 - s.t1) / 1000,
     publish_bytes: published?.bytes ?? 0,
-    publish_s: trained[0]?.publishSeconds ?? 0,
-    step_s: (t2 - t0) / 1000,
+    publish_s: s.publishSeconds ?? 0,
+    step_s: (s.t2 - s.t0) / 1000,
     weights_version: published?.cacheVersion ?? parts[0]?.r.weightsVersion ?? 0,
     sync_bytes: parts.reduce((n, p) => n + p.r.syncBytes, 0),
     sync_executors: new Set(parts.filter((p) => p.r.syncBytes > 0).map((p) => p.r.executorId)).size,
     sync_s: Math.max(0, ...parts.map((p) => p.r.syncSeconds)),
-    max_lag: k,
-    policy_version: version,
+    max_lag: svc.ahead.maxLag,
+    policy_version: s.version,
     policy_lag_max: lag.max,
     policy_lag_mean: lag.mean,
     stale_dropped: scored.staleDropped,
+    ...(errors > 0 ? { env_errors: errors } : {}),
     rollout_busy_s: parts.reduce((n, p) => n + p.r.busySeconds, 0),
     trainer_busy_s: trained.reduce((n, t) => n + t.seconds, 0),
     rollout_util: 0,
@@ -285,31 +206,51 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
       grad_norm: tm.grad_norm,
     });
   }
-  return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples };
+  return metrics;
 }
 
 /** Sets the utilisations from the busy seconds and `step_s` (call again when step_s changes). */
-export function setUtilisation(m: StepMetrics, o: Pick<SearchR1Options, "rollouts" | "trainers">): void {
+export function setUtilisation(m: StepMetrics, o: Pick<RunOptions, "rollouts" | "trainers">): void {
   const wall = m.step_s > 0 ? m.step_s : Number.POSITIVE_INFINITY;
   m.rollout_util = (m.rollout_busy_s ?? 0) / (wall * o.rollouts);
   m.trainer_util = (m.trainer_busy_s ?? 0) / (wall * o.trainers);
 }
 
-/** Greedy answers on the held-out questions (evaluation number `n`); exact match. Its trajectories are deleted once read. */
+/** Greedy answers on the held-out items (evaluation number `n`); the task's exact match. Its trajectories are deleted once read. */
 export async function evaluate(svc: StepServices, n = 0): Promise<EvalResult> {
   const keys = evalKeys(svc.opts.name, n);
-  let scored: Awaited<ReturnType<typeof collect>>;
+  const right = svc.task.environment.exactMatch;
+  let scored: Collected;
   try {
-    scored = await collect(svc.app, await rollouts(svc, svc.task.heldOut, 1, 0, 0, keys), emReward);
+    scored = await collect(svc, await rollouts(svc, svc.task.heldOut, 1, 0, 0, keys), right);
   } finally {
     await svc.app.objects.delete(keys);
   }
   return {
-    em: mean(scored.samples.map((s) => emReward(s.response, s.golds))),
-    searchesPerSample: mean(scored.samples.map((s) => s.searches.length)),
+    em: mean(scored.samples.map((s) => right(s.response, s.golds))),
+    callsPerSample: mean(scored.samples.map((s) => s.calls.length)),
     samples: scored.samples,
-    byCategory: evalByCategory(svc.task.heldOut, scored.samples),
+    byCategory: evalByCategory(svc.task.heldOut, scored.samples, right),
   };
+}
+
+/** Breaks scored samples down by their item's category (items without one are left out). */
+export function evalByCategory(items: readonly TaskItem[], samples: readonly ScoredSample[], right: RewardFn): CategoryEval[] {
+  const categoryOf = new Map(items.map((q) => [q.id, q.category]));
+  const groups = new Map<string, ScoredSample[]>();
+  for (const s of samples) {
+    const c = categoryOf.get(s.itemId);
+    if (c === undefined) continue;
+    groups.set(c, [...(groups.get(c) ?? []), s]);
+  }
+  return [...groups.entries()]
+    .sort(([a], [b]) => a.localeCompare(b, "en", { numeric: true }))
+    .map(([category, xs]) => ({ category, items: xs.length, em: mean(xs.map((s) => right(s.response, s.golds))), callsPerSample: mean(xs.map((s) => s.calls.length)) }));
+}
+
+/** The per-category EM of an evaluation as a metrics field (undefined when it has no categories). */
+export function emByCategory(ev: Pick<EvalResult, "byCategory">): Record<string, number> | undefined {
+  return ev.byCategory.length === 0 ? undefined : Object.fromEntries(ev.byCategory.map((c) => [c.category, c.em]));
 }
 
 function mean(xs: number[]): number {

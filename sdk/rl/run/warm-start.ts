@@ -18,10 +18,11 @@ import type { App } from "../../runtime/app.js";
 import type { GangHandle } from "../../runtime/handles.js";
 import { HearthError } from "../../errors/index.js";
 import { buildSlices } from "../scoring/batch.js";
-import { backendFor, threadsFor, type SearchR1Options } from "./options.js";
-import type { Demo } from "../../envs/searchr1/demonstrations.js";
+import { backendFor, threadsFor, type RunOptions } from "./options.js";
+import type { Demo } from "../types.js";
 import type { PreparedTask } from "./recipe.js";
-import type { SearchR1Trainer, TrainerSetup } from "../services/trainer-service.js";
+import type { TrainerService, TrainerSetup } from "../services/trainer-service.js";
+import { warmStartKey } from "../state/run-objects.js";
 
 /** Rows per forward of a warm-start step: each rank's rows arrive longest first (buildSlices), and the engine drops a micro-batch's columns past its last trained token, so smaller micro-batches carry less padding. */
 const SFT_MICRO_BATCH = 8;
@@ -167,14 +168,14 @@ export type WarmStartProgress = (e: { step: number; total: number; nll: number }
 /**
  * Runs `plan` on the trainer gang and writes the folder and its manifest to
  * `dir` (replaced whole, atomically). Rank 0 steps alone on each batch (see
- * SearchR1Trainer.sft).
+ * TrainerService.sft).
  */
 export async function makeWarmStart(
   app: App,
-  trainer: GangHandle<SearchR1Trainer>,
+  trainer: GangHandle<TrainerService>,
   task: PreparedTask,
   plan: WarmStartPlan,
-  o: Pick<SearchR1Options, "trainers" | "trainerResreq" | "threads" | "backend" | "log">,
+  o: Pick<RunOptions, "trainers" | "trainerResreq" | "threads" | "backend" | "log">,
   dir: string,
   command: string,
   onStep?: WarmStartProgress,
@@ -185,9 +186,9 @@ export async function makeWarmStart(
   const setup: TrainerSetup = {
     model: { ...task.model, seed: plan.seed },
     trainer: { lr: plan.lr, klCoef: 0, microBatchSize: SFT_MICRO_BATCH, gradClip: 1.0, ...task.trainer },
-    weights: `searchr1/warmstart-${hash}/weights`,
-    threads: threadsFor(o as SearchR1Options, o.trainerResreq),
-    backend: backendFor(o as SearchR1Options),
+    weights: warmStartKey(hash),
+    threads: threadsFor(o as RunOptions, o.trainerResreq),
+    backend: backendFor(o as RunOptions),
   };
   // Scratch, like the batches below: deleted at once, or by the head with the app if this driver vanishes first.
   const setupRef = await app.objects.put(setup, { scratch: true });
@@ -248,7 +249,7 @@ export async function makeWarmStart(
  * The warm start of a run whose warm-start options differ from its recipe's
  * shipped policy: made once, then cached under HEARTH_HOME/bootstrap/<hash>.
  */
-export async function cachedWarmStart(app: App, trainer: GangHandle<SearchR1Trainer>, task: PreparedTask, plan: WarmStartPlan, o: SearchR1Options): Promise<string> {
+export async function cachedWarmStart(app: App, trainer: GangHandle<TrainerService>, task: PreparedTask, plan: WarmStartPlan, o: RunOptions): Promise<string> {
   const dir = path.join(hearthHome(), "bootstrap", planHash(plan));
   const total = plan.phases.reduce((n, p) => n + p.steps, 0);
   if (existsSync(path.join(dir, MANIFEST))) {

@@ -5,61 +5,75 @@
  * token count.
  */
 import { groupAdvantages } from "./advantages.js";
-import { extractAnswer, type RewardFn } from "../../envs/searchr1/reward.js";
-import type { Trajectory } from "../services/rollout-service.js";
-import type { TrainSlice } from "../services/trainer-service.js";
+import { RewardError } from "../errors.js";
+import type { RewardFn, Scored, ScoredSample, Trajectory, TrainSlice } from "../types.js";
 
-/** A scored sample: a trajectory with its reward and (if kept) advantage. */
-export interface ScoredSample extends Trajectory {
+export type { Scored, ScoredSample } from "../types.js";
+
+/** A group of samples of one task item, as scoring takes them. */
+export interface SampleGroup {
   question: string;
   golds: string[];
-  answer: string | null;
-  reward: number;
-  advantage: number;
-  kept: boolean;
+  samples: Trajectory[];
 }
 
-/** Group statistics of one step. */
-export interface Scored {
-  samples: ScoredSample[];
-  groupsKept: number;
-  groupsDropped: number;
+/** Options of scoreSamples. */
+export interface ScoreOptions {
+  /** The answer a response gives (the environment's); absent: a sample keeps the `answer` it has (rescoring), else null. */
+  answerOf?: (response: string) => string | null;
+  /** The step scored, for errors. */
+  step?: number;
 }
 
-/** Scores samples grouped by prompt; a reward that throws or is not finite is a clear error. */
-export function scoreSamples(groups: Array<{ question: string; golds: string[]; samples: Trajectory[] }>, reward: RewardFn): Scored {
+/**
+ * Scores samples grouped by prompt and computes their group advantages. A
+ * sample whose episode failed in the environment (finish "error") is not
+ * scored: reward 0, never trained on, and its group's advantages are
+ * computed over the other samples. A reward that throws or is not finite is
+ * a RewardError naming the step, the sample and its question.
+ */
+export function scoreSamples(groups: SampleGroup[], reward: RewardFn, opts: ScoreOptions = {}): Scored {
+  const at = opts.step === undefined ? "" : ` at step ${opts.step}`;
   const rewards = groups.map((g) =>
     g.samples.map((s, i) => {
+      if (s.finish === "error") return undefined;
       let r: number;
       try {
         r = reward(s.response, g.golds);
       } catch (err) {
-        throw new RangeError(`the reward function threw on sample ${i} of '${g.question}': ${(err as Error).message}`, { cause: err });
+        throw new RewardError(`the reward function threw on sample ${i} of '${g.question}'${at}: ${(err as Error)?.message ?? String(err)}`, { step: opts.step, sample: i, question: g.question, cause: err });
       }
       if (typeof r !== "number" || !Number.isFinite(r)) {
-        throw new RangeError(`the reward function returned ${String(r)} for sample ${i} of '${g.question}'; it must return a finite number`);
+        throw new RewardError(`the reward function returned ${String(r)} for sample ${i} of '${g.question}'${at}; it must return a finite number`, { step: opts.step, sample: i, question: g.question });
       }
       return r;
     }),
   );
-  const adv = groupAdvantages(rewards);
-  const keptAt = new Map(adv.kept.map((g, j) => [g, j]));
+  // Advantages over the samples the environment did not fail on (a group left with none, or with equal rewards, is dropped).
+  const valid = rewards.map((rs) => rs.filter((r): r is number => r !== undefined));
+  const scorable = valid.map((rs, gi) => ({ rs, gi })).filter((x) => x.rs.length > 0);
+  const adv = groupAdvantages(scorable.map((x) => x.rs));
+  const keptAt = new Map(adv.kept.map((j, k) => [scorable[j]!.gi, k]));
   const samples: ScoredSample[] = [];
   groups.forEach((g, gi) => {
-    const j = keptAt.get(gi);
-    g.samples.forEach((s, i) =>
+    const k = keptAt.get(gi);
+    let v = 0;
+    g.samples.forEach((s, i) => {
+      const r = rewards[gi]![i];
+      const advantage = r === undefined || k === undefined ? 0 : adv.advantages[k]![v]!;
+      if (r !== undefined) v++;
       samples.push({
         ...s,
         question: g.question,
         golds: g.golds,
-        answer: extractAnswer(s.response),
-        reward: rewards[gi]![i]!,
-        advantage: j === undefined ? 0 : adv.advantages[j]![i]!,
-        kept: j !== undefined,
-      }),
-    );
+        answer: opts.answerOf ? opts.answerOf(s.response) : ((s as Partial<ScoredSample>).answer ?? null),
+        reward: r ?? 0,
+        advantage,
+        kept: k !== undefined && r !== undefined,
+      });
+    });
   });
-  return { samples, groupsKept: adv.kept.length, groupsDropped: adv.dropped };
+  return { samples, groupsKept: adv.kept.length, groupsDropped: groups.length - adv.kept.length };
 }
 
 /** A row to train: tokens with mask, rollout logprobs and one advantage. */

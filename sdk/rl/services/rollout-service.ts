@@ -1,9 +1,9 @@
 /**
  * The rollout service (a pool): each executor keeps a tensor engine with the
- * policy, the tokenizer and an in-memory BM25 index of the corpus (built in
- * the executor, so retrieval never waits on another service). Before each
- * batch it brings its weights to the latest publication by fetching only the
- * patches it has not seen, and the engine loads only the changed tensors.
+ * policy, the tokenizer and the run's environment (built once here by its
+ * `init`, so a tool's warm state, an index or a connection, never waits on
+ * another service). Before each batch it brings its weights to the latest
+ * publication by reading only what it has not applied, from its node's copy.
  * Calls on one executor run one after another (even with a service
  * concurrency above 1), so new weights arrive between calls, never in the
  * middle of a sample; every trajectory names the policy version it was
@@ -11,14 +11,17 @@
  */
 import { randomUUID } from "node:crypto";
 import type { ObjectRef } from "../../cache/object-cache.js";
+import { importServiceModule } from "../../runtime/import-module.js";
 import type { ExecutorContext } from "../../runtime/types.js";
 import { TensorEngine, deriveSeed } from "../../tensor/index.js";
-import { Bm25Index } from "../../envs/searchr1/retrieval/bm25.js";
-import { buildPrompt, runEpisodes, type ProtocolOptions, type ProtocolText } from "../../envs/searchr1/protocol.js";
-import type { ModelShape } from "../run/recipe.js";
+import { loadEnvironment, type Environment, type EnvironmentSpec } from "../environment.js";
+import { runEpisodes, type EpisodeRow } from "../episodes.js";
+import { EnvironmentError } from "../errors.js";
 import { tokenizerFromFiles, type TextTokenizer, type TokenizerFiles } from "../text/tokenizer.js";
-import type { Passage } from "../../envs/searchr1/tasks/synthetic.js";
+import type { ModelShape, RolloutRequest, RolloutResult, Trajectory } from "../types.js";
 import { applyPublications, type PublicationRecord, type SyncResult } from "./weights.js";
+
+export type { RolloutItem, RolloutRequest, RolloutResult, Trajectory } from "../types.js";
 
 /** Everything a rollout executor needs to set itself up; shipped once by reference. */
 export interface RolloutSetup {
@@ -26,77 +29,24 @@ export interface RolloutSetup {
   model: ModelShape;
   /** The tokenizer's raw files. */
   tokenizer: TokenizerFiles;
-  /** The words the protocol writes (the task recipe's). */
-  text: ProtocolText;
-  corpus: ObjectRef;
-  bm25?: { k1?: number; b?: number };
+  /** The run's environment (its module and export) and its data for `init` (its recipe's). */
+  environment: EnvironmentSpec;
+  envData: unknown;
+  /** The longest a tool call may take before its sample fails. */
+  toolTimeoutMs?: number;
   threads: number;
   /** Weights dtype: `auto` is bf16 on CUDA, fp32 on CPU. */
   dtype: "auto" | "bfloat16" | "float32";
 }
 
-/** One question to roll out. */
-export interface RolloutItem {
-  id: string;
-  question: string;
-  /** Seeds the item's samples (sample g gets deriveSeed(seed, g)); absent: the call's batch seed. */
-  seed?: number;
-}
-
-/** A rollout call. */
-export interface RolloutRequest {
-  setup: ObjectRef;
-  /** The weights object (full shards, then appended patches). */
-  weights: string;
-  items: RolloutItem[];
-  groupSize: number;
-  protocol: ProtocolOptions;
-  /**
-   * The key prefix of the call's trajectories object (a fresh key under it
-   * per call): its owner (a step, an evaluation) deletes everything under
-   * the prefix, the objects of calls retried after an executor died
-   * included. Absent: a key of the cache's choosing.
-   */
-  keys?: string;
-}
-
-/** What a rollout call returns (the trajectories travel by reference). */
-export interface RolloutResult {
-  trajectories: ObjectRef;
-  weightsVersion: number;
-  executorId: string;
-  /** Weight bytes this call fetched from the cache (0 when already current). */
-  syncBytes: number;
-  syncSeconds: number;
-  generateSeconds: number;
-  /** Seconds this executor spent on the call (waiting for an earlier call on it excluded). */
-  busySeconds: number;
-  tokens: number;
-}
-
-/** One trajectory as stored in the cache. */
-export interface Trajectory {
-  itemId: string;
-  group: number;
-  promptLength: number;
-  tokens: Int32Array;
-  mask: Uint8Array;
-  logprobs: Float32Array;
-  response: string;
-  searches: string[];
-  finish: string;
-  /** The publication version of the weights that sampled it (the trainers' version then). */
-  policyVersion: number;
-}
-
 /** The service class executors load. */
-export class SearchR1Rollout {
+export class RolloutService {
   private ctx!: ExecutorContext;
   private engine?: TensorEngine;
   private setupKey = "";
   private tokenizer!: TextTokenizer;
-  private text!: ProtocolText;
-  private index!: Bm25Index;
+  private env?: Environment;
+  private toolTimeoutMs?: number;
   private weights: PublicationRecord = { version: 0 };
   private syncsToSkip = 0;
   /** The call running on this executor: the next one waits for it (weights change only between calls). */
@@ -111,14 +61,20 @@ export class SearchR1Rollout {
     if (key === this.setupKey) return;
     const s = await this.ctx.objects.get<RolloutSetup>(ref);
     this.tokenizer = tokenizerFromFiles(s.tokenizer);
-    this.text = s.text;
     // One engine per executor (its torch threads are fixed when it starts).
     this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads) });
     await this.engine.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads, dtype: s.dtype });
     await this.engine.setVocab(this.tokenizer.pieces());
-    const corpus = await this.ctx.objects.get<Passage[]>(s.corpus);
-    this.index = Bm25Index.build(corpus, s.bm25);
-    this.ctx.objects.forget(s.corpus);
+    // The environment's warm state, built once for this setup (a new setup builds it again).
+    await this.env?.close?.();
+    const env = await loadEnvironment(s.environment, (m) => importServiceModule(m));
+    try {
+      await env.init?.({ executorId: this.ctx.executorId, objects: this.ctx.objects, data: s.envData });
+    } catch (err) {
+      throw new EnvironmentError(`environment '${env.name}' (${s.environment.module}#${s.environment.export}) failed to initialise on executor ${this.ctx.executorId}: ${(err as Error)?.message ?? String(err)}`, { environment: env.name, cause: err });
+    }
+    this.env = env;
+    this.toolTimeoutMs = s.toolTimeoutMs;
     // A fresh model needs the full publication again.
     this.weights = { version: 0 };
     this.setupKey = key;
@@ -144,18 +100,22 @@ export class SearchR1Rollout {
     if (this.syncsToSkip > 0) this.syncsToSkip--;
     else syncBytes = (await this.syncWeights(req.weights)).bytes;
     const syncSeconds = (performance.now() - t0) / 1000;
-    const prompts: number[][] = [];
+    const env = this.env!;
+    const rows: EpisodeRow[] = [];
     const seeds: number[] = [];
     for (const item of req.items) {
-      const ids = this.tokenizer.encode(buildPrompt(this.tokenizer, this.text, item.question));
+      let ids: number[] | undefined;
       for (let g = 0; g < req.groupSize; g++) {
-        prompts.push(ids);
+        const start = env.reset({ id: item.id, question: item.question, golds: [] });
+        // Every sample of an item has the same prompt (the environment's state is the sample's own).
+        ids ??= this.tokenizer.encode(this.tokenizer.chat(start.system, start.user));
+        rows.push({ prompt: ids, state: start.state, label: `${item.id}#${g}` });
         if (item.seed !== undefined) seeds.push(deriveSeed(item.seed, g));
       }
     }
-    const protocol = seeds.length === prompts.length ? { ...req.protocol, seeds } : req.protocol;
+    const limits = seeds.length === rows.length ? { ...req.limits, seeds } : req.limits;
     const t1 = performance.now();
-    const episodes = await runEpisodes(this.engine!, this.tokenizer, this.text, (q, k) => this.index.search(q, k), prompts, protocol);
+    const episodes = await runEpisodes(this.engine!, this.tokenizer, env, rows, { ...limits, toolTimeoutMs: this.toolTimeoutMs });
     const policyVersion = this.weights.version;
     const trajectories: Trajectory[] = episodes.map((e, i) => ({
       itemId: req.items[Math.floor(i / req.groupSize)]!.id,
@@ -215,10 +175,16 @@ export class SearchR1Rollout {
     return { executorId: this.ctx.executorId, skipping: n };
   }
 
-  /** Searches this executor's index (what a `<search>` in a rollout would get back). */
-  async retrieve(setup: ObjectRef, query: string, k = 3): Promise<{ executorId: string; hits: Array<{ title: string; text: string }> }> {
+  /**
+   * One turn of this executor's environment, outside any episode: the
+   * observation it answers a turn `text` that stopped at `stop` with (what
+   * a tool would insert), for checks that every member's tool works.
+   */
+  async tool(setup: ObjectRef, question: string, text: string, stop: string): Promise<{ executorId: string; step: unknown }> {
     await this.setup(setup);
-    return { executorId: this.ctx.executorId, hits: this.index.search(query, k).map((h) => ({ title: h.title, text: h.text })) };
+    const env = this.env!;
+    const start = env.reset({ id: "tool-check", question, golds: [] });
+    return { executorId: this.ctx.executorId, step: await env.step(start.state, { text, stop, callsLeft: 1 }) };
   }
 
   /** sha256 of the policy's bf16 weights and the publication version it holds. */
@@ -229,6 +195,7 @@ export class SearchR1Rollout {
   }
 
   async close(): Promise<void> {
+    await this.env?.close?.();
     await this.engine?.close();
   }
 }

@@ -18,8 +18,8 @@ import { interfaceToward } from "../../runtime/route.js";
 import { TensorEngine } from "../../tensor/index.js";
 import type { TrainMetrics, TrainerOptions } from "../../tensor/types.js";
 import { HearthError } from "../../errors/index.js";
-import type { ModelShape } from "../run/recipe.js";
-import { WeightPublisher, type PublishStats, type RebasePolicy } from "./weights.js";
+import type { ModelShape, PublishStats, TrainResult, TrainSlice } from "../types.js";
+import { WeightPublisher, type RebasePolicy } from "./weights.js";
 
 /** How a trainer gang sets itself up. */
 export interface TrainerSetup {
@@ -41,26 +41,7 @@ export interface TrainerSetup {
   publishVersion?: number;
 }
 
-/** A training batch slice as stored in the cache (row-major `rows × cols`). */
-export interface TrainSlice {
-  rows: number;
-  cols: number;
-  tokens: Int32Array;
-  mask: Uint8Array;
-  /** One advantage per row (GRPO); ignored by `sft`. */
-  advantages: Float32Array;
-  oldLogprobs: Float32Array;
-}
-
-/** What `train` returns: the step's metrics, and on rank 0 the publication's stats. */
-export interface TrainResult {
-  rank: number;
-  metrics: TrainMetrics;
-  publish?: PublishStats;
-  /** Seconds rank 0 spent publishing (part of `seconds`); absent on other ranks and when nothing was published. */
-  publishSeconds?: number;
-  seconds: number;
-}
+export type { TrainSlice, TrainResult } from "../types.js";
 
 /** Where `save` writes: a folder on the driver's host (written in place when this executor runs there). */
 export interface SaveTarget {
@@ -79,7 +60,7 @@ export interface SaveResult {
 }
 
 /** The service class executors load. */
-export class SearchR1Trainer {
+export class TrainerService {
   private ctx!: ExecutorContext;
   private engine?: TensorEngine;
   private setupRef?: string;
@@ -93,7 +74,7 @@ export class SearchR1Trainer {
 
   async init(ctx: ExecutorContext): Promise<void> {
     if (ctx.rank === null || ctx.worldSize === null || ctx.rendezvous === null) {
-      throw new HearthError("SearchR1Trainer runs as a gang (autoscale: false)");
+      throw new HearthError("TrainerService runs as a gang (autoscale: false)");
     }
     this.ctx = ctx;
   }
@@ -148,18 +129,32 @@ export class SearchR1Trainer {
     return this.engine;
   }
 
-  /** One GRPO step on this rank's slice; rank 0 then publishes the new weights. */
-  async train(slice: ObjectRef): Promise<TrainResult> {
+  /**
+   * One GRPO step on this rank's slice; with `publish` (the default) rank 0
+   * then publishes the new weights, as `publish()` would.
+   */
+  async train(slice: ObjectRef, publish = true): Promise<TrainResult> {
     const t0 = performance.now();
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
     const metrics = await engine.trainStep(b);
-    const tPublish = performance.now();
-    const publish = await this.publisher?.publish();
-    const publishSeconds = publish ? (performance.now() - tPublish) / 1000 : undefined;
-    if (publish) this.published = publish.version;
     this.ctx.objects.forget(slice);
-    return { rank: this.ctx.rank!, metrics, publish, publishSeconds, seconds: (performance.now() - t0) / 1000 };
+    const p = publish ? await this.publishNow() : {};
+    return { rank: this.ctx.rank!, metrics, ...p, seconds: (performance.now() - t0) / 1000 };
+  }
+
+  /** Rank 0 publishes the weights it holds (a patch against the last publication, or a fresh base); other ranks have nothing to publish. */
+  async publish(): Promise<{ rank: number; publish?: PublishStats; publishSeconds?: number }> {
+    this.need();
+    return { rank: this.ctx.rank!, ...(await this.publishNow()) };
+  }
+
+  private async publishNow(): Promise<{ publish?: PublishStats; publishSeconds?: number }> {
+    const t = performance.now();
+    const publish = await this.publisher?.publish();
+    if (!publish) return {};
+    this.published = publish.version;
+    return { publish, publishSeconds: (performance.now() - t) / 1000 };
   }
 
   /**

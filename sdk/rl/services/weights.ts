@@ -20,6 +20,7 @@ import { maxBufferBytes } from "../../cache/buffers.js";
 import { HearthError } from "../../errors/index.js";
 import type { TensorEngine } from "../../tensor/index.js";
 import type { FilePublication, PublishedFile } from "../../tensor/types.js";
+import type { PublishStats } from "../types.js";
 
 /** What a rollout holds: the publication version applied to its engine, and the cache version it came from. */
 export interface PublicationRecord {
@@ -55,7 +56,7 @@ export const DEFAULT_SHARD_BYTES = 256 * 1024 * 1024;
 export const DEFAULT_INLINE_PATCH_BYTES = 64 * 1024 * 1024;
 
 /** What one publication wrote. */
-export type PublishStats = Omit<FilePublication, "files"> & { cacheVersion: number; rebased: boolean };
+export type { PublishStats } from "../types.js";
 
 /** Options of WeightPublisher beyond the policy. */
 export interface PublisherOptions {

@@ -14,7 +14,7 @@ import type { GangHandle } from "../../runtime/handles.js";
 import { HearthError } from "../../errors/index.js";
 import type { StepMetrics } from "../run/pipeline.js";
 import type { TextTokenizer } from "../text/tokenizer.js";
-import type { SearchR1Trainer } from "../services/trainer-service.js";
+import type { TrainerService } from "../services/trainer-service.js";
 
 /** What `driver-state.json` holds. */
 export interface DriverState {
@@ -28,7 +28,7 @@ export interface DriverState {
  * under `dir`: straight there when it runs on this host, otherwise shipped
  * back file by file and written here.
  */
-export async function saveTrainerFolders(app: App, trainer: GangHandle<SearchR1Trainer>, dir: string, state: boolean): Promise<void> {
+export async function saveTrainerFolders(app: App, trainer: GangHandle<TrainerService>, dir: string, state: boolean): Promise<void> {
   const abs = path.resolve(dir);
   const target = { host: os.hostname(), dir: abs, state };
   const saved = await trainer.broadcast("save", Array.from({ length: trainer.size }, () => [target] as [typeof target]));
@@ -60,7 +60,7 @@ export function completeModelFolder(modelDir: string, tokenizer: TextTokenizer):
 /** Writes a standalone checkpoint under `dir`. */
 export async function writeStandaloneCheckpoint(
   app: App,
-  trainer: GangHandle<SearchR1Trainer>,
+  trainer: GangHandle<TrainerService>,
   dir: string,
   tokenizer: TextTokenizer,
   driver: DriverState,

@@ -1,8 +1,8 @@
 /**
  * What a run that lives on the cluster (loop-service.ts) tells its attachers,
- * through the object cache: its status (`searchr1/<name>/loop`: state, step
+ * through the object cache: its status (`runs/<name>/loop`: state, step
  * of total, last held-out EM, where its loop runs, its outputs once written)
- * and its event log (`searchr1/<name>/events`).
+ * and its event log (`runs/<name>/events`).
  *
  * The log is one object the loop appends to, a patch per event, so an
  * attacher that holds version v gets only the events after v (an incremental
@@ -39,7 +39,9 @@ export interface LoopStatus {
   /** The flags the run was started with (a loop that takes over a lost one's run starts from them). */
   options?: Record<string, unknown>;
   /** The held-out evaluation before its first step (the report's start); set once the loop is past it. */
-  startEval?: { step: number; em: number; searches: number; emBy?: Record<string, number> };
+  startEval?: { step: number; em: number; calls: number; emBy?: Record<string, number> };
+  /** The environment package the run is of (a loop that takes over imports it). */
+  env?: { module: string; export: string };
   /** The reward module in use, when `setReward` replaced exact match. */
   reward?: { module: string; export: string };
   /** Loop executors lost and taken over: when, at which step, which one was lost, which took over. */

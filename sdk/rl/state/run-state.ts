@@ -12,10 +12,11 @@ import { createHash } from "node:crypto";
 import type { ObjectRef } from "../../cache/object-cache.js";
 import type { App } from "../../runtime/app.js";
 import { ObjectNotFoundError } from "../../errors/index.js";
-import type { SearchR1Options } from "../run/options.js";
+import type { RunOptions } from "../run/options.js";
 import type { StepMetrics } from "../run/pipeline.js";
+import { runKeys } from "./run-objects.js";
 
-/** What is stored under `searchr1/<name>/run`. */
+/** What is stored under `runs/<name>/run`. */
 export interface RunState {
   runId: string;
   fingerprint: string;
@@ -32,21 +33,21 @@ export interface RunState {
 }
 
 /** The options that make two runs the same run (what the name, output folder and logging do not change). */
-const SAME_RUN: ReadonlyArray<keyof SearchR1Options> = [
+const SAME_RUN: ReadonlyArray<keyof RunOptions> = [
   "model", "data", "seed", "promptsPerStep", "promptsPerTask", "groupSize", "rollouts", "trainers", "evalSize", "lr", "klCoef",
-  "gradClip", "microBatch", "maxSearches", "topK", "maxTurnTokens", "maxResponseTokens", "temperature", "policy", "bootstrapSteps", "bootstrapMixedShare",
+  "gradClip", "microBatch", "env", "maxToolCalls", "topK", "toolTimeoutMs", "maxTurnTokens", "maxResponseTokens", "temperature", "policy", "bootstrapSteps", "bootstrapMixedShare",
   "rolloutResreq", "trainerResreq", "rolloutDtype", "threads", "backend", "rebaseEvery", "rebaseShare",
 ];
 
 /** A digest of the options that define a run, and their values (to say what differs). */
-export function runFingerprint(o: SearchR1Options): { digest: string; values: Record<string, unknown> } {
+export function runFingerprint(o: RunOptions): { digest: string; values: Record<string, unknown> } {
   const values = Object.fromEntries(SAME_RUN.map((k) => [k, o[k]]));
   return { digest: createHash("sha256").update(JSON.stringify(values)).digest("hex").slice(0, 32), values };
 }
 
 /** The cache key of a run's state. */
 export function runStateKey(name: string): string {
-  return `searchr1/${name}/run`;
+  return `${runKeys(name)}run`;
 }
 
 /** A patch of the stored state: the history entries since the previous write, and the step counter. */

@@ -1,7 +1,7 @@
 /**
  * A run's trainer snapshot (`--snapshot-every N`): rank 0's model and exact
  * trainer state (fp32 weights, AdamW moments, steps; every rank holds the
- * same, data parallel) as cache objects under `searchr1/<name>/snapshot`,
+ * same, data parallel) as cache objects under `runs/<name>/snapshot`,
  * replaced every N steps. When the trainer gang is lost mid-run (a rank's
  * executor, node or Slurm job), the run declares the gang again, sets the
  * new ranks up from the snapshot (rank 0 then publishes the same weights
@@ -13,7 +13,7 @@ import { HearthError, ObjectNotFoundError } from "../../errors/index.js";
 import type { App } from "../../runtime/app.js";
 import type { GangHandle } from "../../runtime/handles.js";
 import { putOrUpdate, runKeys } from "./run-objects.js";
-import type { SearchR1Trainer } from "../services/trainer-service.js";
+import type { TrainerService } from "../services/trainer-service.js";
 
 /** What the snapshot object holds. */
 export interface TrainerSnapshot {
@@ -59,7 +59,7 @@ async function dropSnapshotFolders(app: App, snap: TrainerSnapshot): Promise<voi
 }
 
 /** Rank 0 saves its model and exact state into the cache; the record replaces the last snapshot, whose objects are deleted then. */
-export async function takeSnapshot(app: App, trainer: GangHandle<SearchR1Trainer>, name: string, at: Pick<TrainerSnapshot, "step" | "policyVersion" | "runId">): Promise<TrainerSnapshot> {
+export async function takeSnapshot(app: App, trainer: GangHandle<TrainerService>, name: string, at: Pick<TrainerSnapshot, "step" | "policyVersion" | "runId">): Promise<TrainerSnapshot> {
   // No host: never written in place, always shipped back as objects (the snapshot must outlive rank 0's node).
   const target = { host: "", dir: "", state: true };
   const saved = await trainer.broadcast("save", Array.from({ length: trainer.size }, () => [target] as [typeof target]));

@@ -194,15 +194,15 @@ export function loadTokenizer(dir: string, opts: TokenizerOptions = {}): TextTok
   }
 }
 
-/** Builds a word-level tokenizer.json over `words` (lowercased; tags as added tokens). */
-export function wordTokenizerJson(words: Iterable<string>): Record<string, unknown> {
+/** Builds a word-level tokenizer.json over `words` (lowercased), with `tags` (default Search-R1's) as added tokens, each one id. */
+export function wordTokenizerJson(words: Iterable<string>, tags: readonly string[] = TAGS): Record<string, unknown> {
   const vocab: Record<string, number> = { "[UNK]": 0, "[PAD]": 1 };
   let next = 2;
-  for (const tag of TAGS) vocab[tag] = next++;
+  for (const tag of tags) vocab[tag] = next++;
   for (const w of [...new Set([...words].map((w) => w.toLowerCase()))].sort()) if (!(w in vocab)) vocab[w] = next++;
   return {
     version: "1.0",
-    added_tokens: TAGS.map((t) => ({ id: vocab[t], content: t, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false })),
+    added_tokens: tags.map((t) => ({ id: vocab[t], content: t, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false })),
     normalizer: { type: "Lowercase" },
     pre_tokenizer: { type: "Whitespace" },
     post_processor: null,

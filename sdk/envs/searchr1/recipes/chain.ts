@@ -13,8 +13,9 @@ import { Bm25Index } from "../retrieval/bm25.js";
 import { chainDemonstrations } from "../demonstrations.js";
 import { cachedWarmStart, checkWarmStart, demosDigest, jsonDigest, planHash, type WarmStartPlan } from "../../../rl/run/warm-start.js";
 import { chainTask, type ChainQuestion, type ChainTask } from "../tasks/chain-task.js";
-import type { SearchR1Options } from "../../../rl/run/options.js";
-import type { PreparedTask, TaskRecipe, WarmStartContext } from "../../../rl/run/recipe.js";
+import type { RecipeDefaults, RunOptions } from "../../../rl/run/options.js";
+import type { TaskRecipe, WarmStartContext } from "../../../rl/run/recipe.js";
+import { withSearchEnvironment, type SearchR1Task } from "../task.js";
 import { rng } from "../tasks/synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../../../rl/text/tokenizer.js";
 import { HearthError } from "../../../errors/index.js";
@@ -51,7 +52,7 @@ const ENTITY_SHARE = 0.25;
 export const REGENERATE = "npm run warmstart";
 
 /** Option defaults: the generic ones (options.ts) plus the warm start's and the step count that ends near the plateau. */
-const DEFAULTS: TaskRecipe["defaults"] = { steps: 100, bootstrapSteps: 1200, bootstrapBatch: 32, bootstrapLr: 3e-3, threads: 1 };
+const DEFAULTS: RecipeDefaults = { steps: 100, bootstrapSteps: 1200, bootstrapBatch: 32, bootstrapLr: 3e-3, threads: 1 };
 
 /** The repository's folder of shipped policies (found from this file, in dist/ or in the sources). */
 export function policiesDir(): string {
@@ -80,8 +81,8 @@ export function shippedPolicy(): string {
  * (tests swap it to stand for a change to that code).
  */
 export function chainPlan(
-  task: PreparedTask,
-  o: Pick<SearchR1Options, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">,
+  task: SearchR1Task,
+  o: Pick<RunOptions, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">,
   demonstrate: typeof chainDemonstrations = chainDemonstrations,
 ): WarmStartPlan {
   const world = task.extra as ChainTask;
@@ -132,14 +133,14 @@ export function chainPlan(
 }
 
 /** Prepares the chain task (shared by the run and `hearth warmstart`). */
-export function prepareChain(o: Pick<SearchR1Options, "data" | "evalSize">): PreparedTask {
+export function prepareChain(o: Pick<RunOptions, "data" | "evalSize" | "topK">): SearchR1Task {
   if (o.data !== "synthetic") {
     throw new HearthError(`--data ${o.data}: the tiny preset's word-level vocabulary only covers the synthetic tasks (synthetic, synthetic-easy); pass a Hugging Face model folder (--model DIR, e.g. one made by 'hearth model init')`);
   }
   if (o.evalSize > WORLD.heldOut) throw new HearthError(`--eval-size ${o.evalSize}: the synthetic task holds out ${WORLD.heldOut} questions; ask for at most that many`);
   const task = chainTask(WORLD);
   const tokenizer = tokenizerFromJson(wordTokenizerJson([...task.words, ...PROTOCOL_WORDS]));
-  return {
+  return withSearchEnvironment({
     recipe: CHAIN_RECIPE,
     train: task.train,
     heldOut: task.heldOut.slice(0, o.evalSize),
@@ -153,11 +154,11 @@ export function prepareChain(o: Pick<SearchR1Options, "data" | "evalSize">): Pre
     describe: `synthetic chain task: ${task.train.length} training questions needing 1–3 chained searches, ${Math.min(o.evalSize, task.heldOut.length)} held-out, ${task.corpus.length} passages`,
     notes: [],
     extra: task,
-  };
+  }, o.topK);
 }
 
 /** The chain task on the tiny preset, from its shipped policy. */
-export const chainRecipe: TaskRecipe = {
+export const chainRecipe: TaskRecipe<SearchR1Task> = {
   name: CHAIN_RECIPE,
   defaults: DEFAULTS,
   matches: (model, data) => model === "tiny" && data !== "synthetic-easy",
@@ -178,7 +179,7 @@ export const chainRecipe: TaskRecipe = {
     task.notes.push(`starting policy: ${o.policy === undefined ? "the shipped" : "the given"} ${dir} (recipe ${m.recipe} ${m.hash}, ${m.steps} supervised steps)`);
     return { ...task, modelDir: dir };
   },
-  async warmStart(ctx: WarmStartContext): Promise<string | undefined> {
+  async warmStart(ctx: WarmStartContext<SearchR1Task>): Promise<string | undefined> {
     if (ctx.opts.bootstrapSteps <= 0 || ctx.task.modelDir) return undefined;
     return cachedWarmStart(ctx.app, ctx.trainer, ctx.task, chainPlan(ctx.task, ctx.opts), ctx.opts);
   },

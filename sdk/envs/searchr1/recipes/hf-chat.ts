@@ -9,9 +9,10 @@ import path from "node:path";
 import { checkModelFolder } from "../../../tensor/model-check.js";
 import { HearthError } from "../../../errors/index.js";
 import { loadHotpotQa } from "../tasks/hotpotqa.js";
-import type { SearchR1Options } from "../../../rl/run/options.js";
+import type { RecipeDefaults, RunOptions } from "../../../rl/run/options.js";
 import type { ProtocolText } from "../protocol.js";
-import type { PreparedTask, TaskRecipe } from "../../../rl/run/recipe.js";
+import type { TaskRecipe } from "../../../rl/run/recipe.js";
+import { withSearchEnvironment, type SearchR1Task } from "../task.js";
 import { syntheticTask } from "../tasks/synthetic.js";
 import { loadTokenizer } from "../../../rl/text/tokenizer.js";
 
@@ -35,7 +36,7 @@ export const CHAT_TEXT: ProtocolText = {
 };
 
 /** The reference system's recipe (Qwen2.5-3B on HotpotQA with GRPO): docs/searchr1.md. */
-const DEFAULTS: TaskRecipe["defaults"] = {
+const DEFAULTS: RecipeDefaults = {
   steps: 100,
   promptsPerStep: 512,
   promptsPerTask: 16,
@@ -48,7 +49,7 @@ const DEFAULTS: TaskRecipe["defaults"] = {
   klCoef: 0.001,
   gradClip: 1.0,
   microBatch: 8,
-  maxSearches: 4,
+  maxToolCalls: 4,
   topK: 3,
   maxTurnTokens: 500,
   maxResponseTokens: 2048,
@@ -72,11 +73,11 @@ export function checkChatModelFolder(dir: string): Record<string, unknown> {
 }
 
 /** An HF chat model on HotpotQA (or the synthetic task). */
-export const hfChatRecipe: TaskRecipe = {
+export const hfChatRecipe: TaskRecipe<SearchR1Task> = {
   name: "hf-chat",
   defaults: DEFAULTS,
   matches: (model) => model !== "tiny",
-  async prepare(o: SearchR1Options): Promise<PreparedTask> {
+  async prepare(o: RunOptions): Promise<SearchR1Task> {
     const modelDir = path.resolve(o.model);
     const config = checkChatModelFolder(modelDir);
     const tokenizer = loadTokenizer(modelDir);
@@ -90,15 +91,15 @@ export const hfChatRecipe: TaskRecipe = {
     const base = { recipe: "hf-chat", tokenizer, text: CHAT_TEXT, model: { config }, modelDir, notes };
     if (o.data === "synthetic") {
       const task = syntheticTask({ seed: o.seed, heldOut: Math.max(o.evalSize, 1), people: 1000 + Math.max(o.evalSize, 1) });
-      return { ...base, train: task.train, heldOut: task.heldOut.slice(0, o.evalSize), corpus: task.corpus, describe: `synthetic task (seed ${o.seed}) on ${path.basename(modelDir)}` };
+      return withSearchEnvironment({ ...base, train: task.train, heldOut: task.heldOut.slice(0, o.evalSize), corpus: task.corpus, describe: `synthetic task (seed ${o.seed}) on ${path.basename(modelDir)}` }, o.topK);
     }
     const data = await loadHotpotQa(o.data, { seed: o.seed, validation: o.evalSize });
-    return {
+    return withSearchEnvironment({
       ...base,
       train: data.train,
       heldOut: data.validation.slice(0, o.evalSize),
       corpus: data.corpus,
       describe: `HotpotQA ${path.basename(o.data)} on ${path.basename(modelDir)}: ${data.train.length} training questions, ${data.validation.length} validation, ${data.corpus.length} passages`,
-    };
+    }, o.topK);
   },
 };

@@ -7,9 +7,10 @@
 import { Bm25Index } from "../retrieval/bm25.js";
 import { DEFAULT_MIX, SEARCH_ALWAYS, demonstrations } from "../demonstrations.js";
 import { cachedWarmStart, type WarmStartPlan } from "../../../rl/run/warm-start.js";
-import type { SearchR1Options } from "../../../rl/run/options.js";
+import type { RecipeDefaults, RunOptions } from "../../../rl/run/options.js";
 import type { ProtocolText } from "../protocol.js";
-import type { PreparedTask, TaskRecipe, WarmStartContext } from "../../../rl/run/recipe.js";
+import type { TaskRecipe, WarmStartContext } from "../../../rl/run/recipe.js";
+import { withSearchEnvironment, type SearchR1Task } from "../task.js";
 import { syntheticTask, type SyntheticTask } from "../tasks/synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../../../rl/text/tokenizer.js";
 
@@ -48,7 +49,7 @@ export const PROTOCOL_WORDS: string[] = [
 export const TINY_SYNTHETIC_PRESET = "tiny-synthetic";
 
 /** The generic defaults (options.ts BASE_OPTIONS) are sized for the tiny preset on 2 CPU cores; this recipe adds its warm start. */
-const DEFAULTS: TaskRecipe["defaults"] = { bootstrapSteps: 2000, bootstrapMixedShare: 0.075, threads: 1 };
+const DEFAULTS: RecipeDefaults = { bootstrapSteps: 2000, bootstrapMixedShare: 0.075, threads: 1 };
 
 /** The always-search phase has converged once the mean token NLL of its last 25 steps is under this. */
 const CONVERGED_NLL = 0.05;
@@ -59,7 +60,7 @@ const CONVERGED_NLL = 0.05;
  * question kinds are mostly guessed, so RL starts from a policy that knows
  * every behaviour and only has to re-weight it.
  */
-function easyPlan(task: PreparedTask, o: SearchR1Options): WarmStartPlan {
+function easyPlan(task: SearchR1Task, o: RunOptions): WarmStartPlan {
   const synthetic = task.extra as SyntheticTask;
   const mixedSteps = Math.round(o.bootstrapSteps * o.bootstrapMixedShare);
   const index = Bm25Index.build(task.corpus);
@@ -80,14 +81,14 @@ function easyPlan(task: PreparedTask, o: SearchR1Options): WarmStartPlan {
 }
 
 /** The synthetic task on the tiny preset. */
-export const syntheticRecipe: TaskRecipe = {
+export const syntheticRecipe: TaskRecipe<SearchR1Task> = {
   name: "tiny-synthetic-easy",
   defaults: DEFAULTS,
   matches: (model, data) => model === "tiny" && data === "synthetic-easy",
-  async prepare(o: SearchR1Options): Promise<PreparedTask> {
+  async prepare(o: RunOptions): Promise<SearchR1Task> {
     const task = syntheticTask({ seed: o.seed, heldOut: Math.max(o.evalSize, 1), people: 1000 + Math.max(o.evalSize, 1) });
     const tokenizer = tokenizerFromJson(wordTokenizerJson([...task.words, ...PROTOCOL_WORDS]));
-    return {
+    return withSearchEnvironment({
       recipe: "tiny-synthetic-easy",
       train: task.train,
       heldOut: task.heldOut.slice(0, o.evalSize),
@@ -101,9 +102,9 @@ export const syntheticRecipe: TaskRecipe = {
       describe: `synthetic task (seed ${o.seed}): ${task.train.length} training questions, ${Math.min(o.evalSize, task.heldOut.length)} held-out, ${task.corpus.length} passages`,
       notes: [],
       extra: task,
-    };
+    }, o.topK);
   },
-  async warmStart(ctx: WarmStartContext): Promise<string | undefined> {
+  async warmStart(ctx: WarmStartContext<SearchR1Task>): Promise<string | undefined> {
     if (ctx.opts.bootstrapSteps <= 0) return undefined;
     return cachedWarmStart(ctx.app, ctx.trainer, ctx.task, easyPlan(ctx.task, ctx.opts), ctx.opts);
   },

@@ -7,6 +7,8 @@
  * search and read.
  */
 
+import type { TaskItem } from "../../../rl/types.js";
+
 /** A passage of the corpus. */
 export interface Passage {
   title: string;
@@ -17,19 +19,10 @@ export interface Passage {
 export type QuestionKind = "born" | "job" | "employer" | "country";
 
 /** A question with its gold answers. */
-export interface Question {
-  id: string;
-  question: string;
-  golds: string[];
+export interface Question extends TaskItem {
   kind?: QuestionKind;
   /** The entity asked about (synthetic only). */
   entity?: string;
-  /**
-   * The question's category in evaluation breakdowns (held-out EM is also
-   * reported per category): a task recipe's own grouping, e.g. the chain
-   * task's number of searches the question needs ("2 hops").
-   */
-  category?: string;
 }
 
 /** A generated task. */
@@ -53,22 +46,8 @@ export interface SyntheticOptions {
   heldOut?: number;
 }
 
-/** A small seeded PRNG (mulberry32): same seed, same task on every machine. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Picks one element. */
-export function pick<T>(r: () => number, xs: readonly T[]): T {
-  return xs[Math.floor(r() * xs.length)]!;
-}
+export { pick, rng } from "../../../rl/random.js";
+import { pick, rng } from "../../../rl/random.js";
 
 const ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "tr", "st", "th", "sh", "gl"];
 const VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"];

@@ -9,10 +9,11 @@ import { parseArgs } from "node:util";
 import path from "node:path";
 import { connect } from "../../connect.js";
 import { HearthError } from "../../errors/index.js";
-import { makeWarmStart, planHash } from "../run/warm-start.js";
-import { layerOptions } from "../run/options.js";
-import { chainPlan, chainRecipe, prepareChain, shippedPolicy } from "../../envs/searchr1/recipes/chain.js";
-import type { SearchR1Trainer } from "../services/trainer-service.js";
+import { makeWarmStart, planHash } from "../../rl/run/warm-start.js";
+import { layerOptions } from "../../rl/run/options.js";
+import { chainPlan, chainRecipe, prepareChain, shippedPolicy } from "./recipes/chain.js";
+import { TRAINER_CLASS } from "../../rl/services/modules.js";
+import type { TrainerService } from "../../rl/services/trainer-service.js";
 
 /** Usage of `hearth warmstart`. */
 export const WARMSTART_USAGE = `usage: hearth warmstart [--out DIR] [--steps N] [--cpus N] [--head tcp://HOST:PORT]
@@ -38,7 +39,7 @@ export async function runWarmstartCommand(args: string[]): Promise<number> {
     return n;
   };
   const steps = whole("steps", values.steps, 1);
-  // One rank steps on the whole batch (see SearchR1Trainer.sft); its torch threads follow its cpu request.
+  // One rank steps on the whole batch (see TrainerService.sft); its torch threads follow its cpu request.
   const cpus = whole("cpus", values.cpus, 1) ?? 1;
   const out = path.resolve((values.out as string | undefined) ?? shippedPolicy());
   const o = layerOptions(chainRecipe.defaults, { bootstrapSteps: steps, trainers: 1, trainerResreq: `cpu=${cpus}`, threads: cpus });
@@ -48,8 +49,8 @@ export async function runWarmstartCommand(args: string[]): Promise<number> {
   console.log(`warm start of ${plan.recipe} (recipe ${planHash(plan)}): ${o.bootstrapSteps} supervised steps of ${o.bootstrapBatch} demonstrations → ${out}`);
   const app = await connect({ name: `warmstart-${plan.recipe}`, head: values.head as string | undefined });
   try {
-    const trainer = await app.service<SearchR1Trainer>(
-      { module: path.join(path.dirname(new URL(import.meta.url).pathname), "trainer-service.js"), export: "SearchR1Trainer" },
+    const trainer = await app.service<TrainerService>(
+      TRAINER_CLASS,
       { name: "trainer", resreq: o.trainerResreq, warmup: 1, autoscale: false, replace: true },
     );
     let last = 0;
