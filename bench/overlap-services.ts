@@ -1,14 +1,14 @@
 /**
- * The services `bench overlap` runs: the real SearchR1Rollout and
- * SearchR1Trainer (weight sync between calls, trajectories, slices,
+ * The services `bench overlap` runs: the real RolloutService and
+ * TrainerService (weight sync between calls, trajectories, slices,
  * publications through the cache) on a simulated engine whose latency is
  * fixed per token and spent sleeping, so 14 rollout executors and 2 trainers
  * keep their proportions on a 2-core machine. The simulated engine samples
  * random words of the run's vocabulary and answers at once; it learns
  * nothing (the benchmark measures time, not learning).
  */
-import { SearchR1Rollout } from "../sdk/rl/services/rollout-service.js";
-import { SearchR1Trainer } from "../sdk/rl/services/trainer-service.js";
+import { RolloutService } from "../sdk/rl/services/rollout-service.js";
+import { TrainerService } from "../sdk/rl/services/trainer-service.js";
 import type { TensorEngine } from "../sdk/tensor/index.js";
 import type { ApplyResult, GenerateResult, GeneratedRow, InitModelOptions, InitModelResult, Publication, SamplingOptions, TrainBatch, TrainMetrics } from "../sdk/tensor/types.js";
 
@@ -109,15 +109,15 @@ export class SimEngine {
   async close(): Promise<void> {}
 }
 
-/** SearchR1Rollout on the simulated engine. */
-export class SimRollout extends SearchR1Rollout {
+/** RolloutService on the simulated engine. */
+export class SimRollout extends RolloutService {
   protected override startEngine(): Promise<TensorEngine> {
     return Promise.resolve(new SimEngine() as unknown as TensorEngine);
   }
 }
 
-/** SearchR1Trainer on the simulated engine. */
-export class SimTrainer extends SearchR1Trainer {
+/** TrainerService on the simulated engine. */
+export class SimTrainer extends TrainerService {
   protected override startEngine(): Promise<TensorEngine> {
     return Promise.resolve(new SimEngine() as unknown as TensorEngine);
   }

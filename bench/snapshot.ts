@@ -10,7 +10,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { SearchR1Run } from "../sdk/rl/run/run.js";
+import { SearchR1Run } from "../sdk/envs/searchr1/run.js";
 import { startCluster } from "../test/helpers/cluster.js";
 import { table } from "./stats.js";
 

@@ -21,7 +21,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { connect } from "../sdk/connect.js";
 import { stopLocalCluster } from "../sdk/engines/local.js";
-import { SearchR1Run } from "../sdk/rl/run/run.js";
+import { SearchR1Run } from "../sdk/envs/searchr1/run.js";
 import { table } from "./stats.js";
 
 const MiB = 1024 * 1024;

@@ -159,9 +159,9 @@ test("notebook 01 in Jupyter Notebook 6 and Chromium: the stop button ends run.t
   assert.equal(drawn.length, 5, JSON.stringify(drawn));
   for (const f of drawn) assert.ok(f.width > 100 && f.height > 100 && f.traces >= 1, `a drawn figure: ${JSON.stringify(f)}`);
 
-  // The trajectory: prompt, generated and retrieved spans, each drawn, in three different colours.
+  // The trajectory: prompt, generated and observation (retrieved) spans, each drawn, in three different colours.
   const spans = await nb.cell(find(cells, "const right =")).evaluate((el: any) =>
-    ["prompt", "generated", "retrieved"].map((kind) => {
+    ["prompt", "generated", "observation"].map((kind) => {
       const s = Array.from(el.querySelectorAll(`.hearth-span.hearth-${kind}`)) as any[];
       const box = s[0]?.getBoundingClientRect();
       return { kind, count: s.length, colour: s[0] ? getComputedStyle(s[0]).backgroundColor : "", width: box?.width ?? 0 };

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { JUPYTER_DISPLAY, PLOTLY_MIME, toMimeBundle } from "../../sdk/notebook/index.js";
-import type { ScoredSample } from "../../sdk/rl/scoring/batch.js";
+import type { ScoredSample } from "../../sdk/rl/types.js";
 import { StepStore, regroup, trainLoop } from "../../sdk/rl/run/interactive.js";
 import { terminalProgress, warmupProgress } from "../../sdk/rl/run/events.js";
 import { plot } from "../../sdk/rl/notebook/plots.js";
@@ -14,6 +14,7 @@ import type { StepMetrics, StepResult } from "../../sdk/rl/run/run.js";
 import { TrajectoryView, rescoreSamples, trajectoryRows, trajectorySpans, trajectoryTable } from "../../sdk/rl/notebook/views.js";
 import { metricsView, withStepDisplay } from "../../sdk/rl/report/step-summary.js";
 import { HearthError } from "../../sdk/errors/index.js";
+import { RewardError } from "../../sdk/rl/errors.js";
 
 const VOCAB = ["[UNK]", "where", "was", "ada", "born", "?", "<search>", "ada", "</search>", "<information>", "ada", "lives", "in", "oslo", "</information>", "<answer>", "oslo", "norway", "</answer>", "paris"];
 const decoder = { decode: (ids: ArrayLike<number>) => Array.from(ids, (i) => VOCAB[i] ?? "?").join(" ") };
@@ -32,7 +33,7 @@ function sample(question: string, golds: string[], answerIds: number[], extra: P
     mask: Uint8Array.from(mask),
     logprobs: new Float32Array(ids.length),
     response: response.replace(/ <\/answer>$/, "</answer>").replace("<answer> ", "<answer>"),
-    searches: ["ada"],
+    calls: ["ada"],
     finish: "answer",
     policyVersion: 0,
     question,
@@ -60,7 +61,7 @@ function metrics(n: number): StepMetrics {
 test("the trajectory table has the issue's columns, renders arquero HTML and aligned text", () => {
   const samples = step();
   const rows = trajectoryRows(samples);
-  assert.deepEqual(Object.keys(rows[0]!), ["i", "question", "golds", "response", "searches", "answer", "reward", "advantage", "kept", "tokens", "masked"]);
+  assert.deepEqual(Object.keys(rows[0]!), ["i", "question", "golds", "response", "calls", "answer", "reward", "advantage", "kept", "tokens", "masked"]);
   assert.equal(rows[1]!.answer, "oslo norway");
   assert.equal(rows[1]!.reward, 1, "exact match on the second sample");
   assert.equal(rows[0]!.tokens, 17);
@@ -76,16 +77,16 @@ test("the trajectory table has the issue's columns, renders arquero HTML and ali
 test("one trajectory is split into prompt, generated and retrieved spans, coloured apart in HTML", () => {
   const s = step()[1]!;
   const spans = trajectorySpans(s, decoder);
-  assert.deepEqual(spans.map((x) => [x.kind, x.start, x.end]), [["prompt", 0, 5], ["generated", 5, 8], ["retrieved", 8, 14], ["generated", 14, 18]]);
+  assert.deepEqual(spans.map((x) => [x.kind, x.start, x.end]), [["prompt", 0, 5], ["generated", 5, 8], ["observation", 8, 14], ["generated", 14, 18]]);
   assert.equal(spans[2]!.text, "<information> ada lives in oslo </information>");
   const view = new TrajectoryView(s, decoder, 1, 3);
-  assert.deepEqual(view.counts(), { prompt: 5, generated: 7, retrieved: 6 });
+  assert.deepEqual(view.counts(), { prompt: 5, generated: 7, observation: 6 });
   const b = view[JUPYTER_DISPLAY]();
   assert.match(b["text/plain"], /^trajectory 1 of step 3: reward 1, advantage 1\.000/);
-  assert.match(b["text/plain"], /\[retrieved 8-14\] <information> ada lives in oslo <\/information>/);
+  assert.match(b["text/plain"], /\[observation 8-14\] <information> ada lives in oslo <\/information>/);
   const html = b["text/html"] as string;
   assert.equal(html.match(/class="hearth-span hearth-generated"/g)?.length, 2);
-  assert.match(html, /hearth-retrieved"[^>]*>&lt;information&gt; ada lives in oslo &lt;\/information&gt;</, "retrieved text is escaped");
+  assert.match(html, /hearth-observation"[^>]*>&lt;information&gt; ada lives in oslo &lt;\/information&gt;</, "retrieved text is escaped");
 });
 
 test("a step result displays as a compact card through a non-enumerable method; every metric is one click away", () => {
@@ -145,7 +146,7 @@ test("regroup splits by prompt and by group size, so the same question twice sta
   assert.deepEqual(regroup(step()).map((g) => g.length), [4, 4]);
 });
 
-test("a reward that throws or returns NaN is a RangeError naming the sample; the stored step is unchanged", () => {
+test("a reward that throws or returns NaN is a RewardError naming the sample; the stored step is unchanged", () => {
   const store = new StepStore(3);
   const r: StepResult = { metrics: metrics(1), trajectories: [], samples: step() };
   store.add(r);
@@ -154,8 +155,8 @@ test("a reward that throws or returns NaN is a RangeError naming the sample; the
   const boom: RewardFn = () => {
     throw new Error("boom");
   };
-  assert.throws(() => rescoreSamples(1, store.get(1).samples, nan, 4), (e: Error) => e instanceof RangeError && /returned NaN for sample 0 of 'where was ada born \?'/.test(e.message));
-  assert.throws(() => rescoreSamples(1, store.get(1).samples, boom, 4), (e: Error) => e instanceof RangeError && /threw on sample 0 .*boom/.test(e.message));
+  assert.throws(() => rescoreSamples(1, store.get(1).samples, nan, 4), (e: Error) => e instanceof RewardError && e.sample === 0 && e.question === "where was ada born ?" && /returned NaN for sample 0 of 'where was ada born \?'/.test(e.message));
+  assert.throws(() => rescoreSamples(1, store.get(1).samples, boom, 4), (e: Error) => e instanceof RewardError && e.sample === 0 && /threw on sample 0 .*boom/.test(e.message));
   assert.throws(() => rescoreSamples(1, store.get(1).samples, "f1" as unknown as RewardFn), HearthError);
   assert.deepEqual(store.get(1).samples.map((s) => s.reward), rewards);
 });
@@ -200,7 +201,7 @@ test("trainLoop stops between steps on abort and ends with a failing step's erro
 
 test("warmupProgress advances on create's typed events, the warm start step by step", () => {
   const w = warmupProgress({ next: () => undefined });
-  w.onEvent({ type: "task", describe: "synthetic", train: 10, heldOut: 2, passages: 5 });
+  w.onEvent({ type: "task", describe: "synthetic", train: 10, heldOut: 2 });
   assert.equal(w.bar.value, 1);
   w.onEvent({ type: "executors", rollouts: 2, trainers: 2, reattached: false });
   assert.equal(w.bar.value, 2);
@@ -233,7 +234,10 @@ test("plots: curves from history (held-out points where evaluated), advantage an
   assert.deepEqual(doc.data.map((t) => [t.name, t.x]), [["train em", [1, 2, 3, 4]], ["held-out em", [2, 4]]]);
   assert.ok((em["text/html"] as string).includes("Plotly.newPlot"));
   assert.deepEqual(plot.curve(history, "reward").data.map((t) => t.y), [[0.1, 0.2, 0.3, 0.4]]);
-  assert.throws(() => plot.curve(history, "loss" as "em"), /unknown metric "loss"/);
+  assert.throws(() => plot.curve(history, "loss"), /unknown metric "loss"; use em, reward, calls \(searches\)/, "a field no step has");
+  // The environment's calls, by the generic name or its own word, with held-out points; any numeric field.
+  for (const name of ["calls", "searches"]) assert.deepEqual(plot.curve(history, name).data.map((t) => [t.name, t.y]), [[`train ${name}`, [1, 1, 1, 1]], [`held-out ${name}`, [1.5, 1.5]]]);
+  assert.deepEqual(plot.curve(history, "tokens").data.map((t) => t.y), [[100, 100, 100, 100]]);
   const samples = step();
   const adv = plot.advantages({ metrics: metrics(7), samples });
   assert.match(adv.summary(), /^Figure "step 7: advantages": kept groups \(histogram, 4 points\), dropped groups .*\(histogram, 4 points\)/);

@@ -23,7 +23,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { detachRun } from "../../sdk/rl/cluster/detached.js";
 import type { LoopStatus } from "../../sdk/rl/state/run-log.js";
-import { SearchR1Run } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
+import { searchR1 } from "../../sdk/envs/searchr1/package.js";
 import type { AttachedRun } from "../../sdk/rl/notebook/attached.js";
 import type { StepMetrics } from "../../sdk/rl/run/pipeline.js";
 import { CLI, executorsOf, startCluster, startHeadWithData, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
@@ -52,7 +53,7 @@ const small = { ...smallRun("", "", ""), head: undefined, name: undefined, out: 
 
 /** Starts run `name` detached and attaches; paused before its first step, it takes the length-parity reward (exact match would train on nothing), then goes. */
 async function startRun(name: string, head = cluster.endpoint): Promise<AttachedRun> {
-  await detachRun({ ...small, name }, { head });
+  await detachRun({ ...small, name }, searchR1, { head });
   const run = await SearchR1Run.attach(name, { head });
   const held = await run.pause();
   assert.deepEqual([held.state, held.step], ["paused", 0], "paused before its first step");

@@ -9,6 +9,7 @@
  * evaluation's EM is broken down by the questions' hop counts.
  */
 import assert from "node:assert/strict";
+import { emReward } from "../../sdk/envs/searchr1/reward.js";
 import { test } from "node:test";
 import { Bm25Index } from "../../sdk/envs/searchr1/retrieval/bm25.js";
 import { chainTask, hopCategory, PERSON_KIND_WEIGHTS, type ChainKind, type ChainQuestion } from "../../sdk/envs/searchr1/tasks/chain-task.js";
@@ -105,14 +106,14 @@ test("searching a city or a country also returns distractors that share its name
 test("an evaluation is broken down by category: EM and searches per hop count, in hop order, over the held-out questions of each", () => {
   const qs = world.heldOut.slice(0, 6);
   // A right answer for the 1- and 3-hop questions, a wrong one for the 2-hop ones; searches as many as the hops.
-  const samples = qs.map((q) => ({ itemId: q.id, golds: q.golds, response: `<answer> ${q.hops.length === 2 ? "nowhere" : q.golds[0]} </answer>`, searches: q.hops.map((h) => h.query) })) as unknown as ScoredSample[];
-  const by = evalByCategory(world.heldOut, samples);
+  const samples = qs.map((q) => ({ itemId: q.id, golds: q.golds, response: `<answer> ${q.hops.length === 2 ? "nowhere" : q.golds[0]} </answer>`, calls: q.hops.map((h) => h.query) })) as unknown as ScoredSample[];
+  const by = evalByCategory(world.heldOut, samples, emReward);
   const expect = (hops: number) => {
     const mine = qs.filter((q) => q.hops.length === hops);
-    return { category: hopCategory(hops), questions: mine.length, em: hops === 2 ? 0 : 1, searchesPerSample: hops };
+    return { category: hopCategory(hops), items: mine.length, em: hops === 2 ? 0 : 1, callsPerSample: hops };
   };
   assert.deepEqual(by, [expect(1), expect(2), expect(3)]);
   assert.deepEqual(emByCategory({ byCategory: by }), { "1 hop": 1, "2 hops": 0, "3 hops": 1 });
   assert.equal(emByCategory({ byCategory: [] }), undefined, "no categories, no field");
-  assert.deepEqual(evalByCategory(world.heldOut.map(({ category: _c, ...q }) => q), samples), [], "questions without a category are left out");
+  assert.deepEqual(evalByCategory(world.heldOut.map(({ category: _c, ...q }) => q), samples, emReward), [], "questions without a category are left out");
 });

@@ -1,7 +1,8 @@
 /**
  * The CLI's training path loads no table or plotting library: importing
- * sdk/searchr1/cli.js pulls neither arquero nor plotly, while the notebook
- * surface (hearth/searchr1) does. Checked in a child process whose module
+ * the train command (sdk/rl/cli/train-cli.js) with the shipped environments
+ * (sdk/envs/registry.js) pulls neither arquero nor plotly, while the
+ * notebook surface (hearth/searchr1) does. Checked in a child process whose module
  * loader records every module it resolves.
  */
 import assert from "node:assert/strict";
@@ -34,9 +35,10 @@ await import(${JSON.stringify(path.join(DIST, entry))});`;
 }
 
 test("the CLI's training path loads no arquero or plotly; the notebook surface does", async () => {
-  const cli = await modulesOf("sdk/searchr1/cli.js");
-  assert.ok(cli.some((u) => u.includes("/sdk/searchr1/run.js")), "the hook saw the run module load");
+  const cli = [...(await modulesOf("sdk/rl/cli/train-cli.js")), ...(await modulesOf("sdk/envs/registry.js"))];
+  assert.ok(cli.some((u) => u.includes("/sdk/rl/run/run.js")), "the hook saw the run module load");
+  assert.ok(cli.some((u) => u.includes("/sdk/envs/searchr1/recipes/chain.js")), "and the Search-R1 recipes");
   assert.deepEqual(cli.filter((u) => /arquero|plotly/.test(u)), [], "no table or plotting library on the CLI path");
-  const notebook = await modulesOf("sdk/searchr1/index.js");
+  const notebook = await modulesOf("sdk/envs/searchr1/index.js");
   assert.ok(notebook.some((u) => u.includes("arquero")), "hearth/searchr1 loads the table library for its views");
 });

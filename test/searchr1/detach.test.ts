@@ -20,7 +20,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { connect } from "../../sdk/connect.js";
-import { SearchR1Run } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
 import { smallRun } from "./small-run.js";
 import { readLoopStatus, type LoopStatus } from "../../sdk/rl/state/run-log.js";
 import { appToken, loadSecret, secretFile } from "../../sdk/wire/auth.js";
@@ -104,7 +104,7 @@ test("a detached run steps with no client, attaches from anywhere, pauses, resum
   await waitFor("a step after resuming", async () => ((await runStatus()).step > paused.step ? true : undefined), 120_000);
   const app = await connect({ name: NAME, head: cluster.endpoint });
   try {
-    const events = await app.objects.get<Array<{ type: string; state?: string; step?: number }>>(`searchr1/${NAME}/events`);
+    const events = await app.objects.get<Array<{ type: string; state?: string; step?: number }>>(`runs/${NAME}/events`);
     const from = events.findIndex((e) => e.type === "state" && e.state === "paused");
     const to = events.findIndex((e, i) => i > from && e.type === "state" && e.state === "running");
     assert.ok(from >= 0 && to > from, "the log records the pause and the resume");
@@ -136,7 +136,7 @@ test("a detached run steps with no client, attaches from anywhere, pauses, resum
   assert.equal(unchanged.startedAt, before.startedAt, "the same run");
   const reader = await connect({ name: NAME, head: cluster.endpoint });
   try {
-    const events = await reader.objects.get<Array<{ type: string; state?: string }>>(`searchr1/${NAME}/events`);
+    const events = await reader.objects.get<Array<{ type: string; state?: string }>>(`runs/${NAME}/events`);
     assert.deepEqual(events.filter((e) => e.type === "state" && e.state === "stopping"), [], "nothing asked it to stop");
   } finally {
     await reader.disconnect();

@@ -15,7 +15,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import type { RunEvent } from "../../sdk/rl/run/events.js";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
+import { type RunOptions, type StepMetrics } from "../../sdk/rl/run/run.js";
 import { finishSession } from "../../sdk/rl/report/finish.js";
 import { DIST, startCluster, type TestCluster } from "../helpers/cluster.js";
 import { REPO_ROOT } from "../kernel/bridge.js";
@@ -43,7 +44,7 @@ after(async () => {
   await cluster?.stop();
 });
 
-function options(out: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+function options(out: string, extra: Partial<RunOptions> = {}): Partial<RunOptions> {
   return smallRun(cluster.endpoint, `e2e-${path.basename(out)}`, out, { steps: 3, ...extra });
 }
 
@@ -223,7 +224,7 @@ test("a real run's report in headless Chromium: the KL, sync and bytes rows hold
     const t0 = performance.now();
     const first = await run.evaluate();
     for (let i = 0; i < 2; i++) assert.ok((await run.step()).metrics.samples_trained > 0, "the step trained (so KL and the gap are measured)");
-    report = (await finishSession(run, { t0, startEval: { step: 0, em: first.em, searches: first.searchesPerSample }, setupSeconds: 0, before: 0 })).report;
+    report = (await finishSession(run, { t0, startEval: { step: 0, em: first.em, calls: first.callsPerSample }, setupSeconds: 0, before: 0 })).report;
   } finally {
     await run.close();
   }

@@ -14,7 +14,8 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { GangFailedError } from "../../sdk/errors/index.js";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
+import { type RunOptions, type StepMetrics } from "../../sdk/rl/run/run.js";
 import { readSnapshot } from "../../sdk/rl/state/snapshot.js";
 import { executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { lengthParity, smallRun } from "./small-run.js";
@@ -30,7 +31,7 @@ after(async () => {
   await cluster?.stop();
 });
 
-async function open(name: string, extra: Partial<SearchR1Options> = {}): Promise<{ run: SearchR1Run; log: string[] }> {
+async function open(name: string, extra: Partial<RunOptions> = {}): Promise<{ run: SearchR1Run; log: string[] }> {
   const log: string[] = [];
   const run = await SearchR1Run.create(smallRun(cluster.endpoint, name, mkdtempSync(path.join(work, `${name}-`)), { log: (l) => log.push(l), ...extra }));
   run.setReward(lengthParity);

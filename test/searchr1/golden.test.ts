@@ -7,13 +7,20 @@
  * was written by this test (HEARTH_WRITE_GOLDEN=1) before the RL layer was
  * made generic. A change to the loop, the environment interface or the
  * layout that changes what Search-R1 does fails here.
+ *
+ * Bit-exact floating point across machines: OpenBLAS picks its kernels by
+ * CPU (an AVX-512 machine sums in another order than an AVX2 one, and the
+ * losses differ in the 7th digit), so the test pins them to the kernels the
+ * fixture was recorded with (OPENBLAS_CORETYPE=Haswell, ATen's AVX2 path),
+ * which every x86-64 machine with AVX2 runs. The executors and their
+ * engines inherit the setting from this process.
  */
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { SearchR1Run } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
 import { REPO_ROOT } from "../kernel/bridge.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 
@@ -31,8 +38,14 @@ function timeless(m: Record<string, unknown>): Record<string, unknown> {
 let cluster: TestCluster;
 const home = mkdtempSync(path.join(os.tmpdir(), "hearth-golden-home-"));
 
+/** The kernels the fixture was recorded with (see the header). */
+export const PINNED_NUMERICS = { OPENBLAS_CORETYPE: "Haswell", ATEN_CPU_CAPABILITY: "avx2" };
+
 before(async () => {
   process.env.HEARTH_HOME = home;
+  const cpu = existsSync("/proc/cpuinfo") ? readFileSync("/proc/cpuinfo", "utf8") : "";
+  assert.match(cpu, /\bavx2\b/, "the pinned kernels need a CPU with AVX2");
+  Object.assign(process.env, PINNED_NUMERICS);
   cluster = await startCluster({ agents: [{ id: "g1", cpus: 4, mem: "8g" }] });
 });
 
@@ -67,7 +80,7 @@ test("a seeded run of the embedded default's recipe does exactly what it did bef
     const digests = await run.digests();
     const got = {
       steps,
-      eval: { em: ev.em, searchesPerSample: ev.searchesPerSample, responses: ev.samples.map((s) => s.response) },
+      eval: { em: ev.em, searchesPerSample: ev.callsPerSample, responses: ev.samples.map((s) => s.response) },
       trainers: trainers.map((t) => ({ rank: t.rank, weights: t.weights, moments: t.moments, steps: t.steps })),
       policy: digests.trainers[0]!.digest,
       rollouts: digests.rollouts.map((r) => r.digest),

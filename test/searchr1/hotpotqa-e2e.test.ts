@@ -18,7 +18,8 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
-import { SearchR1Run, type SearchR1Options } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
+import { type RunOptions } from "../../sdk/rl/run/run.js";
 import type { ScoredSample } from "../../sdk/rl/scoring/batch.js";
 import { TensorEngine } from "../../sdk/tensor/index.js";
 import { HearthError } from "../../sdk/errors/index.js";
@@ -46,7 +47,7 @@ after(async () => {
 });
 
 /** Small CPU settings for a real-model run. */
-function small(out: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+function small(out: string, extra: Partial<RunOptions> = {}): Partial<RunOptions> {
   return {
     model: modelDir,
     data,
@@ -107,9 +108,12 @@ test("a sharded qwen2-tiny folder trains on HotpotQA: real BPE, retrieval on eve
     const members = await run.rolloutPool.members();
     assert.equal(members.length, 2);
     for (const m of members) {
-      const r = await run.rolloutPool.callMember(m.executorId, "retrieve", run.rolloutSetup, "Ada Verne born", 1);
+      // The environment on each member, as its rollouts run it: a search turn answered from its own warm index.
+      const r = await run.rolloutPool.callMember(m.executorId, "tool", run.rolloutSetup, "Where was Ada Verne born?", "<search> Ada Verne born </search>", "</search>");
       assert.equal(r.executorId, m.executorId);
-      assert.equal(r.hits[0]?.title, "Ada Verne", `executor ${m.executorId} retrieves the passage`);
+      const step = r.step as { observation?: string; call?: string };
+      assert.equal(step.call, "Ada Verne born", `executor ${m.executorId} ran the search`);
+      assert.match(step.observation ?? "", /<information>[\s\S]*Ada Verne[\s\S]*<\/information>/, `executor ${m.executorId} retrieves the passage: ${step.observation ?? "(no observation)"}`);
     }
 
     await run.evaluate(); // every rollout takes a call after the last publication
@@ -165,7 +169,7 @@ async function folderDigest(dir: string): Promise<string> {
 test("bad inputs are clear errors before any service starts", async () => {
   // The head counts every app it ever created: a refusal that opened (and closed) an app first would move the count.
   const appsCreated = async () => (await cluster.status()).head.appsCreated as number;
-  const bad = async (name: string, extra: Partial<SearchR1Options>, pattern: RegExp) => {
+  const bad = async (name: string, extra: Partial<RunOptions>, pattern: RegExp) => {
     const before = await appsCreated();
     await assert.rejects(SearchR1Run.create(small(path.join(work, name), { name, ...extra })), (err: unknown) => err instanceof HearthError && pattern.test(err.message));
     assert.equal(await appsCreated(), before, `${name}: no app was ever created`);

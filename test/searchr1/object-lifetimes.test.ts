@@ -19,7 +19,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { connect } from "../../sdk/connect.js";
 import { HearthError } from "../../sdk/errors/index.js";
-import { SearchR1Run, type SearchR1Options } from "../../sdk/envs/searchr1/index.js";
+import { SearchR1Run, type RunOptions } from "../../sdk/envs/searchr1/index.js";
 import { readRunState, runStateKey, type RunState } from "../../sdk/rl/state/run-state.js";
 import { startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { lengthParity, smallRun } from "./small-run.js";
@@ -36,7 +36,7 @@ after(async () => {
   await cluster?.stop();
 });
 
-function options(name: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+function options(name: string, extra: Partial<RunOptions> = {}): Partial<RunOptions> {
   return smallRun(cluster.endpoint, name, mkdtempSync(path.join(os.tmpdir(), `hearth-lifetimes-${name}-`)), extra);
 }
 
@@ -63,7 +63,7 @@ async function nodeCacheObjects(want: number): Promise<number> {
   return last;
 }
 
-const documented = (name: string): string[] => ["corpus", "rollout-setup", "run", "weights"].map((k) => `searchr1/${name}/${k}`);
+const documented = (name: string): string[] => ["env/corpus", "rollout-setup", "run", "weights"].map((k) => `runs/${name}/${k}`);
 
 test("30 steps with keepSteps 5: the head holds the last 5 steps' trajectories and what the run documents, nothing else; the node cache frees what the head freed", async () => {
   const name = "lifetimes";
@@ -76,7 +76,7 @@ test("30 steps with keepSteps 5: the head holds the last 5 steps' trajectories a
     assert.equal(run.history.filter((m) => m.eval_em !== undefined).length, 3, "three evaluations ran");
 
     const { keys, count, total } = await heldKeys(name);
-    const steps = keys.filter((k) => k.startsWith(`searchr1/${name}/steps/`));
+    const steps = keys.filter((k) => k.startsWith(`runs/${name}/steps/`));
     const others = keys.filter((k) => !steps.includes(k));
     assert.deepEqual(others, documented(name), "besides the steps: weights, run state, rollout setup and corpus (no slices, setups, evaluations or warm-start batches)");
     const byStep = new Map<number, string[]>();
@@ -148,8 +148,8 @@ test("a new run of the name replaces the old one's objects; at maxLag 1 one clos
 
 test("an app released by its keep-alive loses its scratch objects (its driver vanished mid-step); what it documents stays", async () => {
   const app = await connect({ name: "lifetimes-gone", head: cluster.endpoint, keepAliveMs: 300 });
-  await app.objects.put({ w: 1 }, { key: "searchr1/gone/weights" });
-  await app.objects.put([1, 2, 3], { key: "searchr1/gone/steps/4/traj-a", scratch: true });
+  await app.objects.put({ w: 1 }, { key: "runs/gone/weights" });
+  await app.objects.put([1, 2, 3], { key: "runs/gone/steps/4/traj-a", scratch: true });
   await app.objects.put([4], { scratch: true });
   assert.equal((await heldKeys("lifetimes-gone")).count, 3);
   await app.disconnect();
@@ -157,7 +157,7 @@ test("an app released by its keep-alive loses its scratch objects (its driver va
   assert.equal((await cluster.status()).objects.objects, 4 + 1, "the scratch objects went with the app; its weights stayed");
   const again = await connect({ name: "lifetimes-gone", head: cluster.endpoint });
   try {
-    assert.deepEqual((await heldKeys("lifetimes-gone")).keys, ["searchr1/gone/weights"]);
+    assert.deepEqual((await heldKeys("lifetimes-gone")).keys, ["runs/gone/weights"]);
   } finally {
     await again.close();
   }

@@ -12,7 +12,7 @@ import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { SearchR1Run } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 
 let cluster: TestCluster;

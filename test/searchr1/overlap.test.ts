@@ -17,12 +17,13 @@ import { after, before, test } from "node:test";
 import { parseTrainFlags } from "../../sdk/rl/cli/train-cli.js";
 import { BASE_OPTIONS, validateOptions } from "../../sdk/rl/run/options.js";
 import { RolloutsAhead } from "../../sdk/rl/run/overlap.js";
-import { stepQuestions } from "../../sdk/rl/run/pipeline.js";
+import { stepItems } from "../../sdk/rl/run/pipeline.js";
 import { buildSlices } from "../../sdk/rl/scoring/batch.js";
 import type { Trajectory } from "../../sdk/rl/services/rollout-service.js";
 import type { ObjectRef } from "../../sdk/cache/object-cache.js";
 import { deriveSeed } from "../../sdk/tensor/seeds.js";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
+import { type RunOptions, type StepMetrics } from "../../sdk/rl/run/run.js";
 import { executorsOf, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { lengthParity, smallRun } from "./small-run.js";
 
@@ -38,7 +39,7 @@ after(async () => {
   await cluster?.stop();
 });
 
-function options(name: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+function options(name: string, extra: Partial<RunOptions> = {}): Partial<RunOptions> {
   return smallRun(cluster.endpoint, name, mkdtempSync(path.join(os.tmpdir(), `hearth-overlap-${name}-`)), extra);
 }
 
@@ -56,7 +57,7 @@ async function finalState(run: SearchR1Run) {
   return { states: await run.trainerGang.broadcast("stateDigest", [[], []]), digests: await run.digests() };
 }
 
-test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout weights equal an independent synchronous loop", async () => {
+test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout weights equal an independent synchronous loop, and a loop of the run's own parts (itemsOf, rollout, score, trainOn, publish)", async () => {
   // K = 0 is also the default: nothing to compare between a run given `maxLag: 0` and one given nothing, since
   // both get 0 (checked here on the options); what the run does at K = 0 is compared with the loop below.
   assert.equal(BASE_OPTIONS.maxLag, 0, "the generic default is K = 0");
@@ -91,16 +92,16 @@ test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout we
     assert.equal(ro.maxLag, 0, "a run given no maxLag is synchronous (the reference drives it by hand, so either way)");
     const reference: Array<Record<string, unknown>> = [];
     for (let step = 1; step <= 2; step++) {
-      const questions = stepQuestions(ro, run.task, step);
+      const questions = stepItems(ro, run.task, step);
       const chunks = Array.from({ length: Math.ceil(questions.length / ro.promptsPerTask) }, (_, i) => questions.slice(i * ro.promptsPerTask, (i + 1) * ro.promptsPerTask));
       const results = await Promise.all(
         chunks.map((q, i) =>
           run.rolloutPool.call("rollout", {
             setup: run.rolloutSetup,
-            weights: `searchr1/${ro.name}/weights`,
+            weights: `runs/${ro.name}/weights`,
             items: q.map((x, j) => ({ id: x.id, question: x.question, seed: deriveSeed(ro.seed, step, i * ro.promptsPerTask + j) })),
             groupSize: ro.groupSize,
-            protocol: { maxSearches: ro.maxSearches, topK: ro.topK, maxTurnTokens: ro.maxTurnTokens, maxResponseTokens: ro.maxResponseTokens, temperature: ro.temperature, seed: step * 1000 + i },
+            limits: { maxToolCalls: ro.maxToolCalls, maxTurnTokens: ro.maxTurnTokens, maxResponseTokens: ro.maxResponseTokens, temperature: ro.temperature, seed: step * 1000 + i },
           }),
         ),
       );
@@ -134,6 +135,35 @@ test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout we
     for (const r of s.digests.rollouts) assert.equal(r.digest, zero.digests.trainers[0]!.digest, `reference rollout ${r.executorId} holds K = 0's policy`);
   } finally {
     await run.close();
+  }
+
+  // A loop of one's own from the run's public parts (what a notebook cell writes): the same items, samples, advantages,
+  // updates and publications as the built-in step, so the same trainer state (fp32 weights, AdamW moments) and policy.
+  const own = await SearchR1Run.create(options("k0-own-loop"));
+  try {
+    const trained: number[] = [];
+    for (let step = 1; step <= 2; step++) {
+      const items = own.itemsOf(step);
+      assert.equal(items.length, own.opts.promptsPerStep, "a step's worth of items");
+      const batch = await own.rollout(items, { step });
+      const scored = await own.score(batch, lengthParity);
+      const kept = scored.samples.filter((x) => x.kept);
+      const res = await own.trainOn(kept);
+      assert.deepEqual(res.map((r) => r.rank).sort(), [0, 1], "every trainer rank took the update");
+      const pub = await own.publish();
+      assert.equal(pub?.version, step, "one publication per update");
+      trained.push(kept.length);
+    }
+    assert.deepEqual(trained, zero.metrics.map((m) => m.samples_trained), "the same samples trained on per step");
+    const s = await finalState(own);
+    assert.deepEqual(s.states.map((x) => [x.rank, x.weights, x.moments, x.steps]), zero.states.map((x) => [x.rank, x.weights, x.moments, x.steps]), "the hand-written loop's trainer state is the built-in step's, on every rank");
+    for (const r of s.digests.rollouts) assert.equal(r.digest, zero.digests.trainers[0]!.digest, `own-loop rollout ${r.executorId} holds K = 0's policy`);
+    const status = await cluster.status({ keys: 1000 });
+    const keys: string[] = status.apps.find((x: { name: string }) => x.name === own.opts.name)?.objects.keys ?? [];
+    assert.ok(keys.includes(`runs/${own.opts.name}/weights`), "the status lists the run's keys");
+    assert.deepEqual(keys.filter((k) => k.includes("/batches/")), [], "score deleted each batch's trajectories");
+  } finally {
+    await own.close();
   }
 });
 

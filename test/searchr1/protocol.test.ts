@@ -1,12 +1,14 @@
 /**
- * The Search-R1 protocol against a scripted engine (a fake at the engine
- * interface): stop strings, masks, the search limit, invalid actions and
- * length limits.
+ * The Search-R1 environment in the layer's episode loop (runEpisodes), against
+ * a scripted engine (a fake at the engine interface): stop strings, masks,
+ * the tool-call limit, invalid actions and length limits.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
-import { formatInformation, informationBlock, insertion, parseSearch, runEpisodes, type EpisodeEngine } from "../../sdk/envs/searchr1/protocol.js";
+import { formatInformation, informationBlock, insertion, parseSearch } from "../../sdk/envs/searchr1/protocol.js";
+import { SearchR1Environment } from "../../sdk/envs/searchr1/environment.js";
+import { runEpisodes, type EpisodeEngine, type EpisodeRow } from "../../sdk/rl/episodes.js";
 import { PROTOCOL_WORDS, SYNTHETIC_TEXT as TEXT } from "../../sdk/envs/searchr1/recipes/synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../../sdk/rl/text/tokenizer.js";
 
@@ -44,14 +46,18 @@ class ScriptedEngine implements EpisodeEngine {
   }
 }
 
-const retrieve = (q: string) => (q === "zorvath" ? [{ title: "zorvath", text: "zorvath was born in meridel ." }] : []);
+const ZORVATH = [{ title: "zorvath", text: "zorvath was born in meridel ." }];
+const retrieve = (q: string) => (q === "zorvath" ? ZORVATH : []);
+/** The environment over a one-passage corpus: "zorvath" finds it, "paris" nothing. */
+const env = SearchR1Environment.local(TEXT, ZORVATH, 3);
+const rows = (...prompts: number[][]): EpisodeRow[] => prompts.map((prompt, i) => ({ prompt, state: null, label: `q${i}#0` }));
 
 test("a search is answered with retrieved passages, masked out, and generation resumes on the same session", async () => {
   const engine = new ScriptedEngine([["<think> i should search </think> <search> zorvath </search>", "<answer> meridel </answer>"]]);
   const prompt = tok.encode("where was zorvath born ?");
-  const [e] = await runEpisodes(engine, tok, TEXT, retrieve, [prompt], { seed: 3 });
+  const [e] = await runEpisodes(engine, tok, env, rows(prompt), { seed: 3 });
   assert.equal(e!.finish, "answer");
-  assert.deepEqual(e!.searches, ["zorvath"]);
+  assert.deepEqual(e!.calls, ["zorvath"]);
   assert.ok(e!.response.includes(tok.decode(tok.encode(formatInformation(TEXT, retrieve("zorvath"))))), e!.response);
   assert.match(e!.response, /<answer> meridel <\/answer>$/);
   // Mask: 0 on the prompt, 1 on both generated turns, 0 on the inserted information.
@@ -73,11 +79,11 @@ test("searches beyond the limit get a corrective message; an unusable query is a
     ["<search> </search>", "<answer> paris </answer>"],
   ]);
   const p = tok.encode("where was zorvath born ?");
-  const [a, b] = await runEpisodes(engine, tok, TEXT, retrieve, [p, p], { maxSearches: 2 });
-  assert.deepEqual(a!.searches, ["zorvath", "zorvath"], "the third search was refused");
+  const [a, b] = await runEpisodes(engine, tok, env, rows(p, p), { maxToolCalls: 2 });
+  assert.deepEqual(a!.calls, ["zorvath", "zorvath"], "the third search was refused");
   assert.ok(a!.response.includes(tok.decode(tok.encode(informationBlock(TEXT, TEXT.limit)))), a!.response);
   assert.equal(a!.finish, "answer");
-  assert.deepEqual(b!.searches, []);
+  assert.deepEqual(b!.calls, []);
   assert.ok(b!.response.includes(tok.decode(tok.encode(informationBlock(TEXT, TEXT.invalid)))), b!.response);
   assert.equal(parseSearch("<search>  </search>"), null);
   assert.equal(parseSearch("x <search> a </search> y <search> b c </search>"), "b c");
@@ -87,9 +93,9 @@ test("searches beyond the limit get a corrective message; an unusable query is a
 test("a turn that ends without a stop string, or a response over its budget, ends the episode", async () => {
   const engine = new ScriptedEngine([["<think> i know"], ["<search> zorvath </search>", "<answer> meridel </answer>"]]);
   const p = tok.encode("where was zorvath born ?");
-  const [cut, long] = await runEpisodes(engine, tok, TEXT, retrieve, [p, p], { maxResponseTokens: 12 });
+  const [cut, long] = await runEpisodes(engine, tok, env, rows(p, p), { maxResponseTokens: 12 });
   assert.equal(cut!.finish, "length");
   assert.equal(long!.finish, "length", "the information block would not fit in 12 response tokens");
-  assert.deepEqual(long!.searches, [], "a search whose results cannot be shown is not counted");
+  assert.deepEqual(long!.calls, [], "a search whose results cannot be shown is not counted");
   assert.ok(!long!.response.includes("<information>"), "nothing is appended past the budget");
 });

@@ -11,7 +11,9 @@ import { createRequire } from "node:module";
 import path from "node:path";
 import { test } from "node:test";
 import { Template } from "@huggingface/jinja";
-import { buildPrompt, insertion, formatInformation, runEpisodes, type EpisodeEngine } from "../../sdk/envs/searchr1/protocol.js";
+import { buildPrompt, insertion, formatInformation } from "../../sdk/envs/searchr1/protocol.js";
+import { SearchR1Environment } from "../../sdk/envs/searchr1/environment.js";
+import { runEpisodes, type EpisodeEngine } from "../../sdk/rl/episodes.js";
 import { CHAT_TEXT } from "../../sdk/envs/searchr1/recipes/hf-chat.js";
 import { tokenizerFromFiles, type TokenizerFiles } from "../../sdk/rl/text/tokenizer.js";
 import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
@@ -134,8 +136,9 @@ test("on BPE text a glued </search> is found, passages are inserted masked, and 
   const hits = [{ title: "Oslo", text: "Oslo is the capital of Norway." }];
   const engine = new BpeScriptEngine([search, "<think>Found it.</think><answer> Oslo </answer>", "unused"]);
   const prompt = tok.encode(buildPrompt(tok, CHAT_TEXT, "What is the capital of Norway?"));
-  const [e] = await runEpisodes(engine, tok, CHAT_TEXT, (q) => (q === "capital of Norway" ? hits : []), [prompt]);
-  assert.deepEqual(e!.searches, ["capital of Norway"]);
+  const env = SearchR1Environment.local(CHAT_TEXT, hits, 3);
+  const [e] = await runEpisodes(engine, tok, env, [{ prompt, state: null, label: "q#0" }]);
+  assert.deepEqual(e!.calls, ["capital of Norway"]);
   assert.equal(e!.finish, "answer");
   const info = tok.encode(insertion(CHAT_TEXT, formatInformation(CHAT_TEXT, hits)));
   const start = prompt.length + tokens.length;
@@ -145,7 +148,7 @@ test("on BPE text a glued </search> is found, passages are inserted masked, and 
   assert.deepEqual(engine.samplings[0]!.eosTokenIds, [151_645], "the tokenizer's eos ids reach the engine");
 
   const ends = new BpeScriptEngine(["<think>I will not search.</think> Oslo<|im_end|>"]);
-  const [f] = await runEpisodes(ends, tok, CHAT_TEXT, () => [], [prompt]);
+  const [f] = await runEpisodes(ends, tok, env, [{ prompt, state: null, label: "q#0" }]);
   assert.equal(f!.finish, "eos", "<|im_end|> ends the turn");
   assert.equal(f!.tokens.at(-1), 151_645);
 });

@@ -9,11 +9,12 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import type { ScoredSample } from "../../sdk/rl/scoring/batch.js";
+import type { ScoredSample } from "../../sdk/rl/types.js";
+import { SEARCH_WORDS } from "../../sdk/envs/searchr1/task.js";
 import { warmStartClock, type RunEvent } from "../../sdk/rl/run/events.js";
 import type { StepMetrics } from "../../sdk/rl/run/pipeline.js";
 import { niceTicks } from "../../sdk/rl/report/report-svg.js";
-import { DEFAULTS } from "../../sdk/rl/run/run.js";
+import { DEFAULTS } from "../../sdk/envs/searchr1/run.js";
 import { pickSample, writeReport, type ReportFacts } from "../../sdk/rl/report/report.js";
 import { REPO_ROOT } from "../kernel/bridge.js";
 import { assertDrawn } from "../kernel/notebook-rig.js";
@@ -90,7 +91,7 @@ function sample(answer: number, reward: number, searched: boolean): ScoredSample
     mask: Uint8Array.from(mask),
     logprobs: new Float32Array(ids.length),
     response: ids.slice(5).map((i) => VOCAB[i]).join(" "),
-    searches: searched ? ["ada"] : [],
+    calls: searched ? ["ada"] : [],
     finish: "answer",
     policyVersion: 20,
     question: "where was ada born ?",
@@ -107,8 +108,9 @@ function facts(): ReportFacts {
   const picked = pickSample(samples);
   assert.equal(picked, samples[2], "the sample that searched and was right is the one shown");
   return {
-    start: { step: 0, em: 0.29, searches: 0.5 },
-    final: { step: 20, em: 0.95, searches: 1.25 },
+    env: { title: "Search-R1", words: SEARCH_WORDS },
+    start: { step: 0, em: 0.29, calls: 0.5 },
+    final: { step: 20, em: 0.95, calls: 1.25 },
     seconds: 166,
     setupSeconds: 105,
     rlSeconds: 56,
@@ -186,7 +188,7 @@ test("every section of the report is there, with its numbers", () => {
     ["fig-em", "Held-out exact match (greedy)", []],
     ["fig-reward", "Train reward and exact match (mean per step)", ["reward", "exact match"]],
     ["fig-groups", "Prompt groups per step: kept (rewards differ) and dropped", ["kept", "dropped"]],
-    ["fig-searches", "Searches per sample", ["train (sampled)", "held-out (greedy)"]],
+    ["fig-calls", "Searches per sample", ["train (sampled)", "held-out (greedy)"]],
     ["fig-phases", "Seconds per step, by phase", ["step", "rollout", "update", "publish", "sync"]],
     ["fig-util", "Utilisation (busy seconds over step time × executors)", ["rollouts", "trainers"]],
     ["fig-bytes", "Weight bytes per step: published and fetched", ["published (rank 0)", "fetched (all rollouts)"]],
@@ -198,7 +200,7 @@ test("every section of the report is there, with its numbers", () => {
     assert.equal(fig.match(/<path class="series"/g)?.length, Math.max(1, legend.length), `${id}: one line per series`);
     assert.deepEqual([...fig.matchAll(/class="legend">([^<]*)</g)].map((m) => m[1]), legend, `${id}: the legend`);
     const xticks = [...fig.matchAll(/class="xtick">(\d+)</g)].map((m) => Number(m[1]));
-    assert.deepEqual(xticks, id === "fig-em" || id === "fig-searches" ? [0, 5, 10, 15, 20] : [5, 10, 15, 20], `${id}: steps on the x-axis`);
+    assert.deepEqual(xticks, id === "fig-em" || id === "fig-calls" ? [0, 5, 10, 15, 20] : [5, 10, 15, 20], `${id}: steps on the x-axis`);
     assert.ok((fig.match(/text-anchor="end"[^>]*>[^<]+</g)?.length ?? 0) >= 3, `${id}: labelled y ticks`);
   }
   assert.match(byId(html, "figure", "fig-em"), />100%</);
@@ -236,10 +238,10 @@ test("every section of the report is there, with its numbers", () => {
   assert.deepEqual(spans, [
     ["prompt", "where was ada born ?"],
     ["generated", "&lt;search&gt; ada &lt;/search&gt;"],
-    ["retrieved", "&lt;information&gt; ada lives in oslo &lt;/information&gt;"],
+    ["observation", "&lt;information&gt; ada lives in oslo &lt;/information&gt;"],
     ["generated", "&lt;answer&gt; oslo &lt;/answer&gt;"],
   ]);
-  assert.match(traj, /prompt: 5 tokens[\s\S]*generated \(trained on\): 6 tokens[\s\S]*retrieved \(masked out\): 6 tokens/);
+  assert.match(traj, /prompt: 5 tokens[\s\S]*generated \(trained on\): 6 tokens[\s\S]*retrieved passages \(masked out\): 6 tokens/);
 
   // The summary table and the options as rows, not one JSON line.
   assert.match(byId(html, "section", "summary"), /held-out EM 29\.0% → 95\.0% in 20 steps/);

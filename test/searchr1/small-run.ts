@@ -3,13 +3,13 @@
  * easy synthetic task, 4 prompts a step in groups of 4, a 4-step warm start, no periodic eval, and
  * sampling hot so that the barely warmed-up policy writes varied responses.
  */
-import type { SearchR1Options } from "../../sdk/rl/run/run.js";
+import type { RunOptions } from "../../sdk/rl/run/run.js";
 
 /** A reward that varies within groups even for a barely trained policy (exact match would be 0 everywhere): every step then trains. */
 export const lengthParity = (response: string): number => (response.length % 2 === 0 ? 1 : 0);
 
 /** Options of a small run named `name` on the head at `head`, writing to `out`; `extra` wins. */
-export function smallRun(head: string, name: string, out: string, extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+export function smallRun(head: string, name: string, out: string, extra: Partial<RunOptions> = {}): Partial<RunOptions> {
   return {
     head,
     name,

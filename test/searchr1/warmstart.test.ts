@@ -20,7 +20,7 @@ import { layerOptions } from "../../sdk/rl/run/options.js";
 import { chainDemonstrations } from "../../sdk/envs/searchr1/demonstrations.js";
 import type { ChainTask } from "../../sdk/envs/searchr1/tasks/chain-task.js";
 import { chainPlan, chainRecipe, prepareChain, REGENERATE, shippedPolicy } from "../../sdk/envs/searchr1/recipes/chain.js";
-import { SearchR1Run } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
 import { CLI, startCluster, type TestCluster } from "../helpers/cluster.js";
 
 let cluster: TestCluster;

@@ -17,7 +17,8 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
+import { type RunOptions, type StepMetrics } from "../../sdk/rl/run/run.js";
 import { netnsSupport } from "./netns.js";
 import { agentNodes, eventually, retriedCalls, startWorld, type SlurmWorld } from "./setup.js";
 
@@ -48,7 +49,7 @@ after(async () => {
 
 
 /** The run's options on this world's Slurm. */
-function options(extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+function options(extra: Partial<RunOptions> = {}): Partial<RunOptions> {
   return {
     name: "sr1-link",
     engine: "slurm",

@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { parseTrainFlags } from "../../sdk/rl/cli/train-cli.js";
-import { layerOptions, validateOptions, type SearchR1Options } from "../../sdk/rl/run/options.js";
+import { layerOptions, validateOptions, type RunOptions } from "../../sdk/rl/run/options.js";
 import { queueWaitMs } from "../../sdk/engines/slurm/commands.js";
 import { statusView } from "../../sdk/notebook/status.js";
 import { formatStatus } from "../../cluster-agent/format-status.js";
@@ -18,7 +18,7 @@ import type { AppStatus } from "../../sdk/runtime/app.js";
 
 const out = mkdtempSync(path.join(os.tmpdir(), "hearth-sr1-opts-"));
 
-function check(flags: string[]): SearchR1Options {
+function check(flags: string[]): RunOptions {
   const o = layerOptions({}, { ...parseTrainFlags(flags), out });
   validateOptions(o);
   return o;

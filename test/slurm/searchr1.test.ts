@@ -27,7 +27,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { after, before, test } from "node:test";
-import { SearchR1Run, type SearchR1Options, type StepMetrics } from "../../sdk/rl/run/run.js";
+import { SearchR1Run } from "../../sdk/envs/searchr1/run.js";
+import { type RunOptions, type StepMetrics } from "../../sdk/rl/run/run.js";
 import { GangFailedError } from "../../sdk/errors/index.js";
 import { netnsSupport } from "./netns.js";
 import { eventually, startWorld, type SlurmWorld } from "./setup.js";
@@ -65,7 +66,7 @@ after(async () => {
 });
 
 /** The run's options on this world's Slurm: the shipped tiny policy, a small batch, one torch thread per engine. */
-function options(extra: Partial<SearchR1Options> = {}): Partial<SearchR1Options> {
+function options(extra: Partial<RunOptions> = {}): Partial<RunOptions> {
   return {
     name: "sr1-slurm",
     engine: "slurm",
