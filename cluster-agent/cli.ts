@@ -21,8 +21,8 @@ import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
 import { runDemo } from "./demo.js";
 import { runTrainCommand, TRAIN_USAGE } from "../sdk/rl/cli/train-cli.js";
-import { WORKLOADS } from "../sdk/envs/registry.js";
-import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/envs/searchr1/warmstart-cli.js";
+import { POLICIES, WORKLOADS } from "../sdk/envs/registry.js";
+import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/rl/cli/warmstart-cli.js";
 import { RUNS_USAGE, runRunsCommand } from "../sdk/rl/cli/runs-cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
 import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
@@ -65,10 +65,10 @@ commands:
                                                executors run as their app's own user (a \`hearth agent\` run as root, or \`hearth up --executor-uids\`);
                                                where they run as your user (the embedded default, an agent not run as root,
                                                Slurm) the app's code can read the cluster secret
-  demo    the main job on the embedded default
-  train   search-r1 [flags]                    Search-R1 training (see below); --detach: the loop runs on the cluster
+  demo [--env calculator] [flags]             the main job on the embedded default (Search-R1; --env calculator: the calculator)
+  train   search-r1|calculator [flags]         training of an environment (see below); --detach: the loop runs on the cluster
   ${RUNS_USAGE}
-  warmstart [--out DIR] [--steps N]           (re)make the demo's shipped starting policy (see below)
+  warmstart [--env E] [--out DIR] [--steps N] (re)make an environment's shipped starting policy (see below)
   ${MODEL_USAGE}
 
 ${TRAIN_USAGE}
@@ -255,7 +255,7 @@ async function main(argv: string[]): Promise<number> {
     case "fetch":
       return runRunsCommand(command, rest);
     case "warmstart":
-      return runWarmstartCommand(rest);
+      return runWarmstartCommand(rest, POLICIES, "search-r1");
     case "kernel": return runKernelCommand(rest);
     case "model": return runModelCommand(rest);
     case undefined:

@@ -4,7 +4,14 @@
  * is accepted too).
  */
 import type { Workloads } from "../rl/cli/train-cli.js";
+import type { ShippedPolicy } from "../rl/run/warm-start.js";
+import { CALC_POLICY } from "./calculator/recipe.js";
+import { CHAIN_POLICY } from "./searchr1/recipes/chain.js";
+import { calculator } from "./calculator/package.js";
 import { searchR1 } from "./searchr1/package.js";
 
-/** `hearth train search-r1` (alias `searchr1`). */
-export const WORKLOADS: Workloads = { "search-r1": searchR1, searchr1: searchR1 };
+/** `hearth train search-r1` (alias `searchr1`), `hearth train calculator`. */
+export const WORKLOADS: Workloads = { "search-r1": searchR1, searchr1: searchR1, calculator };
+
+/** The shipped starting policies `hearth warmstart --env NAME` (re)makes (default search-r1's). */
+export const POLICIES: Readonly<Record<string, ShippedPolicy>> = { "search-r1": CHAIN_POLICY as ShippedPolicy, calculator: CALC_POLICY as ShippedPolicy };

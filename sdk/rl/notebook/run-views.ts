@@ -30,7 +30,7 @@ AgentRun.prototype.trajectory = function (this: AgentRun, i: number, step?: numb
   const r = this.results.get(step);
   const s = r.samples[i];
   if (!Number.isInteger(i) || !s) throw new HearthError(`trajectory ${String(i)}: step ${r.metrics.step} has trajectories 0–${r.samples.length - 1}`);
-  return new TrajectoryView(s, this.task.tokenizer, i, r.metrics.step);
+  return new TrajectoryView(s, this.task.tokenizer, i, r.metrics.step, this.task.environment.words);
 };
 
 AgentRun.prototype.rescore = function (this: AgentRun, step: number, fn: RewardFn): RescoreView {

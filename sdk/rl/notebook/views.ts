@@ -9,7 +9,7 @@ import { JUPYTER_DISPLAY, escapeHtml, table, type DataTable, type MimeBundle } f
 import { HearthError } from "../../errors/index.js";
 import { scoreSamples } from "../scoring/batch.js";
 import { regroup } from "../run/interactive.js";
-import type { RewardFn, ScoredSample } from "../types.js";
+import type { EnvWords, RewardFn, ScoredSample } from "../types.js";
 import { SummaryView } from "../report/step-summary.js";
 import { SPAN_STYLE, spanCounts, trajectorySpans, type Span, type SpanDecoder, type SpanKind } from "./spans.js";
 
@@ -71,6 +71,8 @@ export class TrajectoryView {
     tokenizer: SpanDecoder,
     readonly index: number,
     readonly step?: number,
+    /** The environment's words ("2 searches", "retrieved passages"); default generic ones. */
+    readonly words: EnvWords = { call: "tool call", calls: "tool calls", observation: "observation" },
   ) {
     this.spans = trajectorySpans(sample, tokenizer);
   }
@@ -83,12 +85,12 @@ export class TrajectoryView {
   private header(): string {
     const s = this.sample;
     const where = `trajectory ${this.index}${this.step !== undefined ? ` of step ${this.step}` : ""}`;
-    return `${where}: reward ${fmt(s.reward)}, advantage ${fmt(s.advantage)}${s.kept ? "" : " (group dropped)"}, answer ${JSON.stringify(s.answer)}, golds ${JSON.stringify(s.golds)}, ${s.calls.length} tool call(s), finish ${s.finish}${s.error ? ` (${s.error})` : ""}`;
+    return `${where}: reward ${fmt(s.reward)}, advantage ${fmt(s.advantage)}${s.kept ? "" : " (group dropped)"}, answer ${JSON.stringify(s.answer)}, golds ${JSON.stringify(s.golds)}, ${s.calls.length} ${s.calls.length === 1 ? this.words.call : this.words.calls}, finish ${s.finish}${s.error ? ` (${s.error})` : ""}`;
   }
 
   [JUPYTER_DISPLAY](): MimeBundle {
     const c = this.counts();
-    const legend = `prompt ${c.prompt} tokens · generated (trained) ${c.generated} · observations (masked) ${c.observation}`;
+    const legend = `prompt ${c.prompt} tokens · generated (trained) ${c.generated} · ${this.words.observation}s (masked) ${c.observation}`;
     const text = [this.header(), legend, ...this.spans.map((s) => `[${s.kind} ${s.start}-${s.end}] ${s.text}`)].join("\n");
     const chips = (Object.keys(SPAN_STYLE) as SpanKind[]).map((k) => `<span style="${SPAN_STYLE[k]}; padding: 0 4px">${k} (${c[k]})</span>`).join(" ");
     const body = this.spans

@@ -105,7 +105,7 @@ async function openServices(app: App, opts: RunOptions, task: PreparedTask, reci
  * keys: a new run of the name replaces the old one's (no copy per run is
  * left behind), and executors holding the old notice its version moved on.
  */
-async function putRolloutSetup(app: App, opts: RunOptions, task: PreparedTask): Promise<ObjectRef> {
+export async function putRolloutSetup(app: App, opts: RunOptions, task: PreparedTask, envRevision = 0): Promise<ObjectRef> {
   const env = task.environment;
   const envData: Record<string, unknown> = { ...env.data };
   for (const [name, value] of Object.entries(env.objects ?? {})) envData[name] = await putOrUpdate(app, envObjectKey(opts.name, name), value);
@@ -115,6 +115,7 @@ async function putRolloutSetup(app: App, opts: RunOptions, task: PreparedTask): 
     environment: env.spec,
     envData,
     toolTimeoutMs: opts.toolTimeoutMs,
+    ...(envRevision > 0 ? { envRevision } : {}),
     threads: threadsFor(opts, opts.rolloutResreq),
     dtype: opts.rolloutDtype,
   };
@@ -157,10 +158,10 @@ function checkCapacity(cluster: ClusterCapacity, o: RunOptions): void {
 }
 
 /** The check a driver makes before reattaching: its trainers must hold the policy version the run recorded. */
-export function checkReattach(opts: RunOptions, prior: RunState, held: { policyVersion: number }): void {
-  if (prior.policyVersion !== undefined && held.policyVersion !== prior.policyVersion) {
+export function checkReattach(opts: RunOptions, prior: RunState, held: { policyVersion: number; updates: number }): void {
+  if ((prior.policyVersion !== undefined && held.policyVersion !== prior.policyVersion) || (prior.updates !== undefined && held.updates !== prior.updates)) {
     throw new RunError(
-      `run '${opts.name}' cannot go on exactly: its trainers hold policy version ${held.policyVersion}, but the run recorded version ${prior.policyVersion} at step ${prior.step}. ` +
+      `run '${opts.name}' cannot go on exactly: its trainers hold policy version ${held.policyVersion} after ${held.updates} updates, but the run recorded version ${prior.policyVersion} after ${prior.updates ?? "?"} at step ${prior.step}. ` +
         `A step was trained after the last one recorded (its driver was lost between the update and recording it), and that step's metrics and trajectories are lost. ` +
         `Start the run again (replace: true / other options), or resume it from a checkpoint (--resume DIR)`,
       { run: opts.name, step: prior.step },

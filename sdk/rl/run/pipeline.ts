@@ -37,6 +37,8 @@ export interface StepServices {
   weightsKey: string;
   /** The rollouts started ahead of their steps and the trainers' policy version. */
   ahead: RolloutsAhead<RolloutParts>;
+  /** The RL updates the trainers have taken in this run (every trainOn that trained). */
+  updates: number;
 }
 
 /** The rollout calls of one batch of task items (each call's items, and what it returned). */
@@ -102,7 +104,9 @@ export async function trainOn(svc: StepServices, kept: readonly ScoredSample[], 
   const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage })), svc.opts.trainers);
   const refs = await Promise.all(slices.map((s, rank) => svc.app.objects.put(s, { key: keys === undefined ? undefined : `${keys}slice-${rank}`, scratch: true })));
   try {
-    return await svc.trainer.broadcast("train", refs.map((ref) => [ref, false] as [ObjectRef, boolean]));
+    const res = await svc.trainer.broadcast("train", refs.map((ref) => [ref, false] as [ObjectRef, boolean]));
+    svc.updates++;
+    return res;
   } finally {
     await Promise.all(refs.map((ref) => svc.app.objects.delete(ref.key)));
   }

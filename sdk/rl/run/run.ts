@@ -26,12 +26,12 @@ import { runFingerprint, RunStateWriter, type RunState } from "../state/run-stat
 import { dropSnapshot, readSnapshot, type TrainerSnapshot } from "../state/snapshot.js";
 import type { EvalResult, PublishStats, RewardFn, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult } from "../types.js";
 import { StepStore, trainLoop, type TrainOptions } from "./interactive.js";
-import { checkReattach, openRun, type OpenedRun } from "./open.js";
+import { checkReattach, openRun, putRolloutSetup, type OpenedRun } from "./open.js";
 import type { RunOptions } from "./options.js";
 import { RolloutsAhead } from "./overlap.js";
 import { collect, emByCategory, evaluate, publish, rollouts, runStep, setUtilisation, stepItems, stepRollouts, trainOn, type Collected, type RolloutParts, type StepServices } from "./pipeline.js";
 import type { EnvironmentPackage, PreparedTask, TaskRecipe } from "./recipe.js";
-import type { Trainers } from "./trainers.js";
+import type { Trainers, TrainersAt } from "./trainers.js";
 
 export type { RunOptions } from "./options.js";
 export type { EvalResult, StepMetrics, StepResult } from "../types.js";
@@ -67,6 +67,9 @@ export class AgentRun {
   /** Evaluations and hand-rolled batches run so far (each one's objects live under its number's keys until read). */
   private evals = 0;
   private batches = 0;
+  private envRevision = 0;
+  /** Where the trainers were when the run last recorded its state. */
+  private recorded!: TrainersAt;
   readonly app: App;
   readonly opts: RunOptions;
   readonly task: PreparedTask;
@@ -79,9 +82,9 @@ export class AgentRun {
     this.reward = o.task.environment.reward;
     this.results = new StepStore(this.opts.keepSteps);
     this.state = new RunStateWriter(this.app, this.opts.name);
-    const svc: Omit<StepServices, "ahead"> = { app: this.app, opts: this.opts, task: this.task, rollout: this.rollout_, trainer: o.trainers.gang, rolloutSetup: o.rolloutSetup, weightsKey: weightsKey(this.opts.name) };
+    const svc: Omit<StepServices, "ahead" | "updates"> = { app: this.app, opts: this.opts, task: this.task, rollout: this.rollout_, trainer: o.trainers.gang, rolloutSetup: o.rolloutSetup, weightsKey: weightsKey(this.opts.name) };
     const ahead: RolloutsAhead<RolloutParts> = new RolloutsAhead((step) => stepRollouts(this.svc, step), this.opts.maxLag);
-    this.svc = { ...svc, ahead };
+    this.svc = { ...svc, ahead, updates: 0 };
   }
 
   /**
@@ -112,6 +115,7 @@ export class AgentRun {
       checkReattach(opts, o.same, held);
       this.reattach(o.same);
       this.svc.ahead.policyVersion = held.policyVersion;
+      this.svc.updates = held.updates;
       opts.log(`reattached to run '${opts.name}' at step ${o.same.step}: trainers, rollouts and their state are as they were`);
       opts.onEvent?.({ type: "executors", rollouts: opts.rollouts, trainers: opts.trainers, reattached: true });
     } else {
@@ -140,15 +144,21 @@ export class AgentRun {
     this.history.push(...state.history);
   }
 
-  /** Stores the run's state in the cache (after start and after every step). */
+  /** Stores the run's state in the cache (after start and after every step); what it records is where a restore goes back to. */
   private async saveState(): Promise<void> {
+    this.recorded = this.at();
     const fp = runFingerprint(this.opts);
-    await this.state.save({ runId: this.runId, fingerprint: fp.digest, values: fp.values, step: this.stepNo, history: this.history, rolloutSetup: this.svc.rolloutSetup, policyVersion: this.svc.ahead.policyVersion });
+    await this.state.save({ runId: this.runId, fingerprint: fp.digest, values: fp.values, step: this.stepNo, history: this.history, rolloutSetup: this.svc.rolloutSetup, policyVersion: this.svc.ahead.policyVersion, updates: this.svc.updates });
   }
 
   /** Puts the trainers' exact state of now in the cache as the run's snapshot (`snapshotEvery`), replacing the last one. */
   async snapshot(): Promise<TrainerSnapshot> {
-    return this.trainers.snapshot({ step: this.stepNo, policyVersion: this.svc.ahead.policyVersion, runId: this.runId });
+    return this.trainers.snapshot(this.at());
+  }
+
+  /** Where the trainers are (what a snapshot records and a restore checks). */
+  private at(): TrainersAt {
+    return { step: this.stepNo, policyVersion: this.svc.ahead.policyVersion, updates: this.svc.updates, runId: this.runId };
   }
 
   /** The rollout pool (e.g. to address each member). */
@@ -224,6 +234,22 @@ export class AgentRun {
     return (await publish(this.svc)).publish;
   }
 
+  /**
+   * Makes every rollout executor load the environment again, its module
+   * imported afresh (an edited tool takes effect from the next rollout) and
+   * its `init` run again; the engines keep the policy, its weights and the
+   * tokenizer (a setup whose model is unchanged does not rebuild them), the
+   * trainers and the run's history are untouched. Only the module itself is
+   * read again: modules it imports stay as first loaded.
+   */
+  async reloadEnvironment(): Promise<{ revision: number }> {
+    if (this.busy) throw new RunError("a step is running on this run; reload the environment between steps", { run: this.opts.name, step: this.stepNo + 1 });
+    const revision = ++this.envRevision;
+    this.svc.rolloutSetup = await putRolloutSetup(this.app, this.opts, this.task, revision);
+    await this.saveState();
+    return { revision };
+  }
+
   // ── the built-in step ─────────────────────────────────────────────────
 
   /** Runs one training step (and, every `evalEvery` steps, an evaluation). */
@@ -239,7 +265,10 @@ export class AgentRun {
       } catch (err) {
         if (!(err instanceof GangFailedError) || this.opts.snapshotEvery === 0) throw err;
         // Nothing of the step was recorded: restored to the last step's state, the trainers take it again.
-        await this.trainers.restore(err, { step: this.stepNo, policyVersion: this.svc.ahead.policyVersion, runId: this.runId });
+        // Back to where the run last recorded: the step's update (if it got that far) is the step's to take again.
+        await this.trainers.restore(err, this.recorded);
+        this.svc.updates = this.recorded.updates;
+        this.svc.ahead.policyVersion = this.recorded.policyVersion;
         this.svc.trainer = this.trainers.gang;
         ran = await runStep(this.svc, step, this.reward);
       }

@@ -47,6 +47,14 @@ export interface TrainerContext {
   weightsKey: string;
 }
 
+/** Where a run's trainers are: its step, its policy version, the updates taken, and the run. */
+export interface TrainersAt {
+  step: number;
+  policyVersion: number;
+  updates: number;
+  runId: string;
+}
+
 /** The trainer gang of one run. */
 export class Trainers {
   constructor(
@@ -54,10 +62,10 @@ export class Trainers {
     public gang: GangHandle<TrainerService>,
   ) {}
 
-  /** Do all ranks hold run `runId` (set up for RL and not restarted since)? If so, rank 0's policy version. */
-  async hold(runId: string): Promise<{ policyVersion: number } | undefined> {
+  /** Do all ranks hold run `runId` (set up for RL and not restarted since)? If so, rank 0's policy version and the updates taken. */
+  async hold(runId: string): Promise<{ policyVersion: number; updates: number } | undefined> {
     const st = await this.gang.broadcast("status", Array.from({ length: this.c.opts.trainers }, () => [] as []));
-    return st.every((s) => s.runId === runId && s.mode === "rl") ? { policyVersion: st[0]!.policyVersion } : undefined;
+    return st.every((s) => s.runId === runId && s.mode === "rl") ? { policyVersion: st[0]!.policyVersion, updates: st[0]!.updates } : undefined;
   }
 
   /** Ships a folder to the trainers: in place when they all run on this host (or when asked), else file by file. */
@@ -108,7 +116,7 @@ export class Trainers {
    * first publication is a fresh base numbered so. The setup object is read
    * once by each rank and deleted once they have (or failed to).
    */
-  private async setup(runId: string, checkpoint?: FolderRef, state?: FolderRef, publishVersion?: number) {
+  private async setup(runId: string, checkpoint?: FolderRef, state?: FolderRef, publishVersion?: number, updates?: number) {
     const { opts: o, task, app } = this.c;
     const setup: TrainerSetup = {
       model: { ...task.model, seed: o.seed },
@@ -121,6 +129,7 @@ export class Trainers {
       rebase: { maxPatches: o.rebaseEvery, maxPatchShare: o.rebaseShare },
       runId,
       publishVersion,
+      updates,
     };
     const ref = await app.objects.put(setup, { key: trainerSetupKey(o.name), scratch: true });
     try {
@@ -131,7 +140,7 @@ export class Trainers {
   }
 
   /** Puts the trainers' exact state of now in the cache as the run's snapshot, replacing the last one. */
-  snapshot(at: { step: number; policyVersion: number; runId: string }): Promise<TrainerSnapshot> {
+  snapshot(at: TrainersAt): Promise<TrainerSnapshot> {
     return takeSnapshot(this.c.app, this.gang, this.c.opts.name, at);
   }
 
@@ -141,7 +150,7 @@ export class Trainers {
    * last: no update since (the policy version it was taken at is the run's);
    * else the run cannot go on exactly and the error says what was lost.
    */
-  async restore(lost: GangFailedError, at: { step: number; policyVersion: number; runId: string }): Promise<void> {
+  async restore(lost: GangFailedError, at: TrainersAt): Promise<void> {
     const o = this.c.opts;
     const snap = await readSnapshot(this.c.app, o.name);
     const what = `the trainer gang lost rank ${lost.rank} (${lost.message})`;
@@ -149,15 +158,15 @@ export class Trainers {
     if (!snap || snap.runId !== at.runId) {
       throw new RunError(`${what}, and run '${o.name}' has no snapshot to restore it from: its weights and optimizer state after step ${at.step} are lost (--snapshot-every N keeps one; --resume from a checkpoint goes back to it)`, fields);
     }
-    if (snap.policyVersion !== at.policyVersion) {
+    if (snap.policyVersion !== at.policyVersion || (snap.updates !== undefined && snap.updates !== at.updates)) {
       throw new RunError(
-        `${what}; run '${o.name}'s last snapshot is of step ${snap.step} (policy version ${snap.policyVersion}), and its trainers updated since (version ${at.policyVersion} at step ${at.step}): the updates after step ${snap.step} would be lost (--snapshot-every 1 keeps every step)`,
+        `${what}; run '${o.name}'s last snapshot is of step ${snap.step} (policy version ${snap.policyVersion}, ${snap.updates ?? "?"} updates), and its trainers updated since (version ${at.policyVersion}, ${at.updates} updates at step ${at.step}): the updates after step ${snap.step} would be lost (--snapshot-every 1 keeps every step)`,
         fields,
       );
     }
     o.log(`${what}: declaring the gang again and restoring it from the snapshot of step ${snap.step} (policy version ${at.policyVersion})`);
     this.gang = await declareTrainers(this.c.app, o, false, (p) => o.log(`waiting: ${p.text}`));
-    await this.setup(at.runId, snap.model, snap.state, snap.policyVersion);
+    await this.setup(at.runId, snap.model, snap.state, snap.policyVersion, at.updates);
     o.onEvent?.({ type: "executors", rollouts: o.rollouts, trainers: o.trainers, reattached: false });
   }
 }

@@ -11,6 +11,7 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import type { ObjectRef } from "../../cache/object-cache.js";
 import { completeModelFolder, saveTrainerFolders } from "../state/checkpoint.js";
 import { hearthHome } from "../../engines/local.js";
@@ -18,9 +19,9 @@ import type { App } from "../../runtime/app.js";
 import type { GangHandle } from "../../runtime/handles.js";
 import { HearthError } from "../../errors/index.js";
 import { buildSlices } from "../scoring/batch.js";
-import { backendFor, threadsFor, type RunOptions } from "./options.js";
+import { backendFor, threadsFor, type RecipeDefaults, type RunOptions } from "./options.js";
 import type { Demo } from "../types.js";
-import type { PreparedTask } from "./recipe.js";
+import type { PreparedTask, TaskRecipe, WarmStartContext } from "./recipe.js";
 import type { TrainerService, TrainerSetup } from "../services/trainer-service.js";
 import { warmStartKey } from "../state/run-objects.js";
 
@@ -260,4 +261,65 @@ export async function cachedWarmStart(app: App, trainer: GangHandle<TrainerServi
   o.log(`warm start: ${total} supervised steps on demonstrations (made once, cached in ${dir})`);
   await makeWarmStart(app, trainer, task, plan, o, dir, "a run's custom warm start", (e) => o.onEvent?.({ type: "warmstart", ...e }));
   return dir;
+}
+
+/** The repository's folder of shipped policies (found from this file, in dist/ or in the sources). */
+export function policiesDir(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(path.join(dir, "policies")) && existsSync(path.join(dir, "package.json"))) return path.join(dir, "policies");
+    const up = path.dirname(dir);
+    if (up === dir) throw new HearthError(`no policies/ folder above ${fileURLToPath(import.meta.url)}: the shipped starting policies live in the hearth checkout`);
+    dir = up;
+  }
+}
+
+/**
+ * The starting policy of a run whose recipe ships one: unless the run asks
+ * for a warm start of its own (a plan other than the shipped one's) or none
+ * (--bootstrap-steps 0), `--policy DIR` or else the shipped folder, checked
+ * against the plan before any service starts (a stale one names `regenerate`).
+ */
+export function startingPolicy<T extends PreparedTask>(task: T, o: RunOptions, plans: { run: WarmStartPlan; shipped: WarmStartPlan }, shippedDir: string, regenerate: string): T {
+  if (o.bootstrapSteps <= 0) return task;
+  const custom = planHash(plans.run) !== planHash(plans.shipped);
+  if (custom && o.policy === undefined) return task;
+  const dir = o.policy ?? shippedDir;
+  const m = checkWarmStart(dir, plans.run, o.policy === undefined ? regenerate : `${regenerate} --out ${o.policy}${custom ? ` --steps ${o.bootstrapSteps}` : ""}`);
+  task.notes.push(`starting policy: ${o.policy === undefined ? "the shipped" : "the given"} ${dir} (recipe ${m.recipe} ${m.hash}, ${m.steps} supervised steps)`);
+  return { ...task, modelDir: dir };
+}
+
+/** An environment's shipped starting policy: how its task is prepared and its warm start planned, and where it lives. */
+export interface ShippedPolicy<T extends PreparedTask = PreparedTask> {
+  /** Its recipe's option defaults (the shipped policy is the plan of these). */
+  defaults: RecipeDefaults;
+  prepare(o: RunOptions): T;
+  plan(task: T, o: RunOptions): WarmStartPlan;
+  /** Its folder (under policies/). */
+  dir(): string;
+}
+
+/**
+ * A recipe whose runs start from a shipped policy (`policy`): `prepare`
+ * picks and checks it (startingPolicy), and a run whose warm start differs
+ * (other --bootstrap-* flags) makes its own, cached under HEARTH_HOME.
+ * `regenerate` is the command said for a stale shipped policy, `warmstart`
+ * the one for a given --policy.
+ */
+export function shippedRecipe<T extends PreparedTask>(r: { name: string; defaults: RecipeDefaults; matches: TaskRecipe["matches"]; policy: ShippedPolicy<T>; regenerate: string; warmstart: string }): TaskRecipe<T> {
+  return {
+    name: r.name,
+    defaults: r.defaults,
+    matches: r.matches,
+    async prepare(o) {
+      const task = r.policy.prepare(o);
+      if (o.bootstrapSteps <= 0) return task;
+      return startingPolicy(task, o, { run: r.policy.plan(task, o), shipped: r.policy.plan(task, { ...o, ...r.defaults }) }, r.policy.dir(), o.policy === undefined ? r.regenerate : r.warmstart);
+    },
+    async warmStart(ctx: WarmStartContext<T>): Promise<string | undefined> {
+      if (ctx.opts.bootstrapSteps <= 0 || ctx.task.modelDir) return undefined;
+      return cachedWarmStart(ctx.app, ctx.trainer, ctx.task, r.policy.plan(ctx.task, ctx.opts), ctx.opts);
+    },
+  };
 }

@@ -9,7 +9,7 @@
  * middle of a sample; every trajectory names the policy version it was
  * sampled with.
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import type { ObjectRef } from "../../cache/object-cache.js";
 import { importServiceModule } from "../../runtime/import-module.js";
 import type { ExecutorContext } from "../../runtime/types.js";
@@ -34,6 +34,8 @@ export interface RolloutSetup {
   envData: unknown;
   /** The longest a tool call may take before its sample fails. */
   toolTimeoutMs?: number;
+  /** Bumped by `run.reloadEnvironment()`: the environment's module is imported afresh (the policy stays). */
+  envRevision?: number;
   threads: number;
   /** Weights dtype: `auto` is bf16 on CUDA, fp32 on CPU. */
   dtype: "auto" | "bfloat16" | "float32";
@@ -44,6 +46,8 @@ export class RolloutService {
   private ctx!: ExecutorContext;
   private engine?: TensorEngine;
   private setupKey = "";
+  /** What the engine's model was set up from (a new setup with the same keeps the engine, its policy and weights). */
+  private modelKey = "";
   private tokenizer!: TextTokenizer;
   private env?: Environment;
   private toolTimeoutMs?: number;
@@ -60,14 +64,23 @@ export class RolloutService {
     const key = `${ref.key}@${ref.version}`;
     if (key === this.setupKey) return;
     const s = await this.ctx.objects.get<RolloutSetup>(ref);
-    this.tokenizer = tokenizerFromFiles(s.tokenizer);
-    // One engine per executor (its torch threads are fixed when it starts).
-    this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads) });
-    await this.engine.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads, dtype: s.dtype });
-    await this.engine.setVocab(this.tokenizer.pieces());
-    // The environment's warm state, built once for this setup (a new setup builds it again).
+    const modelKey = createHash("sha256").update(JSON.stringify([s.model, s.tokenizer, s.threads, s.dtype])).digest("hex");
+    if (modelKey !== this.modelKey) {
+      this.tokenizer = tokenizerFromFiles(s.tokenizer);
+      // One engine per executor (its torch threads are fixed when it starts).
+      this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads) });
+      this.modelKey = "";
+      await this.engine.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads, dtype: s.dtype });
+      await this.engine.setVocab(this.tokenizer.pieces());
+      // A fresh model needs the full publication again.
+      this.weights = { version: 0 };
+      this.modelKey = modelKey;
+    }
+    // The environment's warm state, built once for this setup (a new setup builds it again; after the first, its module is read afresh: an edited tool).
+    const fresh = this.env !== undefined;
     await this.env?.close?.();
-    const env = await loadEnvironment(s.environment, (m) => importServiceModule(m));
+    this.env = undefined;
+    const env = await loadEnvironment(s.environment, (m) => importServiceModule(m, { fresh }));
     try {
       await env.init?.({ executorId: this.ctx.executorId, objects: this.ctx.objects, data: s.envData });
     } catch (err) {
@@ -75,8 +88,6 @@ export class RolloutService {
     }
     this.env = env;
     this.toolTimeoutMs = s.toolTimeoutMs;
-    // A fresh model needs the full publication again.
-    this.weights = { version: 0 };
     this.setupKey = key;
   }
 

@@ -39,6 +39,8 @@ export interface TrainerSetup {
   runId?: string;
   /** Restored from a snapshot: rank 0's first publication is a fresh base numbered so (the version the rollouts hold). */
   publishVersion?: number;
+  /** The RL updates this run's trainers had taken (a restore from a snapshot carries the snapshot's count; default 0). */
+  updates?: number;
 }
 
 export type { TrainSlice, TrainResult } from "../types.js";
@@ -71,6 +73,8 @@ export class TrainerService {
   private runId?: string;
   /** The version of the last publication (rank 0), or 0. */
   private published = 0;
+  /** RL updates (train calls) since this run's setup. */
+  private updates = 0;
 
   async init(ctx: ExecutorContext): Promise<void> {
     if (ctx.rank === null || ctx.worldSize === null || ctx.rendezvous === null) {
@@ -116,6 +120,7 @@ export class TrainerService {
     this.publisher = this.ctx.rank === 0 ? new WeightPublisher(this.ctx.objects, this.weightsKey, engine, s.rebase) : undefined;
     const publish = mode === "rl" ? await this.publisher?.publish({ version: s.publishVersion }) : undefined;
     this.published = publish?.version ?? 0;
+    this.updates = s.updates ?? 0;
     return { rank: this.ctx.rank!, params: init.params, publish, device: init.device, inPlace: checkpoint?.inPlace, blas: init.blas };
   }
 
@@ -138,6 +143,7 @@ export class TrainerService {
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
     const metrics = await engine.trainStep(b);
+    this.updates++;
     this.ctx.objects.forget(slice);
     const p = publish ? await this.publishNow() : {};
     return { rank: this.ctx.rank!, metrics, ...p, seconds: (performance.now() - t0) / 1000 };
@@ -213,10 +219,10 @@ export class TrainerService {
     this.scratch = undefined;
   }
 
-  /** What this rank holds: the run it was set up for and its mode, the optimizer steps taken, and (rank 0) the last published policy version. */
-  async status(): Promise<{ rank: number; runId: string | null; mode: string | null; steps: number; policyVersion: number }> {
+  /** What this rank holds: the run it was set up for and its mode, the optimizer steps taken, the RL updates of this run, and (rank 0) the last published policy version. */
+  async status(): Promise<{ rank: number; runId: string | null; mode: string | null; steps: number; updates: number; policyVersion: number }> {
     const steps = this.engine && this.mode ? (await this.engine.stateDigest()).steps : 0;
-    return { rank: this.ctx.rank!, runId: this.runId ?? null, mode: this.mode ?? null, steps, policyVersion: this.published };
+    return { rank: this.ctx.rank!, runId: this.runId ?? null, mode: this.mode ?? null, steps, updates: this.updates, policyVersion: this.published };
   }
 
   /** sha256 of this rank's exact trainer state (fp32 master weights; AdamW moments and steps). */

@@ -30,6 +30,12 @@ export interface RunState {
    * Absent in states written before it was kept.
    */
   policyVersion?: number;
+  /**
+   * The RL updates the trainers had taken when `step` was recorded: an
+   * update never published (a loop of one's own between trainOn and
+   * publish, or a driver lost between the two) is caught by it.
+   */
+  updates?: number;
 }
 
 /** The options that make two runs the same run (what the name, output folder and logging do not change). */
@@ -55,6 +61,7 @@ interface RunStatePatch {
   step: number;
   history: StepMetrics[];
   policyVersion?: number;
+  updates?: number;
 }
 
 /** A fresh base after this many patches, so a reader folds at most this many. */
@@ -71,6 +78,7 @@ export async function readRunState(app: App, name: string): Promise<(RunState & 
           state.history.push(...p.history);
           state.step = p.step;
           if (p.policyVersion !== undefined) state.policyVersion = p.policyVersion;
+          if (p.updates !== undefined) state.updates = p.updates;
         }
         return state;
       },
@@ -110,7 +118,7 @@ export class RunStateWriter {
       this.identity = identity;
       this.patches = 0;
     } else {
-      const patch: RunStatePatch = { step: state.step, history: state.history.slice(this.written), policyVersion: state.policyVersion };
+      const patch: RunStatePatch = { step: state.step, history: state.history.slice(this.written), policyVersion: state.policyVersion, updates: state.updates };
       this.ref = await this.app.objects.patch(this.ref, patch);
       this.patches++;
     }

@@ -20,6 +20,8 @@ export interface TrainerSnapshot {
   /** The run's step when it was taken, its policy version then, and the run it belongs to. */
   step: number;
   policyVersion: number;
+  /** The RL updates the trainers had taken then (absent in snapshots from before the count). */
+  updates?: number;
   runId: string;
   model: FolderRef;
   state: FolderRef;
@@ -59,7 +61,7 @@ async function dropSnapshotFolders(app: App, snap: TrainerSnapshot): Promise<voi
 }
 
 /** Rank 0 saves its model and exact state into the cache; the record replaces the last snapshot, whose objects are deleted then. */
-export async function takeSnapshot(app: App, trainer: GangHandle<TrainerService>, name: string, at: Pick<TrainerSnapshot, "step" | "policyVersion" | "runId">): Promise<TrainerSnapshot> {
+export async function takeSnapshot(app: App, trainer: GangHandle<TrainerService>, name: string, at: Pick<TrainerSnapshot, "step" | "policyVersion" | "updates" | "runId">): Promise<TrainerSnapshot> {
   // No host: never written in place, always shipped back as objects (the snapshot must outlive rank 0's node).
   const target = { host: "", dir: "", state: true };
   const saved = await trainer.broadcast("save", Array.from({ length: trainer.size }, () => [target] as [typeof target]));

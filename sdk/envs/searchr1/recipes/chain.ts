@@ -6,15 +6,15 @@
  * discover chaining; the policy it makes ships in policies/tiny-chain (made by
  * `npm run warmstart`) and a run starts from it in seconds.
  */
-import { existsSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { Bm25Index } from "../retrieval/bm25.js";
 import { chainDemonstrations } from "../demonstrations.js";
-import { cachedWarmStart, checkWarmStart, demosDigest, jsonDigest, planHash, type WarmStartPlan } from "../../../rl/run/warm-start.js";
+import { demosDigest, jsonDigest, policiesDir, shippedRecipe, type ShippedPolicy, type WarmStartPlan } from "../../../rl/run/warm-start.js";
+
+export { policiesDir };
 import { chainTask, type ChainQuestion, type ChainTask } from "../tasks/chain-task.js";
 import type { RecipeDefaults, RunOptions } from "../../../rl/run/options.js";
-import type { TaskRecipe, WarmStartContext } from "../../../rl/run/recipe.js";
+import type { TaskRecipe } from "../../../rl/run/recipe.js";
 import { withSearchEnvironment, type SearchR1Task } from "../task.js";
 import { rng } from "../tasks/synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../../../rl/text/tokenizer.js";
@@ -53,17 +53,6 @@ export const REGENERATE = "npm run warmstart";
 
 /** Option defaults: the generic ones (options.ts) plus the warm start's and the step count that ends near the plateau. */
 const DEFAULTS: RecipeDefaults = { steps: 100, bootstrapSteps: 1200, bootstrapBatch: 32, bootstrapLr: 3e-3, threads: 1 };
-
-/** The repository's folder of shipped policies (found from this file, in dist/ or in the sources). */
-export function policiesDir(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    if (existsSync(path.join(dir, "policies")) && existsSync(path.join(dir, "package.json"))) return path.join(dir, "policies");
-    const up = path.dirname(dir);
-    if (up === dir) throw new HearthError(`no policies/ folder above ${fileURLToPath(import.meta.url)}: the shipped starting policies live in the hearth checkout`);
-    dir = up;
-  }
-}
 
 /** The folder of this recipe's shipped policy. */
 export function shippedPolicy(): string {
@@ -157,30 +146,20 @@ export function prepareChain(o: Pick<RunOptions, "data" | "evalSize" | "topK">):
   }, o.topK);
 }
 
-/** The chain task on the tiny preset, from its shipped policy. */
-export const chainRecipe: TaskRecipe<SearchR1Task> = {
+/** The shipped policy of the chain task (`hearth warmstart`). */
+export const CHAIN_POLICY: ShippedPolicy<SearchR1Task> = { defaults: DEFAULTS, prepare: prepareChain, plan: (task, o) => chainPlan(task, o), dir: shippedPolicy };
+
+/**
+ * The chain task on the tiny preset, from its shipped policy: unless the run
+ * asks for a warm start of its own (other --bootstrap-steps, batch or lr) or
+ * none (--bootstrap-steps 0), `prepare` picks and checks the starting policy
+ * (--policy, else the shipped one) before any service starts.
+ */
+export const chainRecipe: TaskRecipe<SearchR1Task> = shippedRecipe({
   name: CHAIN_RECIPE,
   defaults: DEFAULTS,
   matches: (model, data) => model === "tiny" && data !== "synthetic-easy",
-  /**
-   * Prepares the task and, unless the run asks for a warm start of its own
-   * (other --bootstrap-steps, batch or lr) or none (--bootstrap-steps 0),
-   * picks and checks the starting policy (--policy, else the shipped one)
-   * before any service starts.
-   */
-  async prepare(o) {
-    const task = prepareChain(o);
-    if (o.bootstrapSteps <= 0) return task;
-    const plan = chainPlan(task, o);
-    const custom = planHash(plan) !== planHash(chainPlan(task, { ...o, ...DEFAULTS }));
-    if (custom && o.policy === undefined) return task;
-    const dir = o.policy ?? shippedPolicy();
-    const m = checkWarmStart(dir, plan, o.policy === undefined ? REGENERATE : `hearth warmstart --out ${o.policy}${custom ? ` --steps ${o.bootstrapSteps}` : ""}`);
-    task.notes.push(`starting policy: ${o.policy === undefined ? "the shipped" : "the given"} ${dir} (recipe ${m.recipe} ${m.hash}, ${m.steps} supervised steps)`);
-    return { ...task, modelDir: dir };
-  },
-  async warmStart(ctx: WarmStartContext<SearchR1Task>): Promise<string | undefined> {
-    if (ctx.opts.bootstrapSteps <= 0 || ctx.task.modelDir) return undefined;
-    return cachedWarmStart(ctx.app, ctx.trainer, ctx.task, chainPlan(ctx.task, ctx.opts), ctx.opts);
-  },
-};
+  policy: CHAIN_POLICY,
+  regenerate: REGENERATE,
+  warmstart: "hearth warmstart",
+});
