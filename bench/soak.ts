@@ -21,6 +21,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { connect } from "../sdk/connect.js";
 import { stopLocalCluster } from "../sdk/engines/local.js";
+import { rng } from "../sdk/rl/random.js";
 import { SearchR1Run } from "../sdk/envs/searchr1/run.js";
 import { table } from "./stats.js";
 
@@ -40,14 +41,8 @@ const SOAK_LR = 1e-6;
  * workload instead of the code).
  */
 function coinFlips(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296 < 0.5 ? 0 : 1;
-  };
+  const r = rng(seed);
+  return () => (r() < 0.5 ? 0 : 1);
 }
 
 /** One sample: resident MiB per process, and the head's objects. */

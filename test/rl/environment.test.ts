@@ -7,7 +7,7 @@
  * step's env_errors) while the run goes on. And loadEnvironment's errors.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -15,7 +15,8 @@ import { loadEnvironment } from "../../sdk/rl/environment.js";
 import { EnvironmentError } from "../../sdk/rl/errors.js";
 import { AgentRun } from "../../sdk/rl/run/run.js";
 import type { ScoredSample } from "../../sdk/rl/types.js";
-import { echo, echoItems, heard } from "../fixtures/echo-env.js";
+import { echo, echoItems, echoRecipe, heard } from "../fixtures/echo-env.js";
+import type { EnvironmentPackage } from "../../sdk/rl/run/recipe.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 
 let cluster: TestCluster;
@@ -100,6 +101,49 @@ test("an environment of one's own on real executors: init once per executor, obs
     const keys: string[] = status.apps.find((x: { name: string }) => x.name === "echo-env")?.objects.keys ?? [];
     const inits = keys.filter((k) => k.startsWith("echo-inits/echo-env/")).map((k) => k.split("/")[2]!).sort();
     assert.deepEqual(inits, members, "one init per executor");
+  } finally {
+    await run.close();
+  }
+});
+
+test("reloadEnvironment: an edited tool module takes effect at the next rollout; the engines keep the policy and its weights", { timeout: 300_000 }, async () => {
+  // A tool module of one's own, where the executors' user can read it, and a package that uses it.
+  const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-tool-"));
+  chmodSync(dir, 0o755);
+  const file = path.join(dir, "tool.mjs");
+  const write = (word: string) => {
+    writeFileSync(file, `export class Tool {
+  name = "tool"; stops = ["</shout>", "</answer>"];
+  reset(item) { return { system: "shout", user: item.question, state: null }; }
+  step(_s, turn) { return turn.stop === "</answer>" ? { done: true } : { observation: " heard ${word} ", call: "x" }; }
+}
+`);
+    chmodSync(file, 0o644);
+  };
+  write("one");
+  const pkg: EnvironmentPackage = {
+    ...echo,
+    recipeFor: () => ({ ...echoRecipe, prepare: async (o) => { const t = await echoRecipe.prepare(o); return { ...t, environment: { ...t.environment, spec: { module: file, export: "Tool" } } }; } }),
+  };
+  const run = await AgentRun.create({ head: cluster.endpoint, name: "tool-reload", out: mkdtempSync(path.join(os.tmpdir(), "hearth-reload-")), rollouts: 2, trainers: 2, promptsPerTask: 2, groupSize: 4, evalSize: 2, evalEvery: 0, maxTurnTokens: 12, maxResponseTokens: 60, seed: 5, log: () => undefined }, pkg);
+  try {
+    const decode = (ids: number[]) => run.task.tokenizer.decode(ids);
+    const observed = (samples: ScoredSample[]) => [...new Set(samples.flatMap((x) => insertedSpans(x, decode).map((t) => t.trim())))];
+    const before = await run.rollout(echoItems("shout", 4), { step: 1 });
+    assert.ok(before.parts.some((p) => p.r.syncBytes > 0), "the first rollouts fetched the policy");
+    assert.deepEqual(observed((await run.score(before)).samples), ["heard one"]);
+    await run.syncRollouts(); // every executor holds the policy now
+    const policy = (await run.digests()).rollouts.map((r) => [r.executorId, r.digest, r.version]);
+    assert.ok(policy.every(([, d]) => d !== null) && policy.length === 2);
+    write("two");
+    assert.deepEqual(await run.reloadEnvironment(), { revision: 1 });
+    // Every executor (each addressed) takes the new setup: the environment is loaded again, the weights are not fetched again.
+    const synced = await run.syncRollouts();
+    assert.deepEqual(synced.map((x) => x.bytes), [0, 0], "no executor fetched weights again: the engine kept them");
+    const after = await run.rollout(echoItems("shout", 4), { step: 1 });
+    assert.deepEqual(after.parts.map((p) => p.r.syncBytes), after.parts.map(() => 0));
+    assert.deepEqual(observed((await run.score(after)).samples), ["heard two"], "the edited tool answered");
+    assert.deepEqual((await run.digests()).rollouts.map((r) => [r.executorId, r.digest, r.version]), policy, "every executor's policy is the one it held");
   } finally {
     await run.close();
   }

@@ -186,7 +186,7 @@ test("the loop's executor killed mid-step: another takes the run over and its st
       const s = await victim.status();
       return s.state === "failed" ? s : undefined;
     }, 120_000);
-    assert.match(failed.why ?? "", /cannot go on exactly: its trainers hold policy version \d+, but the run recorded version \d+ at step \d+.*metrics and trajectories are lost/);
+    assert.match(failed.why ?? "", /cannot go on exactly: its trainers hold policy version \d+ after \d+ updates, but the run recorded version \d+ after \d+ at step \d+.*metrics and trajectories are lost/);
   } finally {
     await victim.detach();
   }

@@ -105,7 +105,7 @@ test("a lost trainer rank: the gang is declared again, restored from the last st
     await gap.step();
     await killRank("gap", gap, 0);
     await assert.rejects(gap.step(), (e: Error) => {
-      assert.match(e.message, /the trainer gang lost rank 0 .*last snapshot is of step 0 \(policy version 1\), and its trainers updated since \(version 2 at step 1\): the updates after step 0 would be lost/);
+      assert.match(e.message, /the trainer gang lost rank 0 .*last snapshot is of step 0 \(policy version 1, 0 updates\), and its trainers updated since \(version 2, 1 updates at step 1\): the updates after step 0 would be lost/);
       assert.ok(e.cause instanceof GangFailedError);
       return true;
     });

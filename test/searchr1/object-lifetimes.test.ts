@@ -81,7 +81,7 @@ test("30 steps with keepSteps 5: the head holds the last 5 steps' trajectories a
     assert.deepEqual(others, documented(name), "besides the steps: weights, run state, rollout setup and corpus (no slices, setups, evaluations or warm-start batches)");
     const byStep = new Map<number, string[]>();
     for (const k of steps) {
-      const m = /^searchr1\/lifetimes\/steps\/(\d+)\/traj-[0-9a-f-]{36}$/.exec(k);
+      const m = /^runs\/lifetimes\/steps\/(\d+)\/traj-[0-9a-f-]{36}$/.exec(k);
       assert.ok(m, `${k} is a step's trajectories object`);
       byStep.set(Number(m[1]), [...(byStep.get(Number(m[1])) ?? []), k]);
     }

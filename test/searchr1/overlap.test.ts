@@ -151,7 +151,7 @@ test("K = 0 is the synchronous loop: metrics.jsonl, trainer state and rollout we
       const res = await own.trainOn(kept);
       assert.deepEqual(res.map((r) => r.rank).sort(), [0, 1], "every trainer rank took the update");
       const pub = await own.publish();
-      assert.equal(pub?.version, step, "one publication per update");
+      assert.equal(pub?.version, step + 1, "one publication per update (version 1 is the start's)");
       trained.push(kept.length);
     }
     assert.deepEqual(trained, zero.metrics.map((m) => m.samples_trained), "the same samples trained on per step");

@@ -5,46 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { GeneratedRow, SamplingOptions } from "../../sdk/tensor/types.js";
 import { formatInformation, informationBlock, insertion, parseSearch } from "../../sdk/envs/searchr1/protocol.js";
 import { SearchR1Environment } from "../../sdk/envs/searchr1/environment.js";
-import { runEpisodes, type EpisodeEngine, type EpisodeRow } from "../../sdk/rl/episodes.js";
+import { runEpisodes, type EpisodeRow } from "../../sdk/rl/episodes.js";
+import { ScriptedEngine } from "../helpers/scripted-engine.js";
 import { PROTOCOL_WORDS, SYNTHETIC_TEXT as TEXT } from "../../sdk/envs/searchr1/recipes/synthetic.js";
 import { tokenizerFromJson, wordTokenizerJson } from "../../sdk/rl/text/tokenizer.js";
 
 const tok = tokenizerFromJson(wordTokenizerJson([...PROTOCOL_WORDS, "zorvath", "was", "born", "in", "meridel", "where", "?", "paris", "."]));
-
-/** Plays back one script of turns per row; each turn is the text the "model" writes. */
-class ScriptedEngine implements EpisodeEngine {
-  readonly calls: Array<{ op: string; rows: number[]; appended?: number[][]; sampling: SamplingOptions }> = [];
-  private turn: number[] = [];
-  constructor(private readonly scripts: string[][]) {}
-
-  private row(i: number): GeneratedRow {
-    const text = this.scripts[i]![this.turn[i]!++];
-    if (text === undefined) return { tokens: new Int32Array(0), logprobs: new Float32Array(0), finishReason: "idle", stop: null };
-    const ids = tok.encode(text);
-    const stop = text.endsWith("</search>") ? "</search>" : text.endsWith("</answer>") ? "</answer>" : null;
-    return { tokens: Int32Array.from(ids), logprobs: Float32Array.from(ids.map(() => -0.5)), finishReason: stop ? "stop" : "length", stop };
-  }
-
-  async generate(prompts: readonly (Int32Array | readonly number[])[], sampling: SamplingOptions = {}) {
-    this.turn = prompts.map(() => 0);
-    this.calls.push({ op: "generate", rows: prompts.map((_, i) => i), sampling });
-    return { session: 7, rows: prompts.map((_, i) => this.row(i)) };
-  }
-
-  async resume(session: number, appended: ReadonlyMap<number, Int32Array | readonly number[]>, sampling: SamplingOptions = {}) {
-    assert.equal(session, 7);
-    this.calls.push({ op: "resume", rows: [...appended.keys()], appended: [...appended.values()].map((a) => [...a]), sampling });
-    return this.scripts.map((_, i) => (appended.has(i) ? this.row(i) : { tokens: new Int32Array(0), logprobs: new Float32Array(0), finishReason: "idle" as const, stop: null }));
-  }
-
-  async release() {
-    this.calls.push({ op: "release", rows: [], sampling: {} });
-    return { released: true };
-  }
-}
 
 const ZORVATH = [{ title: "zorvath", text: "zorvath was born in meridel ." }];
 const retrieve = (q: string) => (q === "zorvath" ? ZORVATH : []);
@@ -53,7 +21,7 @@ const env = SearchR1Environment.local(TEXT, ZORVATH, 3);
 const rows = (...prompts: number[][]): EpisodeRow[] => prompts.map((prompt, i) => ({ prompt, state: null, label: `q${i}#0` }));
 
 test("a search is answered with retrieved passages, masked out, and generation resumes on the same session", async () => {
-  const engine = new ScriptedEngine([["<think> i should search </think> <search> zorvath </search>", "<answer> meridel </answer>"]]);
+  const engine = new ScriptedEngine(tok, ["</search>", "</answer>"], [["<think> i should search </think> <search> zorvath </search>", "<answer> meridel </answer>"]]);
   const prompt = tok.encode("where was zorvath born ?");
   const [e] = await runEpisodes(engine, tok, env, rows(prompt), { seed: 3 });
   assert.equal(e!.finish, "answer");
@@ -74,7 +42,7 @@ test("a search is answered with retrieved passages, masked out, and generation r
 });
 
 test("searches beyond the limit get a corrective message; an unusable query is an invalid action", async () => {
-  const engine = new ScriptedEngine([
+  const engine = new ScriptedEngine(tok, ["</search>", "</answer>"], [
     ["<search> zorvath </search>", "<search> zorvath </search>", "<search> paris </search>", "<answer> meridel </answer>"],
     ["<search> </search>", "<answer> paris </answer>"],
   ]);
@@ -91,7 +59,7 @@ test("searches beyond the limit get a corrective message; an unusable query is a
 });
 
 test("a turn that ends without a stop string, or a response over its budget, ends the episode", async () => {
-  const engine = new ScriptedEngine([["<think> i know"], ["<search> zorvath </search>", "<answer> meridel </answer>"]]);
+  const engine = new ScriptedEngine(tok, ["</search>", "</answer>"], [["<think> i know"], ["<search> zorvath </search>", "<answer> meridel </answer>"]]);
   const p = tok.encode("where was zorvath born ?");
   const [cut, long] = await runEpisodes(engine, tok, env, rows(p, p), { maxResponseTokens: 12 });
   assert.equal(cut!.finish, "length");
