@@ -116,7 +116,7 @@ test("01-search-r1.ipynb trains end to end under nbclient, across a kernel resta
   const [misuse] = cellHtml(result.cells, "const outcome");
   const outcomes = Object.fromEntries(htmlRows(misuse!).map((r) => [r.attempt!, r.outcome!]));
   assert.match(outcomes["a second step while one runs"]!, /a step is already running/);
-  assert.match(outcomes["a step whose reward returns NaN"]!, /^RangeError: .*returned NaN for sample 0 of '/);
+  assert.match(outcomes["a step whose reward returns NaN"]!, /^RewardError: .*returned NaN for sample 0 of '.*' at step \d+/);
   assert.match(outcomes["a rescore whose reward throws"]!, /threw on sample 0/);
   assert.match(outcomes["the next step, F1 again"]!, /^ran as step 43; 43 steps in history/, "the failed step left no trace (else this would be step 44)");
 

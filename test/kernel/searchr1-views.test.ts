@@ -72,6 +72,10 @@ test("the trajectory table has the issue's columns, renders arquero HTML and ali
   const cut = trajectoryTable(samples, { responseChars: 20 }).rows()[0]!.response as string;
   assert.equal(cut.length, 20);
   assert.ok(cut.endsWith("…") && samples[0]!.response.startsWith(cut.slice(0, 19)));
+  // The calls column in the environment's words, in its place.
+  const named = trajectoryTable(samples, { words: { call: "search", calls: "searches", observation: "retrieved passage" } }).rows()[0]!;
+  assert.deepEqual(Object.keys(named), ["i", "question", "golds", "response", "searches", "answer", "reward", "advantage", "kept", "tokens", "masked"]);
+  assert.equal(named.searches, 1);
 });
 
 test("one trajectory is split into prompt, generated and retrieved spans, coloured apart in HTML", () => {

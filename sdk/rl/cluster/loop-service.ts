@@ -39,7 +39,7 @@ import { emByCategory } from "../run/pipeline.js";
 import type { ServiceSource } from "../run/options.js";
 import { LoopLogWriter, loopOutputsKey, loopStatusKey, readLoopStatus, throughHeadRestarts, type LoopState, type LoopStatus } from "../state/run-log.js";
 import { AgentRun, type RunOptions, type StepMetrics } from "../run/run.js";
-import type { RewardFn, ScoredSample } from "../types.js";
+import type { EnvWords, RewardFn, ScoredSample } from "../types.js";
 import type { EnvironmentPackage } from "../run/recipe.js";
 import { runKeys } from "../state/run-objects.js";
 
@@ -253,9 +253,10 @@ export class RunLoopService {
   }
 
   /** A held step's trajectories as scored samples (default the latest). */
-  samples(step?: number): { step: number; samples: ScoredSample[] } {
-    const r = this.need().result(step);
-    return { step: r.metrics.step, samples: r.samples };
+  samples(step?: number): { step: number; samples: ScoredSample[]; words: EnvWords } {
+    const run = this.need();
+    const r = run.result(step);
+    return { step: r.metrics.step, samples: r.samples, words: run.task.environment.words };
   }
 
   /**

@@ -33,7 +33,7 @@ import type { RunLoopService } from "../cluster/loop-service.js";
 import type { ServiceSource } from "../run/options.js";
 import { LOG_KEEP, LoopLogReader, readLoopStatus, type LoopEvent, type LoopStatus } from "../state/run-log.js";
 import { readRunState } from "../state/run-state.js";
-import type { RewardFn, ScoredSample, StepMetrics } from "../types.js";
+import type { EnvWords, RewardFn, ScoredSample, StepMetrics } from "../types.js";
 import { rescoreSamples, trajectoryTable, type RescoreView } from "./views.js";
 
 /** Options of `follow()`. */
@@ -133,14 +133,14 @@ export class AttachedRun {
   }
 
   /** A held step's scored samples (default the latest; the loop keeps the last --keep-steps). */
-  async samples(step?: number): Promise<{ step: number; samples: ScoredSample[] }> {
+  async samples(step?: number): Promise<{ step: number; samples: ScoredSample[]; words?: EnvWords }> {
     return this.loop.call("samples", step);
   }
 
   /** A held step's trajectories as a table. */
   async trajectories(step?: number): Promise<DataTable> {
     const r = await this.samples(step);
-    return trajectoryTable(r.samples, { step: r.step });
+    return trajectoryTable(r.samples, { step: r.step, words: r.words });
   }
 
   /** Rescores a held step's samples with `fn`, here: the run and its samples are untouched. */

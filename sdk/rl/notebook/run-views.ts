@@ -23,7 +23,7 @@ declare module "../run/run.js" {
 
 AgentRun.prototype.trajectories = function (this: AgentRun, step?: number): DataTable {
   const r = this.results.get(step);
-  return trajectoryTable(r.samples, { step: r.metrics.step });
+  return trajectoryTable(r.samples, { step: r.metrics.step, words: this.task.environment.words });
 };
 
 AgentRun.prototype.trajectory = function (this: AgentRun, i: number, step?: number): TrajectoryView {

@@ -53,12 +53,27 @@ export function trajectoryRows(samples: readonly ScoredSample[]): TrajectoryRow[
 /**
  * The trajectory table of a step: arquero HTML in notebooks, aligned text
  * elsewhere. Responses are cut to `responseChars` (default 100) so the table
- * stays readable; `TrajectoryView` shows one trajectory whole.
+ * stays readable; `TrajectoryView` shows one trajectory whole. The calls
+ * column is named in the environment's `words` ("searches"; default "calls").
  */
-export function trajectoryTable(samples: readonly ScoredSample[], opts: { step?: number; limit?: number; responseChars?: number } = {}): DataTable {
+export function trajectoryTable(samples: readonly ScoredSample[], opts: { step?: number; limit?: number; responseChars?: number; words?: EnvWords } = {}): DataTable {
   const title = `${opts.step !== undefined ? `step ${opts.step}: ` : ""}${samples.length} trajectories`;
   const cut = opts.responseChars ?? 100;
-  const rows = trajectoryRows(samples).map((r) => ({ ...r, response: r.response.length > cut ? `${r.response.slice(0, cut - 1)}…` : r.response }));
+  const calls = opts.words?.calls ?? "calls";
+  // The columns in TrajectoryRow's order, the calls column under the environment's name.
+  const rows = trajectoryRows(samples).map((r) => ({
+    i: r.i,
+    question: r.question,
+    golds: r.golds,
+    response: r.response.length > cut ? `${r.response.slice(0, cut - 1)}…` : r.response,
+    [calls]: r.calls,
+    answer: r.answer,
+    reward: r.reward,
+    advantage: r.advantage,
+    kept: r.kept,
+    tokens: r.tokens,
+    masked: r.masked,
+  }));
   return table(rows, { title, limit: opts.limit ?? 64 });
 }
 
