@@ -24,13 +24,10 @@
  * naming what was lost. A head restart is ridden out the same way: the
  * loop's connection is renewed and the step in flight runs again.
  */
-import { mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import type { ObjectCache } from "../../cache/object-cache.js";
-import { dropFolder, fetchFolder, shipFolder, type FolderRef } from "../../cache/folder.js";
 import { HeadRestartedError, HearthError } from "../../errors/index.js";
-import { importServiceModule } from "../../runtime/import-module.js";
 import type { ExecutorContext } from "../../runtime/types.js";
 import { APP_TOKEN_ENV } from "../../wire/auth.js";
 import { warmStartClock } from "../run/events.js";
@@ -42,33 +39,10 @@ import { AgentRun, type RunOptions, type StepMetrics } from "../run/run.js";
 import type { EnvWords, RewardFn, ScoredSample } from "../types.js";
 import type { EnvironmentPackage } from "../run/recipe.js";
 import { runKeys } from "../state/run-objects.js";
+import { dropTree, fetchTree, shipTree, type ShippedTree } from "../state/tree.js";
+import { loadPackage, loadReward, type PackageRef } from "./loop-modules.js";
 
-/** A folder of the outputs and its subfolders, each shipped as cache objects (`rel` "" is the top). */
-export interface ShippedTree {
-  folders: Array<{ rel: string; folder: FolderRef }>;
-}
-
-/** Ships `dir` and every folder under it as cache objects. */
-export async function shipTree(objects: ObjectCache, dir: string, rel = ""): Promise<ShippedTree> {
-  const abs = path.join(dir, rel);
-  const folders: ShippedTree["folders"] = [{ rel, folder: await shipFolder(objects, abs, { objects: true, forceObjects: true }) }];
-  for (const n of readdirSync(abs).sort()) {
-    if (statSync(path.join(abs, n)).isDirectory()) folders.push(...(await shipTree(objects, dir, path.join(rel, n))).folders);
-  }
-  return { folders };
-}
-
-/** Writes a shipped tree into `dir`; returns the bytes written. */
-export async function fetchTree(objects: ObjectCache, tree: ShippedTree, dir: string): Promise<number> {
-  let bytes = 0;
-  for (const f of tree.folders) bytes += await fetchFolder(objects, f.folder, path.join(dir, f.rel));
-  return bytes;
-}
-
-/** Deletes a shipped tree's objects. */
-export async function dropTree(objects: ObjectCache, tree: ShippedTree): Promise<void> {
-  for (const f of tree.folders) await dropFolder(objects, f.folder);
-}
+export { dropTree, fetchTree, shipTree, loadPackage, loadReward, type ShippedTree, type PackageRef };
 
 /** The key under which a client ships the checkpoint a detached run resumes from (`--detach --resume DIR`). */
 export function resumeTreeKey(name: string): string {
@@ -85,39 +59,6 @@ const ACTIVE: ReadonlySet<LoopState> = new Set(["warming", "running", "paused", 
 
 /** Times the loop renews its connection after head restarts, in a row, before it gives up. */
 const HEAD_RESTARTS = 5;
-
-/** Where an environment package is: the module a run's loop imports, and its export (an EnvironmentPackage). */
-export type PackageRef = EnvironmentPackage["module"];
-
-/** Imports the environment package `ref` names, where the loop runs (a clear error when it is not one). */
-export async function loadPackage(ref: PackageRef): Promise<EnvironmentPackage> {
-  if (typeof ref?.module !== "string" || typeof ref.export !== "string") throw new HearthError("a detached run needs its environment package as { module: FILE, export: NAME }");
-  let mod: Record<string, unknown>;
-  try {
-    mod = await importServiceModule(ref.module);
-  } catch (err) {
-    throw new HearthError(`environment package ${ref.module} cannot be loaded where the run's loop runs (${os.hostname()}): ${(err as Error).message}`);
-  }
-  const pkg = mod[ref.export] as EnvironmentPackage | undefined;
-  if (typeof pkg?.recipeFor !== "function" || typeof pkg.name !== "string") throw new HearthError(`${ref.module} has no export '${ref.export}' that is an environment package ({ name, module, recipeFor })`);
-  return pkg;
-}
-
-/** Loads a reward function from an ES module and checks it returns a number (fresh each time: an edited file is read again). */
-export async function loadReward(ref: ServiceSource): Promise<RewardFn> {
-  if (typeof ref?.module !== "string" || typeof ref.export !== "string") throw new HearthError("setReward needs { module: FILE, export: NAME }: a function cannot travel to the loop, a module can");
-  let mod: Record<string, unknown>;
-  try {
-    mod = await importServiceModule(path.resolve(ref.module), { fresh: true });
-  } catch (err) {
-    throw new HearthError(`reward module ${ref.module} cannot be loaded where the run's loop runs (${os.hostname()}): ${(err as Error).message}`);
-  }
-  const fn = mod[ref.export];
-  if (typeof fn !== "function") throw new HearthError(`reward module ${ref.module} has no exported function '${ref.export}' (exports: ${Object.keys(mod).join(", ") || "none"})`);
-  const probe = (fn as RewardFn)("<answer>paris</answer>", ["Paris"]);
-  if (typeof probe !== "number" || !Number.isFinite(probe)) throw new HearthError(`reward ${ref.module}#${ref.export} must return a finite number for (response, golds); it returned ${String(probe)}`);
-  return fn as RewardFn;
-}
 
 /**
  * How the loop connects: with its app's token to the head its agent names;

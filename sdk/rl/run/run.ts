@@ -7,7 +7,9 @@
  * and standalone checkpoints (checkpoint.ts). A step's parts are public
  * calls too (`rollout`, `score`, `trainOn`, `publish`), for a loop of one's
  * own from a notebook cell; the built-in step is the same calls. Notebook
- * views attach in notebook/run-views.ts.
+ * views attach in notebook/run-views.ts. (Past 400 lines: this is the one
+ * class users read, its whole public surface; the work is in open.ts,
+ * trainers.ts and pipeline.ts, and what is here is the calls and recording.)
  */
 import { randomUUID } from "node:crypto";
 import { appendFileSync, existsSync, renameSync } from "node:fs";
