@@ -24,89 +24,16 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { INLINE_LIMIT } from "../../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../../sdk/cache/values.js";
-import { CacheFullError, HearthError, ObjectEvictedError, ObjectNotFoundError, ObjectStorageError, VersionConflictError, type ObjectIds } from "../../sdk/errors/index.js";
+import { allParts, isFilePart, moreMeta, sizeOf, storageError, strip, userKey, objectIds, type ObjectMeta, type PartFile, type PartFiles, type ReadResult, type ReplicaPart, type StoredObject, type StoredPart, type ObjectStoreOptions, type WriteOp } from "./stored-objects.js";
+
+export { allParts, isFilePart, storageError, userKey, objectIds, type PartFile, type PartFiles, type ReadResult, type ReplicaPart, type StoredObject, type StoredPart, type ObjectStoreOptions, type WriteOp };
+import { CacheFullError, HearthError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError } from "../../sdk/errors/index.js";
 import { formatBytes } from "../../sdk/format.js";
-
-/** One stored part: the base or a patch. `data` holds a small part's bytes (undefined while spilled, and always for a large part: its bytes are in its file). */
-export interface StoredPart {
-  kind: ValueKind;
-  dtype?: DType;
-  size: number;
-  version: number;
-  data?: Buffer;
-}
-
-/** A versioned object: a base of one or more parts (a publication's shards), then appended patches of one part each. */
-export interface StoredObject {
-  key: string;
-  version: number;
-  baseVersion: number;
-  /** The base's first part. */
-  base: StoredPart;
-  /** The base's further parts, in order (usually none). */
-  more: StoredPart[];
-  patches: StoredPart[];
-  pinned: boolean;
-  /** Owned by its app's session: deleted when the head releases the app (ObjectService.releaseApp). */
-  scratch?: boolean;
-  lastUsed: number;
-  /** Transfers in progress that read this object. */
-  readers: number;
-}
-
-/** What a read returns. */
-export type ReadResult =
-  | { mode: "not-modified"; version: number; baseVersion: number; object: StoredObject }
-  | { mode: "patches" | "full"; version: number; baseVersion: number; parts: StoredPart[]; object: StoredObject };
-
-/**
- * Where large parts live outside a data dir (a node cache: one folder per
- * app, readable by that app's executors). The caller makes the folder with
- * its owner and mode, and creates received files with theirs (a rename into
- * place keeps both).
- */
-export interface PartFiles {
-  /** The folder of `key`'s large parts. */
-  dirFor(key: string): string;
-}
-
-/** Options of the store. */
-export interface ObjectStoreOptions {
-  /** Bytes of small parts kept in memory at most (and of large parts' files when neither a data dir nor fileLimit is set). */
-  memLimit: number;
-  /** Folder for write-through persistence; objects reload from it after a restart. Large parts are files here. */
-  dataDir?: string;
-  /** Where large parts live without a data dir (default: a private spool folder made by open()). */
-  files?: PartFiles;
-  /** Bytes of large parts' files at most, outside a data dir (default: they count against memLimit). */
-  fileLimit?: number;
-}
-
-/** A write: create (`put`), replace the base (`update`), or append (`patch`). */
-export type WriteOp = "put" | "update" | "patch";
-
-/** A large part's bytes as they were received into a file, ready to be committed. */
-export interface PartFile {
-  kind: ValueKind;
-  dtype?: DType;
-  size: number;
-  /** The file holding exactly `size` bytes (made by `uploadFile`): committing renames it into place. */
-  file: string;
-}
-
-/** A part handed to `replicate`: small with its bytes, or large in a received file. */
-export type ReplicaPart = Omit<StoredPart, "data"> & ({ data: Buffer; file?: undefined } | { file: string; data?: undefined });
 
 const MAX_TOMBSTONES = 10_000;
 /** Uploads and fetches in progress are files with this suffix; a restarted store removes what a crash left. */
 const RECEIVING = ".receiving";
-
-/** Is a part of `size` bytes a file (larger than what one message carries)? */
-export function isFilePart(size: number): boolean {
-  return size > INLINE_LIMIT;
-}
 
 type Pool = "mem" | "file";
 
@@ -580,38 +507,6 @@ export class ObjectStore {
   }
 }
 
-/** An object's metadata file: what a restarted head reloads (the manifest of its parts; writing it commits a write). */
-type ObjectMeta = Pick<StoredObject, "key" | "version" | "baseVersion" | "pinned" | "scratch"> & { base: Omit<StoredPart, "data">; more?: Array<Omit<StoredPart, "data">>; patches: Array<Omit<StoredPart, "data">> };
-
-/** The `more` entry of a manifest (left out when the base is one part, as older heads wrote it). */
-function moreMeta(more: StoredPart[]): { more?: Array<Omit<StoredPart, "data">> } {
-  return more.length > 0 ? { more: more.map(strip) } : {};
-}
-
-/** Every part of an object in order: the base's, then the patches. */
-export function allParts(o: StoredObject): StoredPart[] {
-  return [o.base, ...o.more, ...o.patches];
-}
-
-/** What the disk refused, as the error the writer gets: nothing changed, retry when there is room. */
-export function storageError(op: string, key: string, err: unknown, note: string, where = "the head's data dir"): ObjectStorageError {
-  const code = (err as NodeJS.ErrnoException).code ?? "EIO";
-  return new ObjectStorageError(
-    `${op} of '${userKey(key)}' failed: ${where} refused it (${(err as Error).message})${note}; nothing changed, retry once the disk has room`,
-    { ...objectIds(key), op, code, cause: err },
-  );
-}
-
-function strip(p: StoredPart): Omit<StoredPart, "data"> {
-  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
-}
-
-function sizeOf(o: StoredObject): number {
-  let n = 0;
-  for (const p of allParts(o)) n += p.size;
-  return n;
-}
-
 /** Bytes of `o` charged to `pool` now (small parts in memory, large parts' files outside a data dir). */
 function charged(o: StoredObject, pool: Pool, store: ObjectStore): number {
   let n = 0;
@@ -620,15 +515,4 @@ function charged(o: StoredObject, pool: Pool, store: ObjectStore): number {
     if (isFilePart(p.size) || p.data) n += p.size;
   }
   return n;
-}
-
-/** Keys are stored as `<app>/<key>`; errors show the user's part. */
-export function userKey(key: string): string {
-  return key.slice(key.indexOf("/") + 1);
-}
-
-/** The ids an error about stored key `key` ("app/key") names: the key as the app sees it, and the app. */
-export function objectIds(key: string): ObjectIds {
-  const at = key.indexOf("/");
-  return at < 0 ? { key } : { key: key.slice(at + 1), app: key.slice(0, at) };
 }

@@ -10,7 +10,7 @@
  * "are sold" and "is shared by" need another call.
  */
 import path from "node:path";
-import { demosDigest, jsonDigest, policiesDir, shippedRecipe, type ShippedPolicy, type WarmStartPlan } from "../../rl/run/warm-start.js";
+import { demosDigest, jsonDigest, policiesDir, shippedRecipe, supervisedPlan, type ShippedPolicy, type WarmStartPlan } from "../../rl/run/warm-start.js";
 import type { RecipeDefaults, RunOptions } from "../../rl/run/options.js";
 import type { PreparedTask, TaskRecipe } from "../../rl/run/recipe.js";
 import { tokenizerFromJson, wordTokenizerJson, type TextTokenizer } from "../../rl/text/tokenizer.js";
@@ -93,9 +93,9 @@ export function calcDemonstrations(questions: readonly CalcQuestion[], tokenizer
 export function calcPlan(task: CalcPreparedTask, o: Pick<RunOptions, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">): WarmStartPlan {
   const seed = 1;
   const phases: WarmStartPlan["phases"] = [{ steps: o.bootstrapSteps, demos: (step, n) => calcDemonstrations(task.extra.train, task.tokenizer, n, seed * 1_000_003 + step) }];
-  return {
-    recipe: CALC_RECIPE,
-    material: {
+  return supervisedPlan(
+    CALC_RECIPE,
+    {
       v: 1,
       world: WORLD,
       protocol: jsonDigest(CALC_TEXT),
@@ -104,16 +104,11 @@ export function calcPlan(task: CalcPreparedTask, o: Pick<RunOptions, "bootstrapS
       model: task.model,
       trainer: task.trainer ?? {},
       explore: CALC_EXPLORE,
-      steps: o.bootstrapSteps,
-      batch: o.bootstrapBatch,
-      lr: o.bootstrapLr,
-      seed,
     },
     phases,
-    batch: o.bootstrapBatch,
-    lr: o.bootstrapLr,
+    o,
     seed,
-  };
+  );
 }
 
 /** Prepares the calculator task. */

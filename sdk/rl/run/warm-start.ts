@@ -323,3 +323,15 @@ export function shippedRecipe<T extends PreparedTask>(r: { name: string; default
     },
   };
 }
+
+/** A warm-start plan of supervised phases: `material` with the warm start's own settings (steps, batch, lr, seed) added last, which the manifest hashes. */
+export function supervisedPlan(recipe: string, material: Record<string, unknown>, phases: WarmStartPhase[], o: Pick<RunOptions, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">, seed: number): WarmStartPlan {
+  return {
+    recipe,
+    material: { ...material, steps: o.bootstrapSteps, batch: o.bootstrapBatch, lr: o.bootstrapLr, seed },
+    phases,
+    batch: o.bootstrapBatch,
+    lr: o.bootstrapLr,
+    seed,
+  };
+}

@@ -9,7 +9,7 @@
 import path from "node:path";
 import { Bm25Index } from "../retrieval/bm25.js";
 import { chainDemonstrations } from "../demonstrations.js";
-import { demosDigest, jsonDigest, policiesDir, shippedRecipe, type ShippedPolicy, type WarmStartPlan } from "../../../rl/run/warm-start.js";
+import { demosDigest, jsonDigest, policiesDir, shippedRecipe, supervisedPlan, type ShippedPolicy, type WarmStartPlan } from "../../../rl/run/warm-start.js";
 
 export { policiesDir };
 import { chainTask, type ChainQuestion, type ChainTask } from "../tasks/chain-task.js";
@@ -96,9 +96,9 @@ export function chainPlan(
   // What demonstrations are drawn from: each question's words and solution path, and the passages (not labels such as its category).
   const drawn = (qs: readonly ChainQuestion[]) => qs.map((q) => [q.question, q.hops]);
   const taskDigest = jsonDigest({ corpus: world.corpus, train: drawn(world.train), entityQuestions: drawn(world.entityQuestions) });
-  return {
-    recipe: CHAIN_RECIPE,
-    material: {
+  return supervisedPlan(
+    CHAIN_RECIPE,
+    {
       v: 2,
       world: WORLD,
       tokenizer,
@@ -109,16 +109,11 @@ export function chainPlan(
       trainer: task.trainer ?? {},
       explore: CHAIN_EXPLORE,
       entityShare: ENTITY_SHARE,
-      steps: o.bootstrapSteps,
-      batch: o.bootstrapBatch,
-      lr: o.bootstrapLr,
-      seed,
     },
     phases,
-    batch: o.bootstrapBatch,
-    lr: o.bootstrapLr,
+    o,
     seed,
-  };
+  );
 }
 
 /** Prepares the chain task (shared by the run and `hearth warmstart`). */
