@@ -20,7 +20,7 @@
  * agent's own head connection, while chunks ride a second, bulk connection.
  */
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, chownSync, mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { createHash } from "node:crypto";
 import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
@@ -33,7 +33,8 @@ import { credentialFrom, deriveKey, type Role } from "../sdk/wire/auth.js";
 import { checkGateProof, serveZapDomain, type ZapRequest } from "../sdk/wire/zap.js";
 import { connectionsFrom } from "./head/source-connections.js";
 import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
-import { admitObjectBuffer } from "../sdk/cache/buffers.js";
+import { allocObjectBuffer } from "../sdk/cache/buffers.js";
+import { fileChunks } from "../sdk/cache/file-io.js";
 import { ObjectStore, isFilePart } from "./head/object-store.js";
 import { ObjectService } from "./object-service.js";
 import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js";
@@ -227,8 +228,14 @@ export class NodeCache {
     if (r.mode === "not-modified") throw new HearthError(`node cache: ${full} read back as not-modified`);
     const part = r.parts[0]!;
     if (part.data) return part.data;
-    admitObjectBuffer(part.size, { key, app });
-    return readFileSync(this.service.store.pathOf(r.object, part));
+    // A chunk at a time, each checked (readFileSync stops at 2 GiB and checks nothing).
+    const data = allocObjectBuffer(part.size, { key, app });
+    let at = 0;
+    for await (const chunk of fileChunks(this.service.store.pathOf(r.object, part), part.size, part.sums, { key, app })) {
+      chunk.copy(data, at);
+      at += chunk.byteLength;
+    }
+    return data;
   }
 
   /** One executor or peer request, answered on its own: awaiting the head here never delays another request. */
@@ -302,7 +309,7 @@ export class NodeCache {
     if (r.mode === "not-modified") return { value: { mode: r.mode, version: r.version, baseVersion: r.baseVersion, parts: [] }, frames: [] };
     const frames: Buffer[] = [];
     const parts = r.parts.map((p) => {
-      const meta = { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+      const meta = { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) };
       if (isFilePart(p.size)) return { ...meta, file: this.service.store.pathOf(r.object, p) };
       frames.push(p.data!);
       return { ...meta, inline: frames.length - 1 };
@@ -325,7 +332,7 @@ export class NodeCache {
     const frames: Buffer[] = [];
     const parts = [];
     for (const [i, p] of copy.parts.entries()) {
-      const meta = { kind: p.meta.kind, dtype: p.meta.dtype, size: p.meta.size, version: p.meta.version };
+      const meta = { kind: p.meta.kind, dtype: p.meta.dtype, size: p.meta.size, version: p.meta.version, ...(p.meta.sums ? { sums: p.meta.sums } : {}) };
       // In place: the file keeps this name when the copy is installed.
       if (p.file) parts.push({ ...meta, file: p.file, ...(p.complete ? {} : { pending: i }) });
       else {

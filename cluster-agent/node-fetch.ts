@@ -151,7 +151,7 @@ export class NodeFetcher {
     if (stored && stored.version === version) {
       const r = this.opts.store.read(full);
       if (r.mode !== "full") throw new HearthError(`copy of '${key}' read back as ${r.mode}`);
-      const sources = r.parts.map((p) => storedSource(this.opts.store, r.object, p));
+      const sources = r.parts.map((p, i) => storedSource(this.opts.store, r.object, p, i));
       this.counters.servedToPeers++;
       return { mode: "full", version, baseVersion: r.baseVersion, parts: r.parts.map(meta), tid: service.openRead(app, sources, r.object) };
     }
@@ -182,7 +182,7 @@ export class NodeFetcher {
     const copy: Receiving = { mode: head.mode, version: head.version, baseVersion: head.baseVersion, metas, parts, inPlace: placed !== undefined };
     let source = "head";
     try {
-      for (const [i, m] of metas.entries()) parts.push(new ReceivingPart(m, isFilePart(m.size) ? (placed?.[i] ?? store.receivingFile(full)) : undefined, this.opts.fileMode(app), what));
+      for (const [i, m] of metas.entries()) parts.push(new ReceivingPart(m, isFilePart(m.size) ? (placed?.[i] ?? store.receivingFile(full)) : undefined, this.opts.fileMode(app), what, i));
       if (fileBytes > 0) this.receiving.set(full, copy);
       announce(fileBytes > 0 ? copy : undefined);
       if (head.tid === undefined && head.peer === undefined) {
@@ -193,7 +193,7 @@ export class NodeFetcher {
         source = (await this.fromPeerOrHead(app, key, copy, head.peer as { agentId: string; endpoint: string })) ? "peer" : "peer+head";
       } else {
         this.counters.fromHead++;
-        this.counters.bytesFromHead += await pullChunks(this.opts.bulk, head.tid as number, metas, parts, app);
+        this.counters.bytesFromHead += await pullChunks(this.opts.bulk, head.tid as number, metas, parts, { app, key });
       }
       for (const p of parts) p.end();
       store.replicate(full, {
@@ -225,7 +225,7 @@ export class NodeFetcher {
       noteRead(link.requests, r);
       if (r.version !== copy.version || !sameParts(r.parts as PartMeta[], copy.metas)) throw new HearthError(`agent ${peer.agentId} answered version ${r.version} of '${key}', not ${copy.version}`);
       const before = written(copy);
-      await pullChunks(link.requests, r.tid as number, copy.metas, copy.parts, app, (part, offset) => copy.parts[part]!.holds(offset));
+      await pullChunks(link.requests, r.tid as number, copy.metas, copy.parts, { app, key, skip: (part, offset) => copy.parts[part]!.holds(offset) });
       this.counters.fromPeers++;
       this.counters.bytesFromPeers += written(copy) - before;
       return true;
@@ -241,7 +241,7 @@ export class NodeFetcher {
     }
     const before = written(copy);
     this.counters.fromHead++;
-    await pullChunks(this.opts.bulk, head.tid as number, copy.metas, copy.parts, app, (part, offset) => copy.parts[part]!.holds(offset));
+    await pullChunks(this.opts.bulk, head.tid as number, copy.metas, copy.parts, { app, key, skip: (part, offset) => copy.parts[part]!.holds(offset) });
     this.counters.bytesFromHead += written(copy) - before;
     return false;
   }
@@ -291,7 +291,7 @@ export class NodeFetcher {
 }
 
 function meta(p: PartMeta): PartMeta {
-  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) };
 }
 
 function sameParts(a: PartMeta[] | undefined, b: PartMeta[]): boolean {

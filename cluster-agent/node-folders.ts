@@ -10,12 +10,12 @@
  * objects. Folders live until the agent stops (its cache dir is emptied when
  * the next one starts).
  */
-import { closeSync, copyFileSync, existsSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { fileChunks, writeAllSync } from "../sdk/cache/file-io.js";
 import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { HearthError } from "../sdk/errors/index.js";
-import { isFilePart, type ObjectStore } from "./head/object-store.js";
-import { readChunk } from "./object-service.js";
+import { isFilePart, userKey, type ObjectStore } from "./head/object-store.js";
 
 /** One file of a folder to make: its name, its size and the object keys of its parts in order. */
 export interface FolderEntry {
@@ -111,19 +111,15 @@ export class NodeFolders {
       let at = 0;
       for (const { obj, part } of parts) {
         if (part.data) {
-          writeSync(fd, part.data, 0, part.data.byteLength, at);
+          writeAllSync(fd, part.data, at, target);
           at += part.data.byteLength;
           continue;
         }
-        const src = this.store.pathOf(obj, part);
-        const from = openSync(src, "r");
-        try {
-          for (let o = 0; o < part.size; o += 8 * 1024 * 1024) {
-            const chunk = await readChunk(from, o, Math.min(8 * 1024 * 1024, part.size - o), src);
-            writeSync(fd, chunk, 0, chunk.byteLength, at + o);
-          }
-        } finally {
-          closeSync(from);
+        // Checked chunk by chunk on the way: a folder is made only of bytes that match their sums.
+        let o = 0;
+        for await (const chunk of fileChunks(this.store.pathOf(obj, part), part.size, part.sums, { key: userKey(obj.key), app })) {
+          writeAllSync(fd, chunk, at + o, target);
+          o += chunk.byteLength;
         }
         at += part.size;
       }

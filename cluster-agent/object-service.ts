@@ -14,18 +14,17 @@
  * receiving (pass-through, node-cache.ts).
  */
 import { randomUUID } from "node:crypto";
-import { closeSync, openSync, read as readCb, rmSync, write as writeCb } from "node:fs";
-import { promisify } from "node:util";
+import { closeSync, openSync, rmSync } from "node:fs";
+import { checkChunk, chunkSum, readChunk, writeAll } from "../sdk/cache/file-io.js";
 import { CHUNK, INLINE_LIMIT } from "../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../sdk/cache/values.js";
 import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
 import { ProtocolError } from "../sdk/wire/errors.js";
-import { allParts, storageError, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
+import { allParts, objectIds, storageError, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
 import { ReadCredit, type ReadCreditLimits } from "./read-credit.js";
 
-const readAt = promisify(readCb);
-const writeAt = promisify(writeCb);
+export { readChunk };
 
 /** A reply: value plus payload frames. */
 export interface ServiceReply {
@@ -42,20 +41,13 @@ export interface PartSource {
   close(): void;
 }
 
-/** Reads exactly `length` bytes at `position` of `fd` into a new buffer. */
-export async function readChunk(fd: number, position: number, length: number, what: string): Promise<Buffer> {
-  const buf = Buffer.allocUnsafe(length);
-  let got = 0;
-  while (got < length) {
-    const { bytesRead } = await readAt(fd, buf, got, length - got, position + got);
-    if (bytesRead === 0) throw new HearthError(`${what} ended after ${position + got} bytes, ${length - got} short of the chunk asked for`);
-    got += bytesRead;
-  }
-  return buf;
-}
-
-/** A part in memory or in a file the store holds (the descriptor keeps it readable after a replace or delete). */
-export function storedSource(store: ObjectStore, obj: StoredObject, part: StoredPart): PartSource {
+/**
+ * A part in memory or in a file the store holds (the descriptor keeps it
+ * readable after a replace or delete). Every chunk read from a file is
+ * checked against the part's sums first: bytes that changed on disk are
+ * refused (ObjectCorruptError), never served.
+ */
+export function storedSource(store: ObjectStore, obj: StoredObject, part: StoredPart, index = 0): PartSource {
   if (part.data) {
     const data = part.data;
     return { size: part.size, read: async (o, l) => data.subarray(o, o + l), close: () => undefined };
@@ -64,9 +56,21 @@ export function storedSource(store: ObjectStore, obj: StoredObject, part: Stored
   const fd = openSync(file, "r");
   return {
     size: part.size,
-    read: (o, l) => readChunk(fd, o, l, file),
+    read: (o, l) => readChecked(fd, file, part.size, part.sums, o, l, objectIds(obj.key), index),
     close: () => closeSync(fd),
   };
+}
+
+/**
+ * `length` bytes at `offset` of a part's file, after the whole chunk around
+ * them passed its sum (a read off the chunk grid reads its chunk whole).
+ */
+export async function readChecked(fd: number, file: string, size: number, sums: readonly number[] | undefined, offset: number, length: number, ids: { key: string; app?: string }, part: number): Promise<Buffer> {
+  const start = offset - (offset % CHUNK);
+  const whole = Math.min(CHUNK, size - start);
+  const chunk = await readChunk(fd, start, whole, file);
+  checkChunk(chunk, start, sums, { ...ids, part, source: file });
+  return start === offset && length >= whole ? chunk : chunk.subarray(offset - start, Math.min(offset - start + length, whole));
 }
 
 interface ReadTransfer {
@@ -84,6 +88,8 @@ interface UploadPart {
   fd: number;
   /** Length of each chunk received, by offset. */
   chunks: Map<number, number>;
+  /** The sum of each chunk received, by offset: the part's sums once it is whole. */
+  sums: Map<number, number>;
 }
 
 interface WriteTransfer {
@@ -216,7 +222,7 @@ export class ObjectService {
         const data = frames[1];
         if (!data || data.byteLength !== w.size) throw new ProtocolError(`obj-write: expected one payload frame of ${w.size} bytes`);
         this.traffic.bytesIn += data.byteLength;
-        return { value: this.result(this.store.write(w.op, w.key, { kind: w.kind, dtype: w.dtype, data }, w)) };
+        return { value: this.result(await this.store.write(w.op, w.key, { kind: w.kind, dtype: w.dtype, data }, w)) };
       }
       case "obj-begin":
         return { value: this.begin(ns, h) };
@@ -296,7 +302,7 @@ export class ObjectService {
     } catch (err) {
       throw storageError(t.op, t.key, err, "");
     }
-    const part = { file, fd, chunks: new Map<number, number>() };
+    const part = { file, fd, chunks: new Map<number, number>(), sums: new Map<number, number>() };
     t.parts.set(index, part);
     return part;
   }
@@ -315,9 +321,16 @@ export class ObjectService {
     if (offset % CHUNK !== 0 || data.byteLength !== expected || data.byteLength === 0 || data.byteLength > CHUNK) {
       throw new ProtocolError(`obj-chunk: expected ${expected} bytes at a multiple of ${CHUNK} (got ${data.byteLength} at ${offset}); send the object in the chunks obj-begin named`);
     }
+    // The sum of what arrived: checked against the uploader's (a chunk hurt on its way is refused) and
+    // recorded, so every later read of the part checks its bytes.
+    const sum = chunkSum(data);
+    if (h.crc !== undefined && h.crc !== sum) {
+      throw new ProtocolError(`obj-chunk: the chunk at ${offset} of part ${index} arrived with sum ${sum.toString(16)}, not the ${Number(h.crc).toString(16)} it was sent with; send it again`);
+    }
     t.lastActive = Date.now();
     const part = this.uploadPart(t, index);
-    const writing = writeAt(part.fd, data, 0, data.byteLength, offset);
+    // Every byte down, or the upload fails here: a short write on a filling disk is not a written chunk.
+    const writing = writeAll(part.fd, data, offset, part.file);
     t.writing.add(writing);
     try {
       await writing;
@@ -329,6 +342,7 @@ export class ObjectService {
       t.writing.delete(writing);
     }
     part.chunks.set(offset, data.byteLength);
+    part.sums.set(offset, sum);
     this.traffic.bytesIn += data.byteLength;
     return { received: receivedBytes(t) };
   }
@@ -353,9 +367,11 @@ export class ObjectService {
     const files = sizes.map((size, i) => {
       const part = this.uploadPart(t, i); // a part that got no chunk (empty) gets its empty file here
       closeSync(part.fd);
-      return { kind: t.kind, dtype: t.dtype, size, file: part.file };
+      const sums: number[] = [];
+      for (let at = 0; at < size; at += CHUNK) sums.push(part.sums.get(at)!);
+      return { kind: t.kind, dtype: t.dtype, size, file: part.file, sums };
     });
-    return this.result(this.store.writeFiles(t.op, t.key, files, t));
+    return this.result(await this.store.writeFiles(t.op, t.key, files, t));
   }
 
   private parseWrite(ns: string, h: Header, chunked = false): { op: WriteOp; key: string; kind: ValueKind; dtype?: DType; size?: number; ifVersion?: number; pin?: boolean; scratch?: boolean } {
@@ -391,7 +407,7 @@ export class ObjectService {
       return { value: { ...base, parts: [] } };
     }
     this.traffic.gets[r.mode === "full" ? "full" : "patches"]++;
-    const parts = r.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version }));
+    const parts = r.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) }));
     const total = r.parts.reduce((n, p) => n + p.size, 0);
     if (total <= INLINE_LIMIT) {
       this.count(total, peer);
@@ -406,7 +422,7 @@ export class ObjectService {
     }
     const sources: PartSource[] = [];
     try {
-      for (const p of r.parts) sources.push(storedSource(this.store, r.object, p));
+      for (const [i, p] of r.parts.entries()) sources.push(storedSource(this.store, r.object, p, i));
     } catch (err) {
       for (const s of sources) s.close();
       throw new HearthError(`object '${str(h, "key")}' cannot be read: ${(err as Error).message}`, { cause: err });

@@ -7,16 +7,14 @@
  * (the store installs it then, renaming the files into place); until then the
  * store serves the last complete version.
  */
-import { closeSync, openSync, rmSync, write as writeCb } from "node:fs";
-import { promisify } from "node:util";
+import { closeSync, openSync, rmSync } from "node:fs";
+import { writeAll } from "../sdk/cache/file-io.js";
 import { HearthError } from "../sdk/errors/index.js";
 import type { PartMeta, PartSink } from "../sdk/cache/transfer.js";
 import { CHUNK } from "../sdk/cache/transfer.js";
 import { allocObjectBuffer } from "../sdk/cache/buffers.js";
-import { readChunk, type PartSource } from "./object-service.js";
+import { readChecked, type PartSource } from "./object-service.js";
 import { storageError } from "./head/object-store.js";
-
-const writeAt = promisify(writeCb);
 
 /** How long a reader waits for a chunk that has not arrived (the upstream fetch is stalled past it). */
 export const CHUNK_WAIT_MS = 60_000;
@@ -50,6 +48,8 @@ export class ReceivingPart implements PartSink {
     readonly file: string | undefined,
     mode: number,
     private readonly what: { key: string; app?: string },
+    /** Its index in the copy's parts (for errors). */
+    private readonly index = 0,
   ) {
     this.whole = new Promise<void>((resolve, reject) => (this.settleWhole = (err) => (err === undefined ? resolve() : reject(err))));
     this.whole.catch(() => undefined); // nobody may be waiting
@@ -95,7 +95,8 @@ export class ReceivingPart implements PartSink {
     if (this.data) chunk.copy(this.data, offset);
     else {
       try {
-        await writeAt(this.fd!, chunk, 0, chunk.byteLength, offset);
+        // Every byte down or the fetch fails: a short write on a filling disk is not a written chunk.
+        await writeAll(this.fd!, chunk, offset, this.file);
       } catch (err) {
         // A full or failing disk: the whole fetch fails, naming the object and the code.
         const e = storageError("fetch", `${this.what.app ?? ""}/${this.what.key}`, err, " (the head's copy is untouched)", "this node's cache dir");
@@ -133,7 +134,8 @@ export class ReceivingPart implements PartSink {
       read: async (offset, length) => {
         await this.arrived(offset);
         if (this.data) return this.data.subarray(offset, offset + length);
-        return readChunk(this.fd!, offset, length, this.file!);
+        // Read back from the file and checked again: what another node gets is what the head recorded.
+        return readChecked(this.fd!, this.file!, this.meta.size, this.meta.sums, offset, length, this.what, this.index);
       },
       close: () => {
         if (!closed) this.unref();

@@ -26,6 +26,8 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ -x /usr/bin/jupyter-notebook ] || missing+=(jupyter-notebook)
 # The Slurm tests put each node in a network namespace (ip netns + veth); Slurm itself their harness installs.
 [ -x /usr/sbin/ip ] || missing+=(iproute2)
+# The durability test watches the head's flushes and renames with strace (a power loss cannot be staged).
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then

@@ -19,9 +19,17 @@
  * told. Files are opened, written or read, and closed per operation (a read
  * transfer keeps one descriptor per large part it serves), so descriptors
  * stay bounded whatever the object count.
+ *
+ * Durability (store-files.ts): with a data dir a write is reported only once
+ * its parts, their folder and its manifest are flushed to the disk, in that
+ * order, so a power loss after a commit loses nothing and tears nothing.
+ * Flushes cost milliseconds each, so writes to a data dir commit in groups:
+ * each write's bytes are flushed off the event loop as soon as they are in,
+ * then every write waiting (one per key) is placed, their manifests flushed
+ * together, renamed, and the folder flushed once for all of them.
  */
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { sumsOf } from "../../sdk/cache/file-io.js";
 import os from "node:os";
 import path from "node:path";
 import type { DType, ValueKind } from "../../sdk/cache/values.js";
@@ -30,12 +38,13 @@ import { allParts, isFilePart, moreMeta, sizeOf, storageError, strip, userKey, o
 export { allParts, isFilePart, storageError, userKey, objectIds, type PartFile, type PartFiles, type ReadResult, type ReplicaPart, type StoredObject, type StoredPart, type ObjectStoreOptions, type WriteOp };
 import { CacheFullError, HearthError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError } from "../../sdk/errors/index.js";
 import { formatBytes } from "../../sdk/format.js";
+import { GroupCommits, type CommitPlan, type IncomingPart, type Pool, type WriteOptions } from "./group-commit.js";
+import { keyHash, makeSpool, readSmallPart, removeFiles, syncDirSync, writeFileDurableSync } from "./store-files.js";
 
 const MAX_TOMBSTONES = 10_000;
 /** Uploads and fetches in progress are files with this suffix; a restarted store removes what a crash left. */
 const RECEIVING = ".receiving";
 
-type Pool = "mem" | "file";
 
 export class ObjectStore {
   private readonly objects = new Map<string, StoredObject>();
@@ -48,10 +57,31 @@ export class ObjectStore {
   /** The spool folder this store made for large parts (no data dir, no `files`). */
   private spool?: string;
   private receivingSeq = 0;
-  readonly stats = { evictions: 0, spills: 0, reloads: 0 };
+  /** Bytes planned writes hold in each pool until they are applied (a group commit plans several at once). */
+  private readonly reserved: Record<Pool, number> = { mem: 0, file: 0 };
+  /** Writes to the data dir, committed in groups. */
+  private readonly commits: GroupCommits;
+  /** Spools of dead processes that open() removed (the head logs them). */
+  swept: string[] = [];
+  /** Evictions, spills to disk and reloads; with a data dir, durable writes, the group commits that flushed them, and the time those took. */
+  readonly stats = { evictions: 0, spills: 0, reloads: 0, syncs: 0, groupCommits: 0, syncMs: 0 };
 
   /** Records the options only (no I/O): open() creates the folders and reloads what a data dir holds. */
-  constructor(private readonly opts: ObjectStoreOptions) {}
+  constructor(private readonly opts: ObjectStoreOptions) {
+    // The steps of a write a group commit runs, bound to this store (its private state stays here).
+    this.commits = new GroupCommits({
+      dir: () => this.dir!,
+      sync: opts.sync !== false,
+      receivingFile: (key) => this.receivingFile(key),
+      metaFile: (key) => this.metaFile(key),
+      current: (key) => this.objects.get(key),
+      plan: (op, key, parts, o) => this.plan(op, key, parts, o),
+      placeParts: (plan, parts) => this.placeParts(plan, parts),
+      undo: (plan, extra) => this.undo(plan, extra),
+      apply: (plan) => this.apply(plan),
+      stats: this.stats,
+    });
+  }
 
   /**
    * With a data dir: creates its objects folder, removes uploads a crash
@@ -68,9 +98,17 @@ export class ObjectStore {
       for (const f of readdirSync(dir)) if (f.endsWith(RECEIVING) || f.endsWith(".tmp")) rmSync(path.join(dir, f), { force: true });
       this.loadIndex();
     } else if (!this.opts.files) {
-      this.spool = mkdtempSync(path.join(os.tmpdir(), "hearth-spool-"));
+      // Under a parent every head of this user shares, so a head killed with -9 leaves nothing past the next start.
+      const made = makeSpool(this.opts.spoolDir ?? os.tmpdir());
+      this.spool = made.dir;
+      this.swept = made.swept;
     }
     return this;
+  }
+
+  /** Where large parts go without a data dir (the spool), once open() ran. */
+  get spoolDir(): string | undefined {
+    return this.spool;
   }
 
   /** Removes the spool folder this store made (its files go with it). */
@@ -79,7 +117,7 @@ export class ObjectStore {
   }
 
   /** Object count and bytes (base plus patches, in memory or not), memory and file use, and limits. */
-  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; fileUsed: number; fileLimit: number | null; persistent: boolean; evictions: number; spills: number; reloads: number } {
+  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; fileUsed: number; fileLimit: number | null; persistent: boolean; evictions: number; spills: number; reloads: number; syncs: number; groupCommits: number; syncMs: number } {
     let bytes = 0;
     for (const o of this.objects.values()) bytes += sizeOf(o);
     const fileLimit = this.dir ? null : (this.opts.fileLimit ?? null);
@@ -114,57 +152,118 @@ export class ObjectStore {
   }
 
   /** Applies a write of bytes in memory (a large one is written to its file here). See writeFiles. */
-  write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean } = {}): StoredObject {
+  async write(op: WriteOp, key: string, value: { kind: ValueKind; dtype?: DType; data: Buffer }, opts: WriteOptions = {}): Promise<StoredObject> {
     const size = value.data.byteLength;
-    if (!isFilePart(size)) return this.commit(op, key, [{ kind: value.kind, dtype: value.dtype, size, data: value.data }], opts);
+    if (!isFilePart(size)) return this.commitWrite(op, key, [{ kind: value.kind, dtype: value.dtype, size, data: value.data }], opts);
     const file = this.receivingFile(key);
     try {
-      writeFileSync(file, value.data, { mode: 0o600 });
+      writeFileDurableSync(file, value.data, false);
     } catch (err) {
       rmSync(file, { force: true });
       throw storageError(op, key, err, "");
     }
-    return this.writeFiles(op, key, [{ kind: value.kind, dtype: value.dtype, size, file }], opts);
+    return this.writeFiles(op, key, [{ kind: value.kind, dtype: value.dtype, size, file, sums: sumsOf(value.data) }], opts);
   }
 
   /**
    * Commits parts received into files (from receivingFile) as the write
    * `op`: one or more base parts for `put`/`update`, one part for `patch`.
-   * With a data dir the disk takes them before memory changes: if it
-   * refuses (ENOSPC, EROFS…) the files are removed and the store is as it
-   * was, so the same write can be retried and a restarted head reloads
-   * exactly what writes reported. The received files are consumed either way.
+   * With a data dir the disk takes them before memory changes, durably (see
+   * the module doc): if it refuses (ENOSPC, EROFS…) the files are removed
+   * and the store is as it was, so the same write can be retried and a
+   * restarted head reloads exactly what writes reported. The received files
+   * are consumed either way.
    * Throws VersionConflictError, ObjectNotFoundError, CacheFullError or ObjectStorageError.
    */
-  writeFiles(op: WriteOp, key: string, parts: PartFile[], opts: { ifVersion?: number; pin?: boolean; scratch?: boolean } = {}): StoredObject {
+  async writeFiles(op: WriteOp, key: string, parts: PartFile[], opts: WriteOptions = {}): Promise<StoredObject> {
     try {
-      // A streamed part that turned out small is kept in memory like any small part.
-      return this.commit(op, key, parts.map((p) => (isFilePart(p.size) ? p : { ...p, file: undefined, data: readFileSync(p.file) })), opts);
+      // A streamed part that turned out small is kept in memory like any small part (its bytes checked once more on the way).
+      return await this.commitWrite(op, key, parts.map((p, i) => (isFilePart(p.size) ? p : { ...p, file: undefined, data: readSmallPart(p.file, p.size, p.sums, key, i) })), opts);
     } finally {
       for (const p of parts) rmSync(p.file, { force: true });
     }
   }
 
-  /** One write of `parts` (each in memory, or in a received file to rename into place). */
-  private commit(op: WriteOp, key: string, incoming: Array<{ kind: ValueKind; dtype?: DType; size: number; data?: Buffer; file?: string }>, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean }): StoredObject {
+  /** One write of `parts`: at once without a data dir; with one, through the next group commit. */
+  private async commitWrite(op: WriteOp, key: string, parts: IncomingPart[], opts: WriteOptions): Promise<StoredObject> {
+    if (!this.dir) {
+      const plan = this.plan(op, key, parts, opts);
+      try {
+        this.placeParts(plan, parts);
+      } catch (err) {
+        this.unreserve(plan);
+        throw err;
+      }
+      return this.apply(plan);
+    }
+    this.check(op, key, opts.ifVersion);
+    return this.commits.commit(op, key, parts, opts);
+  }
+
+  /**
+   * Decides a write: its preconditions, version, room (held in `reserved`
+   * until it is applied or undone) and manifest. Changes nothing else.
+   */
+  private plan(op: WriteOp, key: string, incoming: IncomingPart[], opts: WriteOptions): CommitPlan {
     this.check(op, key, opts.ifVersion);
     if (incoming.length === 0 || (op === "patch" && incoming.length !== 1)) throw new HearthError(`${op} of '${userKey(key)}' has ${incoming.length} parts: a base has one or more, a patch exactly one`);
     const existing = this.objects.get(key);
     const version = (existing?.version ?? 0) + 1;
-    const parts: StoredPart[] = incoming.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version, ...(p.data ? { data: p.data } : {}) }));
+    const parts: StoredPart[] = incoming.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version, sums: p.sums ?? (p.data ? sumsOf(p.data) : undefined), ...(p.data ? { data: p.data } : {}) }));
     // A new base replaces the old one and its patches at once: their bytes count as free, so an
     // object that fits as one base plus its history can always be re-based.
+    const reserved: Record<Pool, number> = { mem: 0, file: 0 };
     for (const pool of ["mem", "file"] as const) {
       const bytes = parts.filter((p) => this.poolOf(p) === pool).reduce((n, p) => n + p.size, 0);
-      if (bytes > 0) this.makeRoom(bytes, key, op === "patch" ? 0 : this.freedBy(op, key, pool), pool);
+      if (bytes === 0) continue;
+      this.makeRoom(bytes, key, op === "patch" ? 0 : this.freedBy(op, key, pool), pool);
+      reserved[pool] = bytes;
     }
-    const next: ObjectMeta =
+    this.reserved.mem += reserved.mem;
+    this.reserved.file += reserved.file;
+    const meta: ObjectMeta =
       op === "patch"
         ? { key, version, baseVersion: existing!.baseVersion, pinned: existing!.pinned, ...(existing!.scratch ? { scratch: true } : {}), base: strip(existing!.base), ...moreMeta(existing!.more), patches: [...existing!.patches.map(strip), strip(parts[0]!)] }
         : { key, version, baseVersion: version, pinned: opts.pin ?? existing?.pinned ?? false, ...((opts.scratch ?? existing?.scratch) ? { scratch: true } : {}), base: strip(parts[0]!), ...moreMeta(parts.slice(1)), patches: [] };
     const targets = op === "patch" ? [this.patchFile(key, version)] : parts.map((_, i) => this.baseFile(key, version, i));
-    this.persist(op, next, targets, incoming);
-    // On disk (or in place): now memory follows.
+    return { op, key, existing, version, parts, meta, targets, reserved };
+  }
+
+  /**
+   * Puts each part's file where the plan says (a rename; a new base's files
+   * carry its version, so the current one's are never touched). On failure
+   * the files placed are removed and an ObjectStorageError is thrown.
+   */
+  private placeParts(plan: CommitPlan, parts: IncomingPart[]): void {
+    const made: string[] = [];
+    try {
+      parts.forEach((p, i) => {
+        if (!p.file) return;
+        renameSync(p.file, plan.targets[i]!);
+        made.push(plan.targets[i]!);
+      });
+    } catch (err) {
+      removeFiles(made);
+      throw storageError(plan.op, plan.key, err, "");
+    }
+  }
+
+  private unreserve(plan: CommitPlan): void {
+    this.reserved.mem -= plan.reserved.mem;
+    this.reserved.file -= plan.reserved.file;
+    plan.reserved = { mem: 0, file: 0 };
+  }
+
+  /** A planned write that will not be applied: its room freed, its placed files and `extra` (its manifest) removed. */
+  private undo(plan: CommitPlan, extra: string): void {
+    this.unreserve(plan);
+    removeFiles([...plan.targets, extra]);
+  }
+
+  /** Memory follows a write the disk took (or one that needs no disk). */
+  private apply(plan: CommitPlan): StoredObject {
+    this.unreserve(plan);
+    const { op, key, existing, version, parts, targets } = plan;
     let obj: StoredObject;
     if (op === "patch") {
       obj = existing!;
@@ -173,10 +272,10 @@ export class ObjectStore {
     } else {
       if (existing) {
         this.release(existing);
-        this.removeFiles(this.filesOf(existing).filter((f) => !targets.includes(f)));
+        removeFiles(this.filesOf(existing).filter((f) => !targets.includes(f)));
       }
-      obj = { key, version, baseVersion: version, base: parts[0]!, more: parts.slice(1), patches: [], pinned: next.pinned, lastUsed: 0, readers: 0 };
-      if (next.scratch) obj.scratch = true;
+      obj = { key, version, baseVersion: version, base: parts[0]!, more: parts.slice(1), patches: [], pinned: plan.meta.pinned, lastUsed: 0, readers: 0 };
+      if (plan.meta.scratch) obj.scratch = true;
       this.objects.set(key, obj);
     }
     obj.lastUsed = ++this.clock;
@@ -202,7 +301,7 @@ export class ObjectStore {
       if (d.mode === "not-modified") return;
       const existing = this.objects.get(key);
       if (d.mode === "patches" && (!existing || existing.baseVersion !== d.baseVersion)) throw new ObjectNotFoundError(`replica of '${userKey(key)}' cannot take patches: base missing`, objectIds(key));
-      const parts: StoredPart[] = d.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.data ? { data: p.data } : {}) }));
+      const parts: StoredPart[] = d.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, sums: p.sums ?? (p.data ? sumsOf(p.data) : undefined), ...(p.data ? { data: p.data } : {}) }));
       for (const pool of ["mem", "file"] as const) {
         const bytes = parts.filter((p) => this.poolOf(p) === pool).reduce((n, p) => n + p.size, 0);
         if (bytes > 0) this.makeRoom(bytes, key, d.mode === "full" && existing ? charged(existing, pool, this) : 0, pool);
@@ -220,7 +319,7 @@ export class ObjectStore {
       } else {
         if (existing) {
           this.release(existing);
-          this.removeFiles(this.filesOf(existing).filter((f) => !targets.includes(f)));
+          removeFiles(this.filesOf(existing).filter((f) => !targets.includes(f)));
         }
         this.objects.set(key, { key, version: d.version, baseVersion: d.baseVersion, base: parts[0]!, more: parts.slice(1, baseCount), patches: parts.slice(baseCount), pinned: false, lastUsed: ++this.clock, readers: 0 });
       }
@@ -320,10 +419,18 @@ export class ObjectStore {
           throw storageError("delete", key, err, n > 0 ? ` (${n} other object${n === 1 ? " was" : "s were"} deleted before it)` : "");
         }
       }
-      this.removeFiles(this.filesOf(obj));
+      removeFiles(this.filesOf(obj));
       this.release(obj);
       this.objects.delete(key);
       n++;
+    }
+    // One flush for the whole delete: the removed manifests stay removed after a power loss.
+    if (this.dir && n > 0 && this.opts.sync !== false) {
+      try {
+        syncDirSync(this.dir);
+      } catch {
+        // Removed already; only the flush is in doubt.
+      }
     }
     return n;
   }
@@ -349,7 +456,9 @@ export class ObjectStore {
    */
   makeRoom(bytes: number, forKey: string, freed = 0, pool: Pool = "mem"): void {
     const limit = pool === "mem" ? this.opts.memLimit : this.opts.fileLimit!;
-    if (this.used[pool] - freed + bytes <= limit) return;
+    // Writes planned and not yet applied (a group commit) hold their room too.
+    const held = (): number => this.used[pool] + this.reserved[pool] - freed + bytes;
+    if (held() <= limit) return;
     const what = `'${userKey(forKey)}'`;
     const which = pool === "mem" ? "memory limit" : "file limit";
     if (bytes > limit) {
@@ -359,10 +468,10 @@ export class ObjectStore {
       .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && charged(o, pool, this) > 0)
       .sort((a, b) => a.lastUsed - b.lastUsed);
     for (const v of victims) {
-      if (this.used[pool] - freed + bytes <= limit) break;
+      if (held() <= limit) break;
       this.evict(v);
     }
-    if (this.used[pool] - freed + bytes > limit) {
+    if (held() > limit) {
       throw new CacheFullError(
         `cannot store ${formatBytes(bytes)} for ${what}: the cache holds ${formatBytes(this.used[pool])} of its ${formatBytes(limit)} ${which} in pinned or in-transfer objects; ` +
           `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
@@ -383,7 +492,7 @@ export class ObjectStore {
       return;
     }
     this.release(o);
-    this.removeFiles(this.filesOf(o));
+    removeFiles(this.filesOf(o));
     this.objects.delete(o.key);
     this.evicted.set(o.key, `the cache needed room (limit ${formatBytes(this.opts.memLimit)}) and the head has no --data-dir; pin objects you need to keep`);
     if (this.evicted.size > MAX_TOMBSTONES) this.evicted.delete(this.evicted.keys().next().value!);
@@ -410,8 +519,10 @@ export class ObjectStore {
     if (missing.length === 0) return;
     if (!this.dir) throw new ObjectEvictedError(`object '${userKey(o.key)}' lost its bytes`, objectIds(o.key));
     this.makeRoom(missing.reduce((n, p) => n + p.size, 0), o.key);
+    const all = allParts(o);
     for (const p of missing) {
-      p.data = readFileSync(this.pathOf(o, p));
+      // Back from disk: checked against the sums recorded at its write, so a changed file is refused, not served.
+      p.data = readSmallPart(this.pathOf(o, p), p.size, p.sums, o.key, all.indexOf(p));
       this.used.mem += p.size;
     }
     this.stats.reloads++;
@@ -420,7 +531,7 @@ export class ObjectStore {
   // ---- files --------------------------------------------------------------------
 
   private hash(key: string): string {
-    return createHash("sha256").update(key).digest("hex").slice(0, 40);
+    return keyHash(key);
   }
 
   /** The folder of `key`'s part files: the data dir, the caller's per-app folder, or the spool. */
@@ -445,45 +556,6 @@ export class ObjectStore {
   /** The files an object has: all of its parts with a data dir, its large parts without. */
   private filesOf(o: StoredObject): string[] {
     return allParts(o).filter((p) => this.dir || isFilePart(p.size)).map((p) => this.pathOf(o, p));
-  }
-
-  /**
-   * Puts the new part in place (a small one written from memory, a large one
-   * renamed from its received file), then, with a data dir, the metadata
-   * (temporary file + rename), the commit point: a crash before the rename
-   * leaves the previous version on disk whole. On any failure the files this
-   * write made are removed and an ObjectStorageError is thrown; memory has
-   * not been touched yet.
-   */
-  private persist(op: WriteOp, meta: ObjectMeta, targets: string[], parts: Array<{ data?: Buffer; file?: string }>): void {
-    const metaFile = this.dir ? this.metaFile(meta.key) : undefined;
-    const made: string[] = [];
-    try {
-      parts.forEach((p, i) => {
-        if (p.file) renameSync(p.file, targets[i]!);
-        else if (this.dir) writeFileSync(targets[i]!, p.data!, { mode: 0o600 });
-        else return;
-        made.push(targets[i]!);
-      });
-      if (metaFile) {
-        writeFileSync(`${metaFile}.tmp`, JSON.stringify(meta), { mode: 0o600 });
-        renameSync(`${metaFile}.tmp`, metaFile);
-      }
-    } catch (err) {
-      this.removeFiles([...made, ...(metaFile ? [`${metaFile}.tmp`] : [])]);
-      throw storageError(op, meta.key, err, "");
-    }
-  }
-
-  /** Removes files no metadata names any more; one that will not go is left for the disk's owner (it is never read). */
-  private removeFiles(files: string[]): void {
-    for (const f of files) {
-      try {
-        rmSync(f, { force: true });
-      } catch {
-        // Unreferenced: a restart ignores it.
-      }
-    }
   }
 
   private loadIndex(): void {

@@ -14,6 +14,11 @@ export interface StoredPart {
   size: number;
   version: number;
   data?: Buffer;
+  /**
+   * CRC-32 of each CHUNK of the part, recorded when it was received (sdk/cache/file-io.ts):
+   * every read of its file checks them. Undefined for a part a data dir stored before sums existed.
+   */
+  sums?: number[];
 }
 
 /** A versioned object: a base of one or more parts (a publication's shards), then appended patches of one part each. */
@@ -58,8 +63,15 @@ export interface ObjectStoreOptions {
   dataDir?: string;
   /** Where large parts live without a data dir (default: a private spool folder made by open()). */
   files?: PartFiles;
+  /** The parent of that spool folder (default the OS temp folder; the head picks memory-backed /dev/shm where it has room). */
+  spoolDir?: string;
   /** Bytes of large parts' files at most, outside a data dir (default: they count against memLimit). */
   fileLimit?: number;
+  /**
+   * With a data dir, flush every commit to the disk before it is reported (part files, their folder,
+   * then the manifest; docs/architecture.md, "Durability"). Default true; false only to measure what it costs.
+   */
+  sync?: boolean;
 }
 
 /** A write: create (`put`), replace the base (`update`), or append (`patch`). */
@@ -70,8 +82,10 @@ export interface PartFile {
   kind: ValueKind;
   dtype?: DType;
   size: number;
-  /** The file holding exactly `size` bytes (made by `uploadFile`): committing renames it into place. */
+  /** The file holding exactly `size` bytes (made by `receivingFile`): committing renames it into place. */
   file: string;
+  /** The chunk sums of the bytes received (checked again if the part is small enough to be kept in memory). */
+  sums?: number[];
 }
 
 /** A part handed to `replicate`: small with its bytes, or large in a received file. */
@@ -105,7 +119,7 @@ export function storageError(op: string, key: string, err: unknown, note: string
 }
 
 export function strip(p: StoredPart): Omit<StoredPart, "data"> {
-  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version };
+  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) };
 }
 
 export function sizeOf(o: StoredObject): number {

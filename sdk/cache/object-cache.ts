@@ -18,12 +18,13 @@
  * `get` assembles a value in memory and refuses one over this process's
  * buffer limit (BufferLimitError, buffers.ts).
  */
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { open } from "node:fs/promises";
 import path from "node:path";
 import { HearthError } from "../errors/index.js";
 import type { Requester } from "../wire/requests.js";
-import { admitObjectBuffer } from "./buffers.js";
+import { admitObjectBuffer, allocObjectBuffer } from "./buffers.js";
+import { fileChunks, writeAll } from "./file-io.js";
 import { fileSink, OrderedChunks } from "./sinks.js";
 import { INLINE_LIMIT, download, fileSource, upload, type PartMeta, type UploadSource, type WriteResult } from "./transfer.js";
 import { decodeValue, encodeValue } from "./values.js";
@@ -210,7 +211,9 @@ export class ObjectCache {
     let d: { mode: "not-modified" | "patches" | "full"; version: number; baseVersion: number; parts: Array<PartMeta & { data?: Buffer }> };
     if (this.opts.local) {
       const local = await this.openLocal(key, held?.version, held?.baseVersion);
-      d = { ...local, parts: local.parts.map((p) => ({ ...p, data: p.data ?? this.readWhole(key, p) })) };
+      const parts: Array<PartMeta & { data?: Buffer }> = [];
+      for (const [i, p] of local.parts.entries()) parts.push({ ...p, data: p.data ?? (await this.readWhole(key, p, i)) });
+      d = { ...local, parts };
     } else {
       const got = await download(this.reads, { key, have: held?.version, haveBase: held?.baseVersion });
       this.stats.bytesReceived += got.bytes;
@@ -274,7 +277,7 @@ export class ObjectCache {
     let version = 0;
     try {
       for await (const chunk of this.streamParts(keyOf(ref), (v) => (version = v))) {
-        await fh.write(chunk, 0, chunk.byteLength, size);
+        await writeAll(fh.fd, chunk, size, file);
         size += chunk.byteLength;
       }
     } finally {
@@ -319,24 +322,16 @@ export class ObjectCache {
     if (this.opts.local) {
       const local = await this.openLocal(key);
       onVersion(local.version);
-      for (const p of local.parts) {
+      for (const [i, p] of local.parts.entries()) {
         if (p.data) {
           this.stats.bytesReadLocal += p.data.byteLength;
           yield p.data;
           continue;
         }
-        const fh = await open(p.file!, "r");
-        try {
-          for (let at = 0; at < p.size; ) {
-            const buf = Buffer.allocUnsafe(Math.min(8 * 1024 * 1024, p.size - at));
-            const { bytesRead } = await fh.read(buf, 0, buf.byteLength, at);
-            if (bytesRead === 0) throw new HearthError(`${p.file} (a part of '${key}') ended after ${at} of ${p.size} bytes`);
-            at += bytesRead;
-            this.stats.bytesReadLocal += bytesRead;
-            yield bytesRead === buf.byteLength ? buf : buf.subarray(0, bytesRead);
-          }
-        } finally {
-          await fh.close();
+        // The node's copy, read in place and checked chunk by chunk against the sums the head recorded.
+        for await (const chunk of fileChunks(p.file!, p.size, p.sums, { key, part: i })) {
+          this.stats.bytesReadLocal += chunk.byteLength;
+          yield chunk;
         }
       }
       return;
@@ -375,6 +370,7 @@ export class ObjectCache {
       dtype: p.dtype,
       size: p.size,
       version: p.version,
+      ...(p.sums ? { sums: p.sums } : {}),
       ...(p.file !== undefined ? { file: p.file } : { data: frames[p.inline ?? 0] ?? Buffer.alloc(0) }),
       ...(p.pending !== undefined ? { ready: ready(p.pending) } : {}),
     }));
@@ -382,12 +378,19 @@ export class ObjectCache {
     return { mode: v.mode, version: v.version, baseVersion: v.baseVersion, parts };
   }
 
-  /** A large part's bytes read whole from its file (under the buffer limit). */
-  private readWhole(key: string, p: LocalPart): Buffer {
-    admitObjectBuffer(p.size, { key });
-    const data = readFileSync(p.file!);
-    if (data.byteLength !== p.size) throw new HearthError(`${p.file} (a part of '${key}') holds ${data.byteLength} bytes, not ${p.size}`);
-    this.stats.bytesReadLocal += data.byteLength;
+  /**
+   * A large part's bytes read whole from its file (under the buffer limit), a
+   * chunk at a time and checked: readFileSync would stop at 2 GiB, whatever
+   * the limit, and check nothing.
+   */
+  private async readWhole(key: string, p: LocalPart, index: number): Promise<Buffer> {
+    const data = allocObjectBuffer(p.size, { key });
+    let at = 0;
+    for await (const chunk of fileChunks(p.file!, p.size, p.sums, { key, part: index })) {
+      chunk.copy(data, at);
+      at += chunk.byteLength;
+    }
+    this.stats.bytesReadLocal += at;
     return data;
   }
 

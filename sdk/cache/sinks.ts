@@ -5,12 +5,10 @@
  * reader in order, with the fetch held back while the reader is behind, so
  * only a few chunks are ever buffered).
  */
-import { closeSync, openSync, rmSync, write as writeCb } from "node:fs";
-import { promisify } from "node:util";
+import { closeSync, openSync, rmSync } from "node:fs";
 import { HearthError } from "../errors/index.js";
+import { writeAll } from "./file-io.js";
 import { CHUNK, WINDOW, type PartSink } from "./transfer.js";
-
-const writeAt = promisify(writeCb);
 
 /** A sink writing a part into `file` (created with `mode`, default 0600); the file is removed if the transfer fails. */
 export function fileSink(file: string, opts: { mode?: number; offset?: number; keepOnAbort?: boolean } = {}): PartSink {
@@ -22,9 +20,8 @@ export function fileSink(file: string, opts: { mode?: number; offset?: number; k
     open = false;
   };
   return {
-    write: async (chunk, offset) => {
-      await writeAt(fd, chunk, 0, chunk.byteLength, base + offset);
-    },
+    // Every byte down or an error (a short write on a filling disk is not a written chunk: file-io.ts).
+    write: (chunk, offset) => writeAll(fd, chunk, base + offset, file),
     end: close,
     abort: () => {
       close();

@@ -10,12 +10,12 @@ import { open } from "node:fs/promises";
 import type { Reply, Requester } from "../wire/requests.js";
 import { HearthError } from "../errors/index.js";
 import { allocObjectBuffer } from "./buffers.js";
+import { CHUNK, checkChunk, chunkSum } from "./file-io.js";
 import type { DType, EncodedValue, ValueKind } from "./values.js";
 
+export { CHUNK };
 /** Objects up to this size travel in one message (and parts up to it stay in memory). */
 export const INLINE_LIMIT = 1024 * 1024;
-/** Chunk size of streamed transfers. */
-export const CHUNK = 8 * 1024 * 1024;
 /** Chunk requests in flight per transfer. */
 export const WINDOW = 4;
 
@@ -87,6 +87,8 @@ export interface PartMeta {
   dtype?: DType;
   size: number;
   version: number;
+  /** CRC-32 of each CHUNK of the part as it was written (file-io.ts): every chunk read is checked against them. */
+  sums?: number[];
 }
 
 /** A part as it arrived: its bytes in memory when it went to a buffer sink. */
@@ -164,7 +166,7 @@ export async function download(req: Requester, fields: DownloadFields, sinkFor?:
         bytes += f.byteLength;
       }
     } else {
-      bytes = await pullChunks(req, head.tid as number, metas, sinks, fields.app);
+      bytes = await pullChunks(req, head.tid as number, metas, sinks, { app: fields.app, key: fields.key });
     }
     for (const s of sinks) await s.end();
   } catch (err) {
@@ -181,12 +183,25 @@ export async function download(req: Requester, fields: DownloadFields, sinkFor?:
   };
 }
 
+/** Options of pullChunks. */
+export interface PullOptions {
+  /** The app the transfer belongs to (an agent reading for one of its apps names it). */
+  app?: string;
+  /** Chunks already there (a copy resumed from another source). */
+  skip?: (part: number, offset: number) => boolean;
+  /** The object's key, for errors. */
+  key?: string;
+}
+
 /**
  * Pulls every chunk of read transfer `tid` into the sinks (WINDOW in flight),
  * except those `skip` says are already there, then ends the transfer;
- * returns the bytes pulled.
+ * returns the bytes pulled. Each chunk is checked against its part's sums
+ * before a sink sees it (ObjectCorruptError: nothing of it is written).
+ * `key` names the object in that error.
  */
-export async function pullChunks(req: Requester, tid: number, metas: readonly PartMeta[], sinks: readonly PartSink[], app?: string, skip?: (part: number, offset: number) => boolean): Promise<number> {
+export async function pullChunks(req: Requester, tid: number, metas: readonly PartMeta[], sinks: readonly PartSink[], opts: PullOptions = {}): Promise<number> {
+  const { app, skip, key = "?" } = opts;
   // A transfer belongs to the app that opened it: an agent reading for an app names it on every request.
   const named = app === undefined ? {} : { app };
   const jobs: Array<{ part: number; offset: number; length: number }> = [];
@@ -200,6 +215,7 @@ export async function pullChunks(req: Requester, tid: number, metas: readonly Pa
       noteRead(req, r.value);
       const chunk = r.frames[0];
       if (!chunk || chunk.byteLength !== job.length) throw new HearthError(`a chunk of ${job.length} bytes at ${job.offset} of part ${job.part} arrived with ${chunk?.byteLength ?? 0}`);
+      checkChunk(chunk, job.offset, metas[job.part]!.sums, { key, app, part: job.part, source: "the copy it came from" });
       await sinks[job.part]!.write(chunk, job.offset);
       bytes += chunk.byteLength;
     });
@@ -296,7 +312,8 @@ async function sendPart(req: Requester, tid: number, part: number, source: PartS
     for (let offset = 0; offset < size; offset += CHUNK) jobs.push(offset);
     await inWindow(jobs, async (offset) => {
       const chunk = await read(offset, Math.min(CHUNK, size - offset));
-      await req.request("obj-chunk", { tid, offset, part }, [chunk]);
+      // The sum travels with the chunk: the head checks what it received and records it for every later reader.
+      await req.request("obj-chunk", { tid, offset, part, crc: chunkSum(chunk) }, [chunk]);
     });
     return size;
   } finally {
@@ -314,7 +331,7 @@ async function sendStream(req: Requester, tid: number, part: number, chunks: Asy
   const send = async (chunk: Buffer): Promise<void> => {
     while (inFlight.size >= WINDOW) await Promise.race(inFlight);
     if (failed !== undefined) throw failed;
-    const p = req.request("obj-chunk", { tid, offset, part }, [chunk]).catch((err: unknown) => {
+    const p = req.request("obj-chunk", { tid, offset, part, crc: chunkSum(chunk) }, [chunk]).catch((err: unknown) => {
       failed ??= err;
     });
     offset += chunk.byteLength;

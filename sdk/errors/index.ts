@@ -27,5 +27,5 @@ export {
   type RemoteOrigin,
   type TimeoutOrigin,
 } from "./calls.js";
-export { BackpressureError, BufferLimitError, CacheFullError, ObjectEvictedError, ObjectNotFoundError, ObjectStorageError, VersionConflictError, type ObjectIds } from "./objects.js";
+export { BackpressureError, BufferLimitError, CacheFullError, ObjectCorruptError, ObjectEvictedError, ObjectNotFoundError, ObjectStorageError, VersionConflictError, type ObjectIds } from "./objects.js";
 export { AgentRequestError, ProjectSetupError, StateFileError, UsageError } from "./cluster.js";

@@ -99,6 +99,25 @@ export class ObjectStorageError extends HearthError {
 }
 
 /**
+ * The bytes of a stored part are not the ones written: a chunk read from its
+ * file (or received from a peer) does not match the sum recorded when the
+ * part was written (a hole, a torn write, a disk fault, an edit). The bytes
+ * are refused, never served; writing the object again replaces them.
+ */
+export class ObjectCorruptError extends HearthError {
+  override name = "ObjectCorruptError";
+  declare readonly key: string;
+  declare readonly app?: string;
+  /** The part's index in the object (base parts, then patches). */
+  declare readonly part: number;
+  /** Byte offset of the chunk that failed its check. */
+  declare readonly offset: number;
+  constructor(message: string, fields: ObjectIds & { part: number; offset: number } & ErrorOptions) {
+    super(message, fields, { key: fields.key, app: fields.app, part: fields.part, offset: fields.offset });
+  }
+}
+
+/**
  * An object (or a part of one) is larger than this process may hold in one
  * buffer (`HEARTH_MAX_BUFFER_BYTES`, default the largest Node Buffer, 4 GiB):
  * it must be read as a stream (`getStream`, `getToFile`, `getParts`) or

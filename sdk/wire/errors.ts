@@ -17,6 +17,7 @@ import {
   GangFailedError,
   HeadRestartedError,
   HearthError,
+  ObjectCorruptError,
   ObjectEvictedError,
   ObjectNotFoundError,
   ObjectStorageError,
@@ -103,6 +104,9 @@ export interface WireError {
   field?: string;
   /** For ObjectStorageError: the file system's error code (ENOSPC, EROFS…). */
   code?: string;
+  /** For ObjectCorruptError: the part and the offset of the chunk that failed its check. */
+  part?: number;
+  offset?: number;
   agentId?: string;
   file?: string;
   flag?: string;
@@ -175,6 +179,7 @@ const DECODE: Record<string, Decode> = {
   ObjectNotFoundError: (w, o) => new ObjectNotFoundError(w.message, { key: s(w.key), app: os(w.app), ...o }),
   ObjectEvictedError: (w, o) => new ObjectEvictedError(w.message, { key: s(w.key), app: os(w.app), ...o }),
   ObjectStorageError: (w, o) => new ObjectStorageError(w.message, { key: s(w.key), app: os(w.app), op: s(w.op), code: s(w.code), ...o }),
+  ObjectCorruptError: (w, o) => new ObjectCorruptError(w.message, { key: s(w.key), app: os(w.app), part: n(w.part), offset: n(w.offset), ...o }),
   BackpressureError: (w, o) => new BackpressureError(w.message, { unread: n(w.unread), limit: n(w.limit), ...o }),
   BufferLimitError: (w, o) => new BufferLimitError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),
   CacheFullError: (w, o) => new CacheFullError(w.message, { key: s(w.key), app: os(w.app), size: n(w.size), limit: n(w.limit), ...o }),

@@ -5,7 +5,7 @@
  * says why not where that is missing, and the tests skip with that reason.
  */
 import { execFileSync } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, rmSync, statSync, truncateSync, writeSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
@@ -38,8 +38,13 @@ export class SmallDisk {
     return new SmallDisk(dir);
   }
 
-  /** Fills every free byte with a filler file: from now on writes fail with ENOSPC. */
-  fill(): void {
+  /**
+   * Fills every free byte with a filler file: from now on writes fail with
+   * ENOSPC. With `leave`, that many bytes (whole pages) stay free: a larger
+   * write then takes what fits and returns short, with no error (the next
+   * write gets ENOSPC).
+   */
+  fill(opts: { leave?: number } = {}): void {
     const fd = openSync(this.filler, "a");
     const block = Buffer.alloc(4096, 0x5a);
     try {
@@ -49,6 +54,7 @@ export class SmallDisk {
     } finally {
       closeSync(fd);
     }
+    if (opts.leave) truncateSync(this.filler, Math.max(0, statSync(this.filler).size - opts.leave));
   }
 
   /** Removes the filler: the disk has room again. */

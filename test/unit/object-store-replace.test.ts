@@ -8,12 +8,12 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ObjectStore } from "../../cluster-agent/head/object-store.js";
 
-test("a replaced version stays readable for a reader that holds it; memory counts the new one", () => {
+test("a replaced version stays readable for a reader that holds it; memory counts the new one", async () => {
   const store = new ObjectStore({ memLimit: 1 << 20 });
-  store.write("put", "app/w", { kind: "bytes", data: Buffer.alloc(1000, 1) });
+  await store.write("put", "app/w", { kind: "bytes", data: Buffer.alloc(1000, 1) });
   const inFlight = store.read("app/w");
   assert.ok(inFlight.mode === "full");
-  store.write("update", "app/w", { kind: "bytes", data: Buffer.alloc(600, 2) });
+  await store.write("update", "app/w", { kind: "bytes", data: Buffer.alloc(600, 2) });
   const part = inFlight.parts[0]!;
   assert.ok(part.data, "the old version's bytes are still there for the reader that holds them");
   assert.equal(part.data.subarray(0, 8).toString("hex"), "0101010101010101");

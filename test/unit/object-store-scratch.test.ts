@@ -17,12 +17,12 @@ const bytes = (n: number, fill = 1) => ({ kind: "bytes" as const, data: Buffer.a
 test("releasing an app deletes its scratch objects and keeps the rest; node caches are told", async () => {
   const dropped: Array<[string, string]> = [];
   const svc = new ObjectService(new ObjectStore({ memLimit: 1 << 20 }), { onDropped: (ns, prefix) => dropped.push([ns, prefix]) });
-  svc.store.write("put", "a/weights", bytes(100));
-  svc.store.write("put", "a/steps/1/traj-x", bytes(50), { scratch: true });
-  svc.store.write("put", "a/steps/2/traj-y", bytes(50), { scratch: true });
+  await svc.store.write("put", "a/weights", bytes(100));
+  await svc.store.write("put", "a/steps/1/traj-x", bytes(50), { scratch: true });
+  await svc.store.write("put", "a/steps/2/traj-y", bytes(50), { scratch: true });
   // An update keeps the mark it was put with.
-  svc.store.write("update", "a/steps/2/traj-y", bytes(40));
-  svc.store.write("put", "b/steps/1/traj-z", bytes(10), { scratch: true });
+  await svc.store.write("update", "a/steps/2/traj-y", bytes(40));
+  await svc.store.write("put", "b/steps/1/traj-z", bytes(10), { scratch: true });
   assert.deepEqual(svc.store.summary("a/", 10), { objects: 3, bytes: 190, keys: ["steps/1/traj-x", "steps/2/traj-y", "weights"] });
   assert.deepEqual(svc.store.summary("a/", 1), { objects: 3, bytes: 190, keys: ["steps/1/traj-x"], keysLeftOut: 2 });
 
@@ -39,12 +39,12 @@ test("releasing an app deletes its scratch objects and keeps the rest; node cach
   assert.equal(svc.store.usage().memUsed, 100);
 });
 
-test("the scratch mark survives a restart on the same data dir; deletes remove the files", () => {
+test("the scratch mark survives a restart on the same data dir; deletes remove the files", async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-scratch-"));
   try {
     const first = new ObjectStore({ memLimit: 1 << 20, dataDir: dir }).open();
-    first.write("put", "a/run", bytes(10));
-    first.write("put", "a/steps/1/slice-0", bytes(10), { scratch: true });
+    await first.write("put", "a/run", bytes(10));
+    await first.write("put", "a/steps/1/slice-0", bytes(10), { scratch: true });
     const second = new ObjectStore({ memLimit: 1 << 20, dataDir: dir }).open();
     assert.equal(second.usage().objects, 2);
     assert.equal(second.delete("a/", { scratchOnly: true }), 1);
@@ -55,9 +55,9 @@ test("the scratch mark survives a restart on the same data dir; deletes remove t
   }
 });
 
-test("a delete leaves a reader in flight the bytes it started on, and frees them from the accounting", () => {
+test("a delete leaves a reader in flight the bytes it started on, and frees them from the accounting", async () => {
   const store = new ObjectStore({ memLimit: 1 << 20 });
-  store.write("put", "a/steps/3/traj", bytes(1000, 7));
+  await store.write("put", "a/steps/3/traj", bytes(1000, 7));
   const inFlight = store.read("a/steps/3/traj");
   assert.ok(inFlight.mode === "full");
   assert.equal(store.delete("a/steps/3/"), 1);
