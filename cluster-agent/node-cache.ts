@@ -35,13 +35,19 @@ import { connectionsFrom } from "./head/source-connections.js";
 import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
 import { allocObjectBuffer } from "../sdk/cache/buffers.js";
 import { fileChunks } from "../sdk/cache/file-io.js";
-import { ObjectStore, isFilePart } from "./head/object-store.js";
-import { ObjectService } from "./object-service.js";
+import { ObjectStore, isFilePart, type StoredObject } from "./head/object-store.js";
+import { ObjectService, storedSource, type PartSource } from "./object-service.js";
 import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js";
 import { NodeFolders, parseFolder } from "./node-folders.js";
 
 /** Largest message on the cache and bulk sockets (a chunk is 8 MiB). */
 const MAX_MESSAGE = 64 * 1024 * 1024;
+/**
+ * Bytes of small parts an `obj-open` answer carries inline at most. A base
+ * of many small parts (each up to 1 MiB) would otherwise pass the executors'
+ * 64 MiB message limit; the rest is pulled like any object (`tid`).
+ */
+export const OPEN_INLINE_BYTES = 16 * 1024 * 1024;
 /** The ZAP domain of the cache socket's gate. */
 const CACHE_ZAP_DOMAIN = "hearth-agent-cache";
 /** A connection still in the ZeroMQ handshake after this is closed. */
@@ -307,14 +313,13 @@ export class NodeCache {
     const key = str(h, "key");
     const r = this.service.store.read(`${app}/${key}`, typeof h.have === "number" ? h.have : undefined, typeof h.haveBase === "number" ? h.haveBase : undefined);
     if (r.mode === "not-modified") return { value: { mode: r.mode, version: r.version, baseVersion: r.baseVersion, parts: [] }, frames: [] };
-    const frames: Buffer[] = [];
-    const parts = r.parts.map((p) => {
+    const reply = new OpenReply();
+    for (const [i, p] of r.parts.entries()) {
       const meta = { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) };
-      if (isFilePart(p.size)) return { ...meta, file: this.service.store.pathOf(r.object, p) };
-      frames.push(p.data!);
-      return { ...meta, inline: frames.length - 1 };
-    });
-    return { value: { mode: r.mode, version: r.version, baseVersion: r.baseVersion, parts }, frames };
+      if (isFilePart(p.size)) reply.file(meta, this.service.store.pathOf(r.object, p));
+      else reply.small(meta, p.data!, () => storedSource(this.service.store, r.object, p, i));
+    }
+    return reply.answer(this.service, app, { mode: r.mode, version: r.version, baseVersion: r.baseVersion }, r.object);
   }
 
   /**
@@ -329,19 +334,17 @@ export class NodeCache {
       await this.fetcher.refresh(app, key);
       return this.open(app, h);
     }
-    const frames: Buffer[] = [];
-    const parts = [];
+    const reply = new OpenReply();
     for (const [i, p] of copy.parts.entries()) {
       const meta = { kind: p.meta.kind, dtype: p.meta.dtype, size: p.meta.size, version: p.meta.version, ...(p.meta.sums ? { sums: p.meta.sums } : {}) };
       // In place: the file keeps this name when the copy is installed.
-      if (p.file) parts.push({ ...meta, file: p.file, ...(p.complete ? {} : { pending: i }) });
+      if (p.file) reply.file(meta, p.file, p.complete ? undefined : i);
       else {
         await p.whole;
-        frames.push(p.data!);
-        parts.push({ ...meta, inline: frames.length - 1 });
+        reply.small(meta, p.data!, () => p.source());
       }
     }
-    return { value: { mode: copy.mode, version: copy.version, baseVersion: copy.baseVersion, parts }, frames };
+    return reply.answer(this.service, app, { mode: copy.mode, version: copy.version, baseVersion: copy.baseVersion });
   }
 
   /**
@@ -376,5 +379,38 @@ export class NodeCache {
     this.stopGate?.();
     // A cache: what it held goes with it (a killed agent's is emptied when the next one starts on this dir).
     rmSync(this.opts.cacheDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * An `obj-open` answer being made: large parts by path, small ones inline
+ * up to OPEN_INLINE_BYTES in all, and the small ones past that in a read
+ * transfer the executor pulls (`tid`, each such part `{pull: j}`: its index
+ * in the transfer).
+ */
+class OpenReply {
+  private readonly parts: Array<Record<string, unknown>> = [];
+  private readonly frames: Buffer[] = [];
+  private readonly pulled: Array<() => PartSource> = [];
+  private inlined = 0;
+
+  file(meta: Record<string, unknown>, file: string, pending?: number): void {
+    this.parts.push({ ...meta, file, ...(pending === undefined ? {} : { pending }) });
+  }
+
+  small(meta: Record<string, unknown>, data: Buffer, source: () => PartSource): void {
+    if (this.inlined + data.byteLength <= OPEN_INLINE_BYTES) {
+      this.inlined += data.byteLength;
+      this.frames.push(data);
+      this.parts.push({ ...meta, inline: this.frames.length - 1 });
+    } else {
+      this.pulled.push(source);
+      this.parts.push({ ...meta, pull: this.pulled.length - 1 });
+    }
+  }
+
+  answer(service: ObjectService, app: string, head: { mode: string; version: number; baseVersion: number }, object?: StoredObject): { value: unknown; frames: Buffer[] } {
+    const tid = this.pulled.length > 0 ? service.openRead(app, this.pulled.map((f) => f()), object) : undefined;
+    return { value: { ...head, parts: this.parts, ...(tid === undefined ? {} : { tid }) }, frames: this.frames };
   }
 }

@@ -6,9 +6,10 @@
  * values that are small enough to be useful whole (a `get` of a trajectory
  * batch, a manifest, a 200 MB tensor) are assembled in memory, and only here.
  *
- * `HEARTH_MAX_BUFFER_BYTES` (e.g. `64m`) lowers the ceiling for a process and
- * its children: a test sets it low so that a 200 MiB object must stream, and
- * every path that would have made it whole fails with BufferLimitError
+ * The ceiling is 1 GiB by default; `HEARTH_MAX_BUFFER_BYTES` (e.g. `64m`,
+ * `3g`) sets it for a process and its children: a test sets it low so that
+ * a 200 MiB object must stream, and every path that would have made it
+ * whole fails with BufferLimitError
  * instead of passing quietly. The largest buffer made so far is reported with
  * the process's memory (status), so a test can also see what was assembled.
  */
@@ -16,8 +17,16 @@ import buffer from "node:buffer";
 import { BufferLimitError } from "../errors/index.js";
 import { formatBytes } from "../format.js";
 
-/** The environment variable that lowers this process's object buffer ceiling. */
+/** The environment variable that sets this process's object buffer ceiling. */
 export const MAX_BUFFER_ENV = "HEARTH_MAX_BUFFER_BYTES";
+
+/**
+ * The ceiling when the variable is not set: 1 GiB. Node alone would allow 4
+ * GiB, but a `get` that made a 4 GiB buffer (and a decode of it, often a
+ * second one) takes a node's memory by surprise; a value that large is read
+ * with the streaming calls, which hold a few chunks.
+ */
+export const DEFAULT_MAX_BUFFER_BYTES = 1024 ** 3;
 
 /** Parses `64m`, `1.5g`, `4096` (bytes). */
 export function parseByteSize(text: string): number {
@@ -29,12 +38,15 @@ export function parseByteSize(text: string): number {
 
 let ceiling: number | undefined;
 
-/** This process's ceiling on one object buffer: HEARTH_MAX_BUFFER_BYTES, else the largest Buffer Node allows. */
+/** This process's ceiling on one object buffer: HEARTH_MAX_BUFFER_BYTES, else DEFAULT_MAX_BUFFER_BYTES (never past the largest Buffer Node allows). */
 export function maxBufferBytes(): number {
-  if (ceiling !== undefined) return ceiling;
-  const env = process.env[MAX_BUFFER_ENV];
-  ceiling = env ? Math.min(parseByteSize(env), buffer.constants.MAX_LENGTH) : buffer.constants.MAX_LENGTH;
+  ceiling ??= ceilingFrom(process.env[MAX_BUFFER_ENV]);
   return ceiling;
+}
+
+/** The ceiling a value of HEARTH_MAX_BUFFER_BYTES (or none) gives. */
+export function ceilingFrom(env: string | undefined): number {
+  return Math.min(env ? parseByteSize(env) : DEFAULT_MAX_BUFFER_BYTES, buffer.constants.MAX_LENGTH);
 }
 
 /** What this process assembled: how many object buffers, and the largest. */
@@ -49,7 +61,7 @@ export function admitObjectBuffer(size: number, what: { key: string; app?: strin
   if (size > limit) {
     throw new BufferLimitError(
       `object '${what.key}' is ${formatBytes(size)}, over this process's buffer limit of ${formatBytes(limit)}` +
-        `${process.env[MAX_BUFFER_ENV] ? ` (${MAX_BUFFER_ENV})` : " (the largest Node Buffer)"}: read it with getStream, getToFile or getParts, and write large objects with fromFile or fromStream`,
+        `${process.env[MAX_BUFFER_ENV] ? ` (${MAX_BUFFER_ENV})` : ` (the default; ${MAX_BUFFER_ENV} raises it up to Node's 4 GiB)`}: read it with getStream, getToFile or getParts, and write large objects with fromFile or fromStream`,
       { key: what.key, app: what.app, size, limit },
     );
   }

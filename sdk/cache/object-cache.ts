@@ -26,7 +26,7 @@ import type { Requester } from "../wire/requests.js";
 import { admitObjectBuffer, allocObjectBuffer } from "./buffers.js";
 import { fileChunks, writeAll } from "./file-io.js";
 import { fileSink, OrderedChunks } from "./sinks.js";
-import { INLINE_LIMIT, download, fileSource, upload, type PartMeta, type UploadSource, type WriteResult } from "./transfer.js";
+import { INLINE_LIMIT, ackSoon, bufferSink, download, fileSource, noteRead, pullChunks, upload, type PartMeta, type UploadSource, type WriteResult } from "./transfer.js";
 import { decodeValue, encodeValue } from "./values.js";
 
 /** A reference to a cached object; small enough to pass in any call. */
@@ -361,7 +361,17 @@ export class ObjectCache {
   /** Asks the node cache for the parts since `have`: small ones inline, large ones as this node's files. */
   private async openLocal(key: string, have?: number, haveBase?: number, progressive = false): Promise<LocalParts> {
     const { value, frames } = await this.reads.request("obj-open", { key, have, haveBase, ...(progressive ? { progressive } : {}) }, [], null);
-    const v = value as { mode: LocalParts["mode"]; version: number; baseVersion: number; parts: Array<PartMeta & { file?: string; inline?: number; pending?: number }> };
+    const v = value as { mode: LocalParts["mode"]; version: number; baseVersion: number; tid?: number; parts: Array<PartMeta & { file?: string; inline?: number; pull?: number; pending?: number }> };
+    noteRead(this.reads, value as { ack?: unknown });
+    // Small parts past what one answer carries: pulled from the node like any object, into buffers.
+    const pulled: Buffer[] = [];
+    if (v.tid !== undefined) {
+      const metas = v.parts.filter((p) => p.pull !== undefined);
+      const sinks = metas.map((m) => bufferSink(m, { key }));
+      await pullChunks(this.reads, v.tid, metas, sinks, { key });
+      for (const s of sinks) pulled.push(s.data!);
+      ackSoon(this.reads);
+    }
     const ready = (part: number) => async (): Promise<void> => {
       await this.reads.request("obj-wait", { key, version: v.version, baseVersion: v.baseVersion, part }, [], null);
     };
@@ -371,7 +381,7 @@ export class ObjectCache {
       size: p.size,
       version: p.version,
       ...(p.sums ? { sums: p.sums } : {}),
-      ...(p.file !== undefined ? { file: p.file } : { data: frames[p.inline ?? 0] ?? Buffer.alloc(0) }),
+      ...(p.file !== undefined ? { file: p.file } : { data: (p.pull !== undefined ? pulled[p.pull] : frames[p.inline ?? 0]) ?? Buffer.alloc(0) }),
       ...(p.pending !== undefined ? { ready: ready(p.pending) } : {}),
     }));
     for (const p of parts) if (p.data) this.stats.bytesReceived += p.data.byteLength;

@@ -119,7 +119,7 @@ export class ObjectCorruptError extends HearthError {
 
 /**
  * An object (or a part of one) is larger than this process may hold in one
- * buffer (`HEARTH_MAX_BUFFER_BYTES`, default the largest Node Buffer, 4 GiB):
+ * buffer (`HEARTH_MAX_BUFFER_BYTES`, default 1 GiB, at most Node's 4 GiB):
  * it must be read as a stream (`getStream`, `getToFile`, `getParts`) or
  * written from one (`fromFile`, `fromStream`), never whole in memory.
  */

@@ -9,7 +9,7 @@
  * HEARTH_HOME/bootstrap/<hash>.
  */
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, readSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ObjectRef } from "../../cache/object-cache.js";
@@ -116,8 +116,17 @@ export function planHash(plan: WarmStartPlan): string {
   return createHash("sha256").update(JSON.stringify(plan.material)).digest("hex").slice(0, 16);
 }
 
+/** A file's sha256, read 8 MiB at a time (readFileSync stops at 2 GiB, and a model's shard may be larger). */
 function sha256(file: string): string {
-  return createHash("sha256").update(readFileSync(file)).digest("hex");
+  const h = createHash("sha256");
+  const buf = Buffer.allocUnsafe(8 * 1024 * 1024);
+  const fd = openSync(file, "r");
+  try {
+    for (let n = readSync(fd, buf, 0, buf.length, null); n > 0; n = readSync(fd, buf, 0, buf.length, null)) h.update(buf.subarray(0, n));
+  } finally {
+    closeSync(fd);
+  }
+  return h.digest("hex");
 }
 
 /** The sha256 of every file of `dir` but the manifest. */
