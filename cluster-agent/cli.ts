@@ -46,7 +46,9 @@ commands:
                                 service can read HEARTH_HOME and the cluster secret). Not root: always the agent's user
           [--executor-dir DIR]  root-owned parent of each app's executor files (default <tmpdir>/hearth-executors)
           [--cache-dir DIR]     the node cache's files, one copy per node (default <work-dir>/cache; a tmpfs such as
-                                /dev/shm/hearth keeps them in memory); emptied at start
+                                /dev/shm/hearth keeps them in memory): a folder hearth makes, or an empty one (it
+                                marks it, empties it at start and removes only what it made); one holding other
+                                files, a link, or one another user owns or can write is refused
           [--cache-limit 8g]    bytes of files the node cache keeps (default a quarter of this machine's memory)
           [--cache-max-connections-per-source 4096]   TCP connections one address may hold to the node cache
           [--exit-when-idle 5m] exit after hosting no executor for that long

@@ -20,7 +20,7 @@
  * agent's own head connection, while chunks ride a second, bulk connection.
  */
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, mkdirSync, rmSync } from "node:fs";
+import { chmodSync, chownSync, lstatSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import { createHash } from "node:crypto";
 import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
@@ -39,6 +39,8 @@ import { ObjectStore, isFilePart, type StoredObject } from "./head/object-store.
 import { ObjectService, storedSource, type PartSource } from "./object-service.js";
 import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js";
 import { NodeFolders, parseFolder } from "./node-folders.js";
+import { claimCacheDir, releaseCacheDir, type CacheDirClaim } from "./cache-dir.js";
+import { formatBytes } from "../sdk/format.js";
 
 /** Largest message on the cache and bulk sockets (a chunk is 8 MiB). */
 const MAX_MESSAGE = 64 * 1024 * 1024;
@@ -102,6 +104,7 @@ export class NodeCache {
   private peerEndpoint = "";
   private ports: number[] = [];
   private stopGate?: () => void;
+  private claim?: CacheDirClaim;
 
   constructor(private readonly opts: NodeCacheOptions) {
     const store = new ObjectStore({ memLimit: opts.memLimit, fileLimit: opts.fileLimit, files: { dirFor: (key) => this.appDir(key.slice(0, key.indexOf("/"))) } });
@@ -148,15 +151,16 @@ export class NodeCache {
   }
 
   /**
-   * Empties the cache dir (what a previous run left is not known to be
-   * whole), binds the socket on loopback (executors) and on the node's
+   * Claims the cache dir (cache-dir.ts: one hearth made, or an empty one;
+   * what a previous agent left there is not known to be whole and goes),
+   * binds the socket on loopback (executors) and on the node's
    * address (peers), behind the connection gate (sdk/wire/zap.ts), and
    * connects the bulk connection; returns the endpoint executors dial.
    */
   async start(): Promise<string> {
-    rmSync(this.opts.cacheDir, { recursive: true, force: true });
-    // Traversable, not listable, by the apps' own users when executors run as them; private otherwise.
-    mkdirSync(this.opts.cacheDir, { recursive: true, mode: 0o711 });
+    this.claim = claimCacheDir(this.opts.cacheDir, this.opts.agentId);
+    const left = this.claim.leftover;
+    if (left.entries > 0) this.opts.log(`node cache: removed what a previous agent left in ${this.claim.dir} (${left.entries} entries, ${formatBytes(left.bytes)})`);
     this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => this.gate(req));
     this.endpoint = await this.socket.bind("tcp://127.0.0.1:0");
     this.peerEndpoint = /^(127\.|localhost$)/.test(this.opts.host) ? this.endpoint : await this.socket.bind(`tcp://${this.opts.host}:0`);
@@ -357,7 +361,9 @@ export class NodeCache {
     if (known) return known;
     const gid = this.opts.groupOf(app);
     const dir = path.join(this.opts.cacheDir, gid === undefined ? `a-${createHash("sha256").update(app).digest("hex").slice(0, 16)}` : `u${gid}`);
+    // Inside the claimed folder (this user's, writable by no one else): made once, and never through a link.
     mkdirSync(dir, { recursive: true, mode: 0o700 });
+    if (!lstatSync(dir).isDirectory()) throw new HearthError(`${dir} is not a folder`);
     if (gid !== undefined) {
       // Root's, group the app's, setgid: files made here take the app's group, which is how its
       // executors (and no other app's) read them; they cannot write here.
@@ -377,8 +383,8 @@ export class NodeCache {
     this.bulk.close();
     this.socket.close();
     this.stopGate?.();
-    // A cache: what it held goes with it (a killed agent's is emptied when the next one starts on this dir).
-    rmSync(this.opts.cacheDir, { recursive: true, force: true });
+    // A cache: what it held goes with it, and only that (a killed agent's is emptied when the next one starts on this dir).
+    if (this.claim) releaseCacheDir(this.claim);
   }
 }
 

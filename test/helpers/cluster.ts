@@ -84,7 +84,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     let workDir = path.join(dir, spec.id);
     if (spec.uid !== undefined) {
       workDir = mkdtempSync(path.join(os.tmpdir(), `hearth-agent-${spec.id}-`));
-      chmodSync(workDir, 0o777);
+      // Writable by the agent's user, and sticky (as /tmp): nobody can swap the folders it makes there.
+      chmodSync(workDir, 0o1777);
     }
     const args = [CLI, "agent", "--head", spec.head ?? endpoint, "--id", spec.id, "--work-dir", workDir];
     if (spec.cpus !== undefined) args.push("--cpus", String(spec.cpus));

@@ -1,0 +1,174 @@
+/**
+ * The node cache's folder (`hearth agent --cache-dir`), claimed safely.
+ *
+ * A cache empties its folder when it starts (what a killed agent left there
+ * is not known to be whole) and removes it when it stops. Done to whatever
+ * folder the flag names, that deleted users' data (`--cache-dir ~/data`), and
+ * under a world-writable parent (the help suggested `/dev/shm/hearth`) the
+ * delete-then-create left a window in which another local user could make
+ * the folder, or a link, that the agent (as root) then chowned and wrote
+ * through. So, as `--executor-dir` does (executor-users.ts):
+ *
+ * - hearth empties and removes only what it made: a folder it created, or an
+ *   empty one it took over, carries a marker file (`.hearth-node-cache`); a
+ *   folder without it that holds anything is refused, untouched;
+ * - the folder is made with one `mkdir` (no delete before it), and then must
+ *   be a real folder (not a link), owned by the agent's user and writable by
+ *   no one else, inside parents that no other user can swap it out of
+ *   (owned by root or the agent's user, and sticky where others may write);
+ * - a marker held by a live process (another agent on the same folder) is
+ *   refused too.
+ */
+import { chmodSync, closeSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, rmdirSync, writeSync } from "node:fs";
+import path from "node:path";
+import { UsageError } from "../sdk/errors/index.js";
+
+/** The file that says hearth made (or took over) a cache folder. */
+export const CACHE_MARKER = ".hearth-node-cache";
+
+/** A cache folder this agent holds. */
+export interface CacheDirClaim {
+  dir: string;
+  /** hearth created the folder (it goes at release); else it took over an empty one (the folder stays). */
+  created: boolean;
+  /** What the claim removed that a previous agent left (bytes of files, count of entries). */
+  leftover: { entries: number; bytes: number };
+}
+
+interface Marker {
+  agent: string;
+  pid: number;
+  created: boolean;
+}
+
+function refuse(dir: string, why: string, what: string): never {
+  throw new UsageError(`--cache-dir ${dir}: ${why}; ${what}`, { flag: "--cache-dir" });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Refuses a folder's parents that a user other than root or this one could rename or replace it in. */
+function checkParents(dir: string, euid: number): void {
+  for (let p = realpathSync(path.dirname(dir)); ; p = path.dirname(p)) {
+    const st = lstatSync(p);
+    const sticky = (st.mode & 0o1000) !== 0;
+    if (st.uid !== 0 && st.uid !== euid) refuse(dir, `its parent ${p} belongs to uid ${st.uid}, who could swap the folder for another`, "name a folder under one that is yours or root's");
+    if ((st.mode & 0o022) !== 0 && !sticky) refuse(dir, `its parent ${p} is writable by others (mode 0${(st.mode & 0o7777).toString(8)}) and not sticky, so anyone could swap the folder for a link`, "name a folder under one only you can write, or a sticky one such as /tmp or /dev/shm");
+    if (p === path.dirname(p)) return;
+  }
+}
+
+/** Bytes and count of what lies under `dir` (not following links), the marker left out. */
+function measure(dir: string): { entries: number; bytes: number } {
+  let entries = 0;
+  let bytes = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    if (e.name === CACHE_MARKER) continue;
+    entries++;
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) {
+      const inner = measure(p);
+      entries += inner.entries;
+      bytes += inner.bytes;
+    } else if (e.isFile()) bytes += lstatSync(p).size;
+  }
+  return { entries, bytes };
+}
+
+/** Removes everything in a claimed folder but the marker (it is ours and only its owner can write it: no race). */
+function empty(dir: string): void {
+  for (const name of readdirSync(dir)) if (name !== CACHE_MARKER) rmSync(path.join(dir, name), { recursive: true, force: true });
+}
+
+/** Writes the marker whole (a temporary file, then a rename). */
+function writeMarker(dir: string, marker: Marker): void {
+  const tmp = path.join(dir, `${CACHE_MARKER}.${process.pid}.tmp`);
+  const fd = openSync(tmp, "wx", 0o600);
+  try {
+    writeSync(fd, JSON.stringify(marker));
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path.join(dir, CACHE_MARKER));
+}
+
+function readMarker(dir: string): Marker | undefined {
+  const file = path.join(dir, CACHE_MARKER);
+  let st;
+  try {
+    st = lstatSync(file);
+  } catch {
+    return undefined;
+  }
+  if (!st.isFile()) refuse(dir, `${CACHE_MARKER} in it is not a file`, "remove it, or name another folder");
+  try {
+    const m = JSON.parse(readFileSync(file, "utf8")) as Partial<Marker>;
+    return { agent: String(m.agent ?? "?"), pid: Number(m.pid ?? 0), created: m.created === true };
+  } catch {
+    return { agent: "?", pid: 0, created: false }; // a torn marker is still hearth's
+  }
+}
+
+/**
+ * Claims `dir` for agent `agent`'s node cache (see the module doc): makes
+ * it, or takes over one hearth made before (emptying what a killed agent
+ * left) or an empty one. Throws UsageError saying what is wrong and what to
+ * do, having changed nothing.
+ */
+export function claimCacheDir(dir: string, agent: string): CacheDirClaim {
+  const euid = process.geteuid?.() ?? -1;
+  dir = path.resolve(dir);
+  mkdirSync(path.dirname(dir), { recursive: true, mode: 0o755 });
+  checkParents(dir, euid);
+  let created = true;
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    created = false;
+  }
+  const st = lstatSync(dir);
+  if (st.isSymbolicLink()) refuse(dir, "it is a symbolic link", "name the folder itself");
+  if (!st.isDirectory()) refuse(dir, "it is not a folder", "name a folder");
+  if (st.uid !== euid) refuse(dir, `it belongs to uid ${st.uid}, not to this agent's user (${euid})`, "name a folder this user owns, or a new one");
+  if ((st.mode & 0o022) !== 0) refuse(dir, `it is writable by others (mode 0${(st.mode & 0o7777).toString(8)})`, "remove their write permission, or name a new folder");
+  let leftover = { entries: 0, bytes: 0 };
+  if (!created) {
+    const marker = readMarker(dir);
+    if (marker) {
+      if (marker.pid !== process.pid && marker.pid > 0 && alive(marker.pid)) refuse(dir, `agent ${marker.agent} (pid ${marker.pid}) holds it`, "give each agent its own --cache-dir");
+      created = marker.created;
+      leftover = measure(dir);
+      empty(dir);
+    } else {
+      const names = readdirSync(dir);
+      if (names.length > 0) {
+        const shown = names.slice(0, 5).map((n) => JSON.stringify(n)).join(", ");
+        refuse(dir, `it holds ${names.length} entr${names.length === 1 ? "y" : "ies"} hearth did not make (${shown}${names.length > 5 ? ", …" : ""}), and a cache empties its folder`, "name a new or empty folder; nothing in this one was touched");
+      }
+    }
+  }
+  writeMarker(dir, { agent, pid: process.pid, created });
+  // Traversable, not listable, by the apps' own users when executors run as them (it is ours: checked above).
+  chmodSync(dir, 0o711);
+  return { dir, created, leftover };
+}
+
+/**
+ * Gives a claimed folder back: removes what hearth put there, the marker
+ * last, and the folder itself if hearth created it.
+ */
+export function releaseCacheDir(claim: CacheDirClaim): void {
+  const marker = readMarker(claim.dir);
+  if (!marker || marker.pid !== process.pid) return; // another agent took it over after this one was presumed dead
+  empty(claim.dir);
+  rmSync(path.join(claim.dir, CACHE_MARKER), { force: true });
+  if (claim.created) rmdirSync(claim.dir);
+}

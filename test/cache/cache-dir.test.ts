@@ -1,0 +1,144 @@
+/**
+ * `--cache-dir` is hearth's only if hearth made it (cluster-agent/cache-dir.ts).
+ * A folder holding the user's files is refused and left exactly as it was
+ * (the agent, started for real, exits saying so); a link, a folder another
+ * user owns or can write, or one whose parent anyone can swap it out of is
+ * refused; a new folder is made, marked and removed at the end; an empty one
+ * is taken over and left empty; what a killed agent left in a marked folder
+ * is removed by the next start; a folder a live agent holds is refused.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { CACHE_MARKER, claimCacheDir, releaseCacheDir } from "../../cluster-agent/cache-dir.js";
+import { UsageError } from "../../sdk/errors/index.js";
+import { CLI, startCluster } from "../helpers/cluster.js";
+
+const root = mkdtempSync(path.join(os.tmpdir(), "hearth-cachedir-"));
+const isRoot = process.geteuid?.() === 0;
+
+after(() => rmSync(root, { recursive: true, force: true }));
+
+/** A folder holding a user's files (and a subfolder), and a snapshot of it to compare against. */
+function userFolder(name: string): { dir: string; snapshot: () => string } {
+  const dir = path.join(root, name);
+  mkdirSync(path.join(dir, "notes"), { recursive: true, mode: 0o755 });
+  writeFileSync(path.join(dir, "thesis.tex"), "chapter one");
+  writeFileSync(path.join(dir, "notes", "todo.txt"), "finish chapter two");
+  const snapshot = (): string =>
+    JSON.stringify(
+      ["thesis.tex", "notes/todo.txt"].map((f) => [f, readFileSync(path.join(dir, f), "utf8")]).concat([["entries", readdirSync(dir).sort().join(",")]]),
+    );
+  return { dir, snapshot };
+}
+
+function refused(f: () => unknown, pattern: RegExp): void {
+  assert.throws(f, (err: Error) => {
+    assert.ok(err instanceof UsageError, `${err.name}: ${err.message}`);
+    assert.equal(err.flag, "--cache-dir");
+    assert.match(err.message, pattern);
+    return true;
+  });
+}
+
+test("a folder holding files hearth did not make is refused and left exactly as it was", () => {
+  const { dir, snapshot } = userFolder("data");
+  const before = snapshot();
+  refused(() => claimCacheDir(dir, "n1"), /holds 2 entries hearth did not make \("notes", "thesis.tex"\).*nothing in this one was touched/);
+  assert.equal(snapshot(), before);
+});
+
+test("hearth agent --cache-dir on the user's data exits with the reason, and the data stays", { timeout: 60_000 }, async () => {
+  const { dir, snapshot } = userFolder("home-data");
+  const before = snapshot();
+  const cluster = await startCluster({ agents: [] });
+  try {
+    const r = spawnSync(process.execPath, [CLI, "agent", "--head", cluster.endpoint, "--id", "cd1", "--work-dir", path.join(root, "w-cd1"), "--cache-dir", dir], { encoding: "utf8", timeout: 30_000 });
+    assert.equal(r.status, 1, `the agent exited: ${r.stderr}`);
+    assert.match(r.stderr, /hearth: --cache-dir .*home-data: it holds 2 entries hearth did not make/);
+    assert.equal(snapshot(), before, "not a byte of the user's folder changed");
+  } finally {
+    await cluster.stop();
+  }
+});
+
+test("a new folder is made, marked, emptied of what hearth put there and removed at the end", () => {
+  const dir = path.join(root, "fresh", "cache");
+  const claim = claimCacheDir(dir, "n1");
+  assert.equal(claim.created, true);
+  assert.deepEqual(readdirSync(dir), [CACHE_MARKER]);
+  assert.equal(statSync(dir).mode & 0o777, 0o711);
+  mkdirSync(path.join(dir, "a-app"));
+  writeFileSync(path.join(dir, "a-app", "part"), "bytes");
+  releaseCacheDir(claim);
+  assert.equal(existsSync(dir), false);
+  assert.equal(existsSync(path.dirname(dir)), true, "its parent stays");
+});
+
+test("an empty folder is taken over, and left (empty) at the end", () => {
+  const dir = path.join(root, "empty");
+  mkdirSync(dir, { mode: 0o700 });
+  const claim = claimCacheDir(dir, "n1");
+  assert.equal(claim.created, false);
+  writeFileSync(path.join(dir, "part"), "bytes");
+  releaseCacheDir(claim);
+  assert.deepEqual(readdirSync(dir), [], "what hearth put there (and its marker) went; the folder stays");
+});
+
+test("what a killed agent left in its folder is removed by the next start, and counted", () => {
+  const dir = path.join(root, "killed");
+  const first = claimCacheDir(dir, "n1");
+  mkdirSync(path.join(dir, "u123"), { recursive: true });
+  writeFileSync(path.join(dir, "u123", "abc.1.base"), Buffer.alloc(5000));
+  writeFileSync(path.join(dir, "u123", "abc.99-1.receiving"), Buffer.alloc(3000));
+  // The agent died (kill -9): its marker names a pid that is gone.
+  writeFileSync(path.join(dir, CACHE_MARKER), JSON.stringify({ agent: "n1", pid: 2 ** 22 + 7, created: first.created }));
+  const next = claimCacheDir(dir, "n1");
+  assert.deepEqual(readdirSync(dir), [CACHE_MARKER], "nothing the killed agent left remains");
+  assert.deepEqual(next.leftover, { entries: 3, bytes: 8000 });
+  assert.equal(next.created, true, "still hearth's own folder: it goes at the end");
+  releaseCacheDir(next);
+  assert.equal(existsSync(dir), false);
+});
+
+test("a folder a live agent holds is refused", () => {
+  const dir = path.join(root, "held");
+  mkdirSync(dir, { mode: 0o700 });
+  writeFileSync(path.join(dir, CACHE_MARKER), JSON.stringify({ agent: "other", pid: process.ppid, created: false }));
+  refused(() => claimCacheDir(dir, "n2"), /agent other \(pid \d+\) holds it; give each agent its own --cache-dir/);
+});
+
+test("a symbolic link is refused, and what it points to is untouched", () => {
+  const { dir: target, snapshot } = userFolder("link-target");
+  const before = snapshot();
+  const link = path.join(root, "link");
+  symlinkSync(target, link);
+  refused(() => claimCacheDir(link, "n1"), /it is a symbolic link/);
+  assert.equal(snapshot(), before);
+});
+
+test("a folder another user owns, or others can write, is refused", { skip: isRoot ? false : "needs root to make a folder another user owns" }, () => {
+  const foreign = path.join(root, "foreign");
+  mkdirSync(foreign, { mode: 0o700 });
+  chownSync(foreign, 12345, 12345);
+  refused(() => claimCacheDir(foreign, "n1"), /it belongs to uid 12345, not to this agent's user \(0\)/);
+  const open = path.join(root, "open");
+  mkdirSync(open);
+  chmodSync(open, 0o777);
+  refused(() => claimCacheDir(open, "n1"), /it is writable by others \(mode 0777\)/);
+  assert.deepEqual(readdirSync(open), [], "nothing was written into it");
+});
+
+test("a folder under a parent anyone can write and that is not sticky is refused; under a sticky one it is fine", () => {
+  const shared = path.join(root, "shared");
+  mkdirSync(shared);
+  chmodSync(shared, 0o777);
+  refused(() => claimCacheDir(path.join(shared, "cache"), "n1"), /its parent .*shared is writable by others \(mode 0777\) and not sticky/);
+  assert.equal(existsSync(path.join(shared, "cache")), false, "nothing was made there");
+  chmodSync(shared, 0o1777);
+  const claim = claimCacheDir(path.join(shared, "cache"), "n1");
+  releaseCacheDir(claim);
+});
