@@ -9,7 +9,7 @@
  * own, stopping its executors, when its head has been silent past a grace
  * period.
  */
-import { mkdirSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -26,6 +26,7 @@ import { NodeCache } from "./node-cache.js";
 import { LogSink } from "./log-sink.js";
 import { ExecutorUsers, type UidRange } from "./executor-users.js";
 import { detectResources, memoryReport, type NodeResources } from "./resources.js";
+import { isMemoryBacked, pickMedium, type Medium, type MediumChoice } from "./storage-medium.js";
 
 /** Agent settings; anything left out is detected. */
 export interface AgentOptions {
@@ -49,6 +50,11 @@ export interface AgentOptions {
   cacheDir?: string;
   /** Bytes of part files the node cache keeps at most. Default a quarter of this machine's memory. */
   cacheLimit?: number;
+  /**
+   * Without `cacheDir`: the node cache on memory-backed /dev/shm (`/dev/shm/hearth-cache-<id>`) or on disk
+   * (the default above). Default "auto": memory where the limit fits (storage-medium.ts).
+   */
+  cacheMedium?: MediumChoice;
   /** TCP connections one address may hold to the node cache (default 4096). */
   cacheMaxConnectionsPerSource?: number;
   /** Exit after hosting no executor for this long (agents of Slurm jobs: the job ends). Default: never. */
@@ -103,6 +109,7 @@ export class Agent {
     secret: Buffer,
     detected: NodeResources,
     private readonly users: ExecutorUsers,
+    cacheDir: { dir: string; medium: Medium },
   ) {
     this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
@@ -128,7 +135,8 @@ export class Agent {
       secret,
       control: this.headRequests,
       memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4),
-      cacheDir: path.resolve(opts.cacheDir ?? (users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${this.id}`) : path.join(this.workDir, "cache"))),
+      cacheDir: cacheDir.dir,
+      medium: cacheDir.medium,
       fileLimit: opts.cacheLimit ?? Math.floor(os.totalmem() / 4),
       host: this.host,
       appOf: (executorId) => this.executors.appOf(executorId),
@@ -160,11 +168,12 @@ export class Agent {
     const secret = opts.secret ?? loadSecret(secretFile());
     // Makes the root-owned folder of the apps' executor files when it runs as root: I/O, so not in the constructor.
     const users = ExecutorUsers.create({ uids: opts.executorUids, dir: opts.executorDir, secret });
-    const agent = new Agent(opts, secret, detectResources(), users);
+    const agent = new Agent(opts, secret, detectResources(), users, chooseCacheDir(opts, users));
     agent.log(users.describe());
     // Private like everything hearth writes (the embedded default's work dir is under HEARTH_HOME): 0700.
     mkdirSync(path.join(agent.workDir, "logs"), { recursive: true, mode: 0o700 });
     await agent.cache.start();
+    await agent.executors.sweepScratch();
     agent.channel.connect(opts.head);
     void agent.channel.serve((frames) => agent.onMessage(decodeHeader(frames[0]), frames));
     agent.register();
@@ -283,4 +292,24 @@ function freePort(host: string): Promise<number> {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/**
+ * The node cache's folder: `--cache-dir` as given, else on memory-backed
+ * /dev/shm where the cache's limit fits (storage-medium.ts), else on disk:
+ * `<work-dir>/cache`, or `<executor-dir>/cache-<id>` when executors run as
+ * their apps' own users (they must be able to reach it).
+ */
+function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): { dir: string; medium: Medium } {
+  const id = opts.id ?? `${os.hostname()}-${process.pid}`;
+  if (opts.cacheDir) {
+    const dir = path.resolve(opts.cacheDir);
+    const probe = existsSync(dir) ? dir : path.dirname(dir);
+    return { dir, medium: { kind: isMemoryBacked(probe) ? "memory" : "disk", dir, why: "--cache-dir" } };
+  }
+  const workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${id}`);
+  const diskDir = users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${id}`) : path.join(workDir, "cache");
+  const medium = pickMedium(opts.cacheMedium ?? "auto", opts.cacheLimit ?? Math.floor(os.totalmem() / 4), path.dirname(diskDir));
+  const dir = medium.kind === "memory" ? path.join(medium.dir, `hearth-cache-${id.replace(/[^A-Za-z0-9._-]/g, "_")}`) : diskDir;
+  return { dir, medium };
 }

@@ -22,6 +22,7 @@
 import { chmodSync, closeSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, rmdirSync, writeSync } from "node:fs";
 import path from "node:path";
 import { UsageError } from "../sdk/errors/index.js";
+import { processAlive } from "./pids.js";
 
 /** The file that says hearth made (or took over) a cache folder. */
 export const CACHE_MARKER = ".hearth-node-cache";
@@ -45,14 +46,6 @@ function refuse(dir: string, why: string, what: string): never {
   throw new UsageError(`--cache-dir ${dir}: ${why}; ${what}`, { flag: "--cache-dir" });
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 /** Refuses a folder's parents that a user other than root or this one could rename or replace it in. */
 function checkParents(dir: string, euid: number): void {
@@ -143,7 +136,7 @@ export function claimCacheDir(dir: string, agent: string): CacheDirClaim {
   if (!created) {
     const marker = readMarker(dir);
     if (marker) {
-      if (marker.pid !== process.pid && marker.pid > 0 && alive(marker.pid)) refuse(dir, `agent ${marker.agent} (pid ${marker.pid}) holds it`, "give each agent its own --cache-dir");
+      if (marker.pid !== process.pid && marker.pid > 0 && processAlive(marker.pid)) refuse(dir, `agent ${marker.agent} (pid ${marker.pid}) holds it`, "give each agent its own --cache-dir");
       created = marker.created;
       leftover = measure(dir);
       empty(dir);

@@ -16,6 +16,7 @@ import { CURVE_KEYS_ENV, ensureCurveKeys, loadCurveKeys } from "../sdk/wire/curv
 import { SECRET_FILE_ENV, appToken, ensureSecret, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { Agent } from "./agent.js";
 import { parseExecutorUids } from "./executor-users.js";
+import { parseMedium } from "./storage-medium.js";
 import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
@@ -37,6 +38,9 @@ commands:
           [--max-unproven 1024] connections waiting to prove a credential at once (beyond it the oldest is dropped)
           [--max-connections-per-source 4096]   TCP connections one address may hold; beyond it new ones are refused
           [--max-unread 256m]   object data one connection may hold unread; past it its next data replies wait
+          [--spool-medium auto|memory|disk]   without --data-dir, where large parts are spooled: /dev/shm (memory)
+                                when --mem-limit fits in it and in a quarter of memory (auto), or the temp folder
+          [--spool-dir DIR]     the spool's parent folder instead (a spool a killed head left there is removed)
           [--secret-file F]     the cluster secret peers prove (default HEARTH_SECRET_FILE, else HEARTH_HOME/secret; made if missing)
           run a head (scheduler, registry); prints its endpoint
   agent   --head ENDPOINT [--id ID] [--host ADDR|route] [--cpus N] [--mem 16g] [--gpus 4|0,1] [--work-dir DIR] [--label k=v ...]
@@ -49,6 +53,8 @@ commands:
                                 /dev/shm/hearth keeps them in memory): a folder hearth makes, or an empty one (it
                                 marks it, empties it at start and removes only what it made); one holding other
                                 files, a link, or one another user owns or can write is refused
+          [--cache-medium auto|memory|disk]   without --cache-dir: /dev/shm/hearth-cache-<id> (memory) when the
+                                cache limit fits in it and in a quarter of memory (auto), else the folder above (disk)
           [--cache-limit 8g]    bytes of files the node cache keeps (default a quarter of this machine's memory)
           [--cache-max-connections-per-source 4096]   TCP connections one address may hold to the node cache
           [--exit-when-idle 5m] exit after hosting no executor for that long
@@ -110,12 +116,14 @@ async function main(argv: string[]): Promise<number> {
       const { values } = parseArgs({
         args: rest,
         options: { bind: { type: "string" }, "keep-alive": { type: "string" }, "endpoint-file": { type: "string" }, "data-dir": { type: "string" }, "mem-limit": { type: "string" }, "agent-timeout": { type: "string" }, "curve-keys": { type: "string" }, "max-keep-alive": { type: "string" }, "max-apps": { type: "string" }, "secret-file": { type: "string" },
-          "max-peers": { type: "string" }, "max-drivers-per-app": { type: "string" }, "max-agents": { type: "string" }, "max-unproven": { type: "string" }, "max-unread": { type: "string" }, "max-connections-per-source": { type: "string" } },
+          "max-peers": { type: "string" }, "max-drivers-per-app": { type: "string" }, "max-agents": { type: "string" }, "max-unproven": { type: "string" }, "max-unread": { type: "string" }, "max-connections-per-source": { type: "string" }, "spool-dir": { type: "string" }, "spool-medium": { type: "string" } },
       });
       const head = await Head.start({
         bind: values.bind,
         keepAliveMs: values["keep-alive"] ? parseDuration(values["keep-alive"]) : undefined,
         dataDir: values["data-dir"],
+        spoolDir: values["spool-dir"],
+        spoolMedium: values["spool-medium"] ? parseMedium("--spool-medium", values["spool-medium"]) : undefined,
         memLimit: values["mem-limit"] ? parseMem(values["mem-limit"]) : undefined,
         agentTimeoutMs: values["agent-timeout"] ? parseDuration(values["agent-timeout"]) : undefined,
         curve: values["curve-keys"] ? ensureCurveKeys(values["curve-keys"]) : undefined,
@@ -156,6 +164,7 @@ async function main(argv: string[]): Promise<number> {
           "executor-uids": { type: "string" },
           "executor-dir": { type: "string" },
           "cache-dir": { type: "string" },
+          "cache-medium": { type: "string" },
           "cache-limit": { type: "string" },
           "cache-max-connections-per-source": { type: "string" },
         },
@@ -181,6 +190,7 @@ async function main(argv: string[]): Promise<number> {
         executorUids: values["executor-uids"] !== undefined ? parseExecutorUids(values["executor-uids"]) : undefined,
         executorDir: values["executor-dir"],
         cacheDir: values["cache-dir"],
+        cacheMedium: values["cache-medium"] ? parseMedium("--cache-medium", values["cache-medium"]) : undefined,
         cacheLimit: values["cache-limit"] !== undefined ? parseMem(values["cache-limit"]) : undefined,
         cacheMaxConnectionsPerSource: values["cache-max-connections-per-source"] !== undefined ? positiveInt("--cache-max-connections-per-source", values["cache-max-connections-per-source"]) : undefined,
         resources: {

@@ -19,6 +19,7 @@ import { nodeFlags, tunedEnv } from "../sdk/runtime/process-tuning.js";
 import { CURVE_CLIENT_ENV, CURVE_KEYS_ENV, curveClientFromEnv } from "../sdk/wire/curve.js";
 import { ProjectStore } from "./projects.js";
 import type { ExecutorIdentity, ExecutorUsers } from "./executor-users.js";
+import { makeScratch, removeScratch, sweepScratch } from "./executor-scratch.js";
 
 /** The routing id an executor connects with (to the head and to its agent's cache), set by its agent. */
 export const EXECUTOR_ROUTING_ID_ENV = "HEARTH_EXECUTOR_ROUTING_ID";
@@ -201,9 +202,12 @@ export class ExecutorSupervisor {
       });
     }
     if (identity) {
-      // The app's own user: nothing of the agent's (HEARTH_HOME, its HOME) in reach, a private HOME and TMPDIR of its own.
-      Object.assign(env, { HEARTH_HOME: undefined, HOME: identity.home, TMPDIR: identity.home, USER: `hearth-u${identity.uid}`, LOGNAME: `hearth-u${identity.uid}` });
+      // The app's own user: nothing of the agent's (HEARTH_HOME, its HOME) in reach, a private HOME of its own.
+      Object.assign(env, { HEARTH_HOME: undefined, HOME: identity.home, USER: `hearth-u${identity.uid}`, LOGNAME: `hearth-u${identity.uid}` });
     }
+    // Its own temp folder, removed after it exits (executor-scratch.ts): what it leaves there dying does not leak.
+    const scratch = makeScratch(this.opts.workDir, id, identity);
+    env.TMPDIR = scratch.dir;
     for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
     const as = identity ? { uid: identity.uid, gid: identity.gid, cwd: identity.home } : {};
     const proc = spawn(process.execPath, [...nodeFlags(), EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"], ...as });
@@ -234,12 +238,24 @@ export class ExecutorSupervisor {
       clearTimeout(child.killTimer);
       this.children.delete(id);
       logFile.end();
+      void removeScratch(scratch).then((err) => err && this.opts.log(`executor ${id}: its temp folder ${scratch.dir} was not all removed: ${err}`));
       const detail = child.stderrTail.trim().split("\n").slice(-5).join("\n");
       this.opts.log(`executor ${id} exited (${signal ?? `code ${code}`})`);
       this.opts.report({ t: "exit", executor: id, code, signal, detail });
       if (this.children.size === 0) this.opts.onEmpty();
     });
     this.opts.log(`started executor ${id} of '${context.service}' (pid ${proc.pid}, gpus [${gpus.join(",")}], ${identity ? `uid ${identity.uid}` : "the agent's user"})`);
+  }
+
+  /**
+   * Removes the temp folders that executors of agents killed before this one
+   * left (their executors exited with them); logs what it removed.
+   */
+  async sweepScratch(): Promise<void> {
+    const r = this.opts.users.report;
+    const { removed, failed } = await sweepScratch(this.opts.workDir, r.mode === "per-app-uid" ? r.dir : undefined);
+    if (removed > 0) this.opts.log(`removed the temp folders of ${removed} executor(s) of an agent that is gone`);
+    for (const f of failed) this.opts.log(`could not remove an executor's temp folder: ${f}`);
   }
 
   /** Stops one executor: SIGTERM, then SIGKILL after `graceMs` (at once when `graceMs` <= 0); unknown ids are reported gone. */

@@ -9,13 +9,13 @@ export function formatStatus(status: any): string {
   const dropped = status.head.log?.dropped ? `; ${status.head.log.dropped} log line(s) dropped: ${status.head.log.lastError}` : "";
   lines.push(`head ${status.head.endpoint} (pid ${status.head.pid}, up ${Math.round(status.head.uptimeMs / 1000)} s${dropped})`);
   const o = status.objects;
-  if (o) lines.push(`objects: ${o.objects} (${formatBytes(o.bytes ?? 0)}), ${formatBytes(o.memUsed)} in memory of ${formatBytes(o.memLimit)}`);
+  if (o) lines.push(`objects: ${o.objects} (${formatBytes(o.bytes ?? 0)}), ${formatBytes(o.memUsed)} in memory of ${formatBytes(o.memLimit)}${o.spool ? `; large parts spooled on ${o.spool.medium} (${o.spool.dir})` : o.persistent ? "; in the data dir" : ""}`);
   lines.push(`agents: ${status.agents.length}`);
   for (const a of status.agents) {
     lines.push(
       `  ${a.id} @ ${a.host}: cpu ${a.free.cpu}/${a.total.cpu} free, mem ${formatBytes(a.free.mem)}/${formatBytes(a.total.mem)}, ` +
         `gpus [${a.free.gpus.join(",")}] of [${a.total.gpus.join(",")}] free, ${a.executors} executor(s)` +
-        (a.cache ? `, node cache ${a.cache.objects} object(s) (${formatBytes(a.cache.bytes)})` : ""),
+        (a.cache ? `, node cache ${a.cache.objects} object(s) (${formatBytes(a.cache.bytes)})${a.cache.medium ? ` on ${a.cache.medium} (${a.cache.dir})` : ""}` : ""),
     );
     if (a.isolation?.mode === "per-app-uid") lines.push(`    executors: each app as its own user (uids ${a.isolation.uids})`);
     else if (a.isolation?.mode === "shared-user") lines.push(`    executors: as the agent's own user (uid ${a.isolation.uid}: ${a.isolation.why}); any service can read HEARTH_HOME and the cluster secret`);

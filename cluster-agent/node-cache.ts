@@ -41,6 +41,7 @@ import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js
 import { NodeFolders, parseFolder } from "./node-folders.js";
 import { claimCacheDir, releaseCacheDir, type CacheDirClaim } from "./cache-dir.js";
 import { formatBytes } from "../sdk/format.js";
+import { freeBytes, type Medium } from "./storage-medium.js";
 
 /** Largest message on the cache and bulk sockets (a chunk is 8 MiB). */
 const MAX_MESSAGE = 64 * 1024 * 1024;
@@ -71,6 +72,8 @@ export interface NodeCacheOptions {
   cacheDir: string;
   /** Bytes of part files at most. */
   fileLimit: number;
+  /** What the cache dir is on (memory-backed or disk), and why: status shows it. */
+  medium?: Medium;
   /** The address other nodes dial for pass-through (the cache also listens on loopback for its executors). */
   host: string;
   /** The app an executor of this agent runs, or undefined when it runs no executor of that id here. */
@@ -107,7 +110,15 @@ export class NodeCache {
   private claim?: CacheDirClaim;
 
   constructor(private readonly opts: NodeCacheOptions) {
-    const store = new ObjectStore({ memLimit: opts.memLimit, fileLimit: opts.fileLimit, files: { dirFor: (key) => this.appDir(key.slice(0, key.indexOf("/"))) } });
+    const store = new ObjectStore({
+      memLimit: opts.memLimit,
+      fileLimit: opts.fileLimit,
+      files: { dirFor: (key) => this.appDir(key.slice(0, key.indexOf("/"))) },
+      // The limit is also what the cache dir's file system has left (a tmpfs other caches share)…
+      spaceLeft: () => freeBytes(opts.cacheDir),
+      // …and it bounds the node's folders too, whose hard links keep bytes the cache dropped.
+      extraFiles: { bytes: () => this.folders.heldBytes(), dropOne: () => this.folders.dropOne() },
+    });
     this.service = new ObjectService(store, { readOnly: true });
     this.socket = new RouterChannel({
       maxMessageSize: MAX_MESSAGE,
@@ -161,6 +172,7 @@ export class NodeCache {
     this.claim = claimCacheDir(this.opts.cacheDir, this.opts.agentId);
     const left = this.claim.leftover;
     if (left.entries > 0) this.opts.log(`node cache: removed what a previous agent left in ${this.claim.dir} (${left.entries} entries, ${formatBytes(left.bytes)})`);
+    if (this.opts.medium) this.opts.log(`node cache on ${this.opts.medium.kind} at ${this.claim.dir} (${this.opts.medium.why})`);
     this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => this.gate(req));
     this.endpoint = await this.socket.bind("tcp://127.0.0.1:0");
     this.peerEndpoint = /^(127\.|localhost$)/.test(this.opts.host) ? this.endpoint : await this.socket.bind(`tcp://${this.opts.host}:0`);
@@ -209,10 +221,10 @@ export class NodeCache {
     this.fetcher.sweep(now);
   }
 
-  /** Objects and bytes held on this node (the agent's heartbeat reports them; the head's status shows them). */
-  usage(): { objects: number; bytes: number; fileBytes: number } {
+  /** Objects and bytes held on this node, and where (the agent's heartbeat reports them; the head's status shows them). */
+  usage(): { objects: number; bytes: number; fileBytes: number; fileLimit: number; dir: string; medium: string } {
     const u = this.service.store.usage();
-    return { objects: u.objects, bytes: u.bytes, fileBytes: u.fileUsed };
+    return { objects: u.objects, bytes: u.bytes, fileBytes: u.fileUsed, fileLimit: this.opts.fileLimit, dir: this.opts.cacheDir, medium: this.opts.medium?.kind ?? "disk" };
   }
 
   /** Fetch counters (obj-stat answers them too). */

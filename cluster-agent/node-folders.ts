@@ -7,10 +7,13 @@
  * other. It is made once per node (concurrent executors share the build) and
  * appears whole or not at all (built under another name, then renamed);
  * executors read it in place, with the same permissions as the app's cached
- * objects. Folders live until the agent stops (its cache dir is emptied when
+ * objects. Their bytes count against the node cache's file limit once the
+ * cache no longer holds them itself (`heldBytes`), and the least recently
+ * opened folder goes when the cache needs room (it is made again on the next
+ * open); the rest live until the agent stops (its cache dir is emptied when
  * the next one starts).
  */
-import { closeSync, copyFileSync, existsSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { fileChunks, writeAllSync } from "../sdk/cache/file-io.js";
 import { randomBytes } from "node:crypto";
 import path from "node:path";
@@ -42,9 +45,12 @@ export function parseFolder(id: unknown, files: unknown): { id: string; files: F
   };
 }
 
-/** Builds folders from a store's copies, once per (app, id). */
+/** Builds folders from a store's copies, once per (app, id), and counts what they hold. */
 export class NodeFolders {
   private readonly building = new Map<string, Promise<{ dir: string; built: boolean }>>();
+  /** The folders made, by path, with when each was last opened (the least recently used goes first when room is needed). */
+  private readonly made = new Map<string, number>();
+  private clock = 0;
 
   constructor(
     private readonly store: ObjectStore,
@@ -57,7 +63,10 @@ export class NodeFolders {
   /** The folder `id` of `app` on this node, made from its objects if it is not there yet (`built`: by this call or one it joined). */
   open(app: string, id: string, files: FolderEntry[]): Promise<{ dir: string; built: boolean }> {
     const dir = path.join(this.appDir(app), "folders", id);
-    if (existsSync(path.join(dir, ".complete"))) return Promise.resolve({ dir, built: false });
+    if (existsSync(path.join(dir, ".complete"))) {
+      this.made.set(dir, ++this.clock);
+      return Promise.resolve({ dir, built: false });
+    }
     const k = `${app}/${id}`;
     const running = this.building.get(k);
     if (running) return running.then((r) => ({ ...r, built: false }));
@@ -82,6 +91,7 @@ export class NodeFolders {
       writeFileSync(path.join(tmp, ".complete"), "", { mode: 0o640 });
       rmSync(dir, { recursive: true, force: true });
       renameSync(tmp, dir);
+      this.made.set(dir, ++this.clock);
       return dir;
     } catch (err) {
       rmSync(tmp, { recursive: true, force: true });
@@ -126,5 +136,64 @@ export class NodeFolders {
     } finally {
       closeSync(fd);
     }
+  }
+
+  /**
+   * Bytes the folders hold that the store does not: a folder's file is a
+   * hard link to a cached part, free while the part is cached, but once the
+   * cache drops the part (evicted, replaced, deleted) the link keeps its
+   * bytes on disk; a copied file always holds its own. Counted once per file
+   * (inode), so the cache's limit bounds them too.
+   */
+  heldBytes(): number {
+    if (this.made.size === 0) return 0;
+    const inode = (f: string): string | undefined => {
+      try {
+        const st = lstatSync(f);
+        return st.isFile() ? `${st.dev}:${st.ino}` : undefined;
+      } catch {
+        return undefined;
+      }
+    };
+    const cached = new Set(this.store.partFiles().map(inode));
+    const counted = new Set<string>();
+    let bytes = 0;
+    for (const dir of this.made.keys()) {
+      let names: string[];
+      try {
+        names = readdirSync(dir);
+      } catch {
+        continue;
+      }
+      for (const name of names) {
+        const f = path.join(dir, name);
+        let st;
+        try {
+          st = lstatSync(f);
+        } catch {
+          continue;
+        }
+        const id = `${st.dev}:${st.ino}`;
+        if (!st.isFile() || cached.has(id) || counted.has(id)) continue;
+        counted.add(id);
+        bytes += st.size;
+      }
+    }
+    return bytes;
+  }
+
+  /** Removes the least recently opened folder (not one being built); false when there is none. */
+  dropOne(): boolean {
+    let oldest: string | undefined;
+    for (const [dir, at] of this.made) if (oldest === undefined || at < this.made.get(oldest)!) oldest = dir;
+    if (oldest === undefined) return false;
+    this.made.delete(oldest);
+    rmSync(oldest, { recursive: true, force: true });
+    return true;
+  }
+
+  /** How many folders this node holds. */
+  get count(): number {
+    return this.made.size;
   }
 }

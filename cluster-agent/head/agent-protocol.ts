@@ -11,12 +11,24 @@ import { encode, num, obj, str, type Header } from "../../sdk/wire/codec.js";
 import { AuthError, ProtocolError, fromWireError, type WireError } from "../../sdk/wire/errors.js";
 import { AgentRequestError } from "../../sdk/errors/index.js";
 import { answerObject, type HeadContext } from "./head-context.js";
-import { parseMemoryReport, type AgentRecord } from "./records.js";
+import { parseMemoryReport, type AgentRecord, type NodeCacheReport } from "./records.js";
 
-/** The node cache figures of a heartbeat, or undefined when absent or malformed. */
-function cacheReport(v: unknown): { objects: number; bytes: number } | undefined {
-  const c = v as { objects?: unknown; bytes?: unknown } | undefined;
-  return typeof c?.objects === "number" && typeof c.bytes === "number" ? { objects: c.objects, bytes: c.bytes } : undefined;
+/** The node cache figures of a heartbeat (peer data: only numbers and short strings are kept), or undefined when absent or malformed. */
+function cacheReport(v: unknown): NodeCacheReport | undefined {
+  const c = v as Record<string, unknown> | undefined;
+  if (typeof c?.objects !== "number" || typeof c.bytes !== "number") return undefined;
+  const num = (k: string): number | undefined => (typeof c[k] === "number" ? (c[k] as number) : undefined);
+  const text = (k: string): string | undefined => (typeof c[k] === "string" ? (c[k] as string).slice(0, 512) : undefined);
+  const r: NodeCacheReport = { objects: c.objects, bytes: c.bytes };
+  const fileBytes = num("fileBytes");
+  const fileLimit = num("fileLimit");
+  const dir = text("dir");
+  const medium = text("medium");
+  if (fileBytes !== undefined) r.fileBytes = fileBytes;
+  if (fileLimit !== undefined) r.fileLimit = fileLimit;
+  if (dir !== undefined) r.dir = dir;
+  if (medium !== undefined) r.medium = medium;
+  return r;
 }
 
 /** An executor's report that its agent is gone ends that agent after this much more silence. */

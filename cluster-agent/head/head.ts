@@ -17,6 +17,7 @@ import os from "node:os";
 import { LogSink } from "../log-sink.js";
 import { ObjectService } from "../object-service.js";
 import { ObjectStore } from "./object-store.js";
+import { isMemoryBacked, pickMedium, type Medium, type MediumChoice } from "../storage-medium.js";
 import type { AppRecord } from "./records.js";
 import { Scheduler } from "./scheduler.js";
 import { buildStatus } from "./status.js";
@@ -79,6 +80,13 @@ export interface HeadOptions {
   maxConnectionsPerSource?: number;
   /** Object data bytes one connection may hold without acknowledging it read them (read-credit.ts). Default 256 MiB. */
   maxUnread?: number;
+  /**
+   * Without a data dir: the parent of the spool folder of large parts (a spool a killed head left
+   * there is removed at start). Default: chosen by `spoolMedium`.
+   */
+  spoolDir?: string;
+  /** Without a data dir and `spoolDir`: memory-backed /dev/shm or disk (storage-medium.ts). Default "auto". */
+  spoolMedium?: MediumChoice;
 }
 
 /** A running head. Create with `Head.start()`. */
@@ -117,7 +125,11 @@ export class Head {
   private lastRefusalLog = 0;
   private lastRefusal = "";
 
-  private constructor(opts: HeadOptions) {
+  /** Where large parts are spooled without a data dir (undefined with one): memory or disk, and why. */
+  readonly spool?: Medium;
+
+  private constructor(opts: HeadOptions, spool?: Medium) {
+    this.spool = spool;
     const keepAliveMs = opts.keepAliveMs ?? 30 * 60_000;
     this.agentTimeoutMs = opts.agentTimeoutMs ?? 6_000;
     const sink = opts.log ?? ((line: string) => this.logSink.write(line));
@@ -131,7 +143,7 @@ export class Head {
       handshakeIntervalMs: HANDSHAKE_MS,
       onHandshakeFailed: (why) => this.onRefusedConnection(why),
     });
-    this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir }), {
+    this.objects = new ObjectService(new ObjectStore({ memLimit: opts.memLimit ?? Math.floor(os.totalmem() / 2), dataDir: opts.dataDir, spoolDir: spool?.dir }), {
       credit: opts.maxUnread !== undefined ? { limit: opts.maxUnread } : undefined,
       // Node caches drop what the head deleted (set below; no object request arrives before start()).
       onDropped: (app, prefix) => this.agents.dropped(app, prefix),
@@ -181,8 +193,13 @@ export class Head {
 
   /** Binds, starts serving, and returns the head. */
   static async start(opts: HeadOptions = {}): Promise<Head> {
-    const head = new Head(opts);
+    // Looking at the machine's storage is I/O: here, not in the constructor.
+    const memLimit = opts.memLimit ?? Math.floor(os.totalmem() / 2);
+    const spool = opts.dataDir ? undefined : opts.spoolDir ? { kind: isMemoryBacked(opts.spoolDir) ? ("memory" as const) : ("disk" as const), dir: opts.spoolDir, why: "--spool-dir" } : pickMedium(opts.spoolMedium ?? "auto", memLimit, os.tmpdir());
+    const head = new Head(opts, spool);
     head.objects.store.open();
+    for (const dir of head.objects.store.swept) head.log(`removed the spool a killed head left: ${dir}`);
+    if (spool) head.log(`large parts spool on ${spool.kind} under ${head.objects.store.spoolDir} (${spool.why})`);
     if (opts.dataDir) {
       const sched = head.scheduler;
       head.state = new StateFile(opts.dataDir, { apps: sched.apps, ids: sched.ids, hids: sched.router.hids }, (m) => head.log(m));

@@ -42,6 +42,8 @@ import { GroupCommits, type CommitPlan, type IncomingPart, type Pool, type Write
 import { keyHash, makeSpool, readSmallPart, removeFiles, syncDirSync, writeFileDurableSync } from "./store-files.js";
 
 const MAX_TOMBSTONES = 10_000;
+/** Bytes a store leaves free on its file system when it bounds itself by the space left. */
+const SPACE_MARGIN = 64 * 1024 * 1024;
 /** Uploads and fetches in progress are files with this suffix; a restarted store removes what a crash left. */
 const RECEIVING = ".receiving";
 
@@ -117,11 +119,12 @@ export class ObjectStore {
   }
 
   /** Object count and bytes (base plus patches, in memory or not), memory and file use, and limits. */
-  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; fileUsed: number; fileLimit: number | null; persistent: boolean; evictions: number; spills: number; reloads: number; syncs: number; groupCommits: number; syncMs: number } {
+  usage(): { objects: number; bytes: number; memUsed: number; memLimit: number; fileUsed: number; extraFileBytes: number; fileLimit: number | null; persistent: boolean; evictions: number; spills: number; reloads: number; syncs: number; groupCommits: number; syncMs: number } {
     let bytes = 0;
     for (const o of this.objects.values()) bytes += sizeOf(o);
     const fileLimit = this.dir ? null : (this.opts.fileLimit ?? null);
-    return { objects: this.objects.size, bytes, memUsed: this.used.mem, memLimit: this.opts.memLimit, fileUsed: this.used.file, fileLimit, persistent: this.dir !== undefined, ...this.stats };
+    const extra = this.extraFiles();
+    return { objects: this.objects.size, bytes, memUsed: this.used.mem, memLimit: this.opts.memLimit, fileUsed: this.used.file + extra, extraFileBytes: extra, fileLimit, persistent: this.dir !== undefined, ...this.stats };
   }
 
   /** Checks a write's preconditions without writing. Throws VersionConflictError or ObjectNotFoundError. */
@@ -455,14 +458,17 @@ export class ObjectStore {
    * nothing changed.
    */
   makeRoom(bytes: number, forKey: string, freed = 0, pool: Pool = "mem"): void {
-    const limit = pool === "mem" ? this.opts.memLimit : this.opts.fileLimit!;
-    // Writes planned and not yet applied (a group commit) hold their room too.
-    const held = (): number => this.used[pool] + this.reserved[pool] - freed + bytes;
+    let limit = pool === "mem" ? this.opts.memLimit : this.opts.fileLimit!;
+    // Files also stop where their file system does (a tmpfs other caches share): room is what it has free.
+    const free = pool === "file" ? this.opts.spaceLeft?.() : undefined;
+    if (free !== undefined) limit = Math.min(limit, this.used.file + this.extraFiles() + Math.max(0, free - SPACE_MARGIN));
+    // Writes planned and not yet applied (a group commit) hold their room too, and files outside the store its limit bounds.
+    const held = (): number => this.used[pool] + this.reserved[pool] + (pool === "file" ? this.extraFiles() : 0) - freed + bytes;
     if (held() <= limit) return;
     const what = `'${userKey(forKey)}'`;
-    const which = pool === "mem" ? "memory limit" : "file limit";
+    const which = pool === "mem" ? "memory limit" : free !== undefined && limit < this.opts.fileLimit! ? "file limit (what its file system has free)" : "file limit";
     if (bytes > limit) {
-      throw new CacheFullError(`cannot store ${formatBytes(bytes)} for ${what}: larger than the cache's ${which} of ${formatBytes(limit)}; ${pool === "mem" ? "start the head with a larger --mem-limit" : "raise the agent's --cache-limit"}`, { ...objectIds(forKey), size: bytes, limit });
+      throw new CacheFullError(`cannot store ${formatBytes(bytes)} for ${what}: larger than the cache's ${which} of ${formatBytes(limit)}; ${pool === "mem" ? "start the head with a larger --mem-limit" : "raise the agent's --cache-limit, or give it a --cache-dir with more room"}`, { ...objectIds(forKey), size: bytes, limit });
     }
     const victims = [...this.objects.values()]
       .filter((o) => !o.pinned && o.readers === 0 && o.key !== forKey && charged(o, pool, this) > 0)
@@ -471,13 +477,29 @@ export class ObjectStore {
       if (held() <= limit) break;
       this.evict(v);
     }
+    // Then what the store does not hold itself (a node's folders), least recently used first.
+    while (pool === "file" && held() > limit && this.opts.extraFiles?.dropOne()) {
+      // dropped one
+    }
     if (held() > limit) {
       throw new CacheFullError(
-        `cannot store ${formatBytes(bytes)} for ${what}: the cache holds ${formatBytes(this.used[pool])} of its ${formatBytes(limit)} ${which} in pinned or in-transfer objects; ` +
-          `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk`,
+        `cannot store ${formatBytes(bytes)} for ${what}: the cache holds ${formatBytes(this.used[pool] + (pool === "file" ? this.extraFiles() : 0))} of its ${formatBytes(limit)} ${which} in pinned or in-transfer objects; ` +
+          (pool === "mem" ? `delete or unpin objects, raise --mem-limit, or run the head with --data-dir so objects can spill to disk` : `delete objects, or raise the agent's --cache-limit`),
         { ...objectIds(forKey), size: bytes, limit },
       );
     }
+  }
+
+  /** Bytes of files outside the store that its file limit bounds (a node's folders). */
+  private extraFiles(): number {
+    return this.opts.extraFiles?.bytes() ?? 0;
+  }
+
+  /** Every large part's file this store holds (a node's folders tell their own bytes from these). */
+  partFiles(): string[] {
+    const out: string[] = [];
+    for (const o of this.objects.values()) for (const p of allParts(o)) if (isFilePart(p.size)) out.push(this.pathOf(o, p));
+    return out;
   }
 
   private poolOf(p: StoredPart): Pool | null {

@@ -6,6 +6,18 @@ import type { Resources } from "../../sdk/runtime/resreq.js";
 import type { WireError } from "../../sdk/wire/errors.js";
 import type { Capacity } from "./placement.js";
 
+/** What an agent's heartbeat says of its node cache. */
+export interface NodeCacheReport {
+  objects: number;
+  bytes: number;
+  /** Bytes of its files (copies, and folders' bytes the copies no longer hold) and their limit. */
+  fileBytes?: number;
+  fileLimit?: number;
+  /** Its folder, and whether that is memory-backed or disk. */
+  dir?: string;
+  medium?: string;
+}
+
 /** An agent process registered with the head (one per node). */
 export interface AgentRecord {
   id: string;
@@ -27,7 +39,7 @@ export interface AgentRecord {
   /** Since when one of its executors reported it gone (`orphaned`): it is lost unless heard from soon (agent-protocol.ts). */
   suspectSince?: number;
   /** Its node cache's objects and bytes, as its last heartbeat reported them. */
-  cache?: { objects: number; bytes: number };
+  cache?: NodeCacheReport;
   /** Where its node cache listens for other nodes (pass-through copies), as it registered; undefined from an agent that did not say. */
   cacheEndpoint?: string;
   /** Its process's memory, as its last heartbeat reported it. */

@@ -19,6 +19,8 @@ export interface StatusSource {
   readonly logSink: { readonly stats: LogSinkStats };
   readonly scheduler: Scheduler;
   readonly objects: ObjectService;
+  /** Where large parts are spooled without a data dir (memory or disk). */
+  readonly spool?: { kind: string; why: string };
   /** Drivers of an app heard from within the driver timeout. */
   liveDrivers(app: AppRecord, now: number): number;
   /** Keep-alive deadline of an app, or undefined while a driver is attached. */
@@ -42,7 +44,7 @@ export function buildStatus(head: StatusSource, appName: string | undefined, opt
   const apps = [...sched.apps.values()].filter((a) => appName === undefined || a.name === appName);
   return {
     head: { id: head.id, endpoint: head.endpoint, pid: process.pid, uptimeMs: now - head.startedAt, ...head.stats, calls: sched.router.stats, log: { ...head.logSink.stats }, memory: memoryOf(process.memoryUsage()) },
-    objects: { ...head.objects.store.usage(), traffic: head.objects.traffic },
+    objects: { ...head.objects.store.usage(), traffic: head.objects.traffic, spool: head.spool ? { medium: head.spool.kind, dir: head.objects.store.spoolDir ?? null, why: head.spool.why } : null },
     agents: [...sched.agents.values()].map((a) => ({
       id: a.id,
       host: a.host,

@@ -17,13 +17,14 @@
  * gone, so a crash leaks nothing past the next start.
  */
 import { createHash } from "node:crypto";
-import { closeSync, fsyncSync, lstatSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { closeSync, fsyncSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { open } from "node:fs/promises";
 import path from "node:path";
 import { checkChunk, writeAll, writeAllSync } from "../../sdk/cache/file-io.js";
 import { CHUNK } from "../../sdk/cache/transfer.js";
 import { HearthError } from "../../sdk/errors/index.js";
 import { objectIds, userKey } from "./stored-objects.js";
+import { processAlive } from "../pids.js";
 
 /** A spool folder's name: the pid of the process that made it, then mkdtemp's random tail. */
 const SPOOL_PREFIX = "hearth-spool-";
@@ -104,14 +105,6 @@ export function removeFiles(files: string[]): void {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 /**
  * Removes the spools under `parent` that this user's processes left and
@@ -129,7 +122,7 @@ export function sweepSpools(parent: string): string[] {
   }
   for (const name of names) {
     const m = new RegExp(`^${SPOOL_PREFIX}(\\d+)-`).exec(name);
-    if (!m || Number(m[1]) === process.pid || alive(Number(m[1]))) continue;
+    if (!m || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
     const dir = path.join(parent, name);
     try {
       const st = lstatSync(dir);
@@ -145,6 +138,7 @@ export function sweepSpools(parent: string): string[] {
 
 /** Makes this process's spool under `parent` (after sweeping the spools dead processes left there). */
 export function makeSpool(parent: string): { dir: string; swept: string[] } {
+  mkdirSync(parent, { recursive: true, mode: 0o700 });
   const swept = sweepSpools(parent);
   return { dir: mkdtempSync(path.join(parent, `${SPOOL_PREFIX}${process.pid}-`)), swept };
 }

@@ -63,6 +63,13 @@ export interface ObjectStoreOptions {
   dataDir?: string;
   /** Where large parts live without a data dir (default: a private spool folder made by open()). */
   files?: PartFiles;
+  /** Bytes free on the file system of `files` (a node cache's: its limit is also what that file system has left). */
+  spaceLeft?: () => number | undefined;
+  /**
+   * Files outside the store that its file limit also bounds (a node cache's folders: hard links keep a
+   * part's bytes after the store dropped it): their bytes, and a way to drop the least recently used.
+   */
+  extraFiles?: { bytes(): number; dropOne(): boolean };
   /** The parent of that spool folder (default the OS temp folder; the head picks memory-backed /dev/shm where it has room). */
   spoolDir?: string;
   /** Bytes of large parts' files at most, outside a data dir (default: they count against memLimit). */

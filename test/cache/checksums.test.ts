@@ -15,7 +15,7 @@ import { fromFile } from "../../sdk/cache/object-cache.js";
 import { connect } from "../../sdk/connect.js";
 import { ObjectCorruptError, RemoteError } from "../../sdk/errors/index.js";
 import type { Streamer } from "../fixtures/stream-services.js";
-import { DIST, rejection, startCluster, type TestCluster } from "../helpers/cluster.js";
+import { DIST, rejection, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 import { writePattern } from "../helpers/patterns.js";
 
 const MiB = 1024 * 1024;
@@ -45,9 +45,9 @@ function flipByte(file: string, offset: number): void {
   }
 }
 
-/** Where agent `id` keeps its node cache's files (as in kill-transfer.test.ts). */
-function cacheDirOf(cluster: TestCluster, id: string): string {
-  return process.geteuid?.() === 0 ? path.join(os.tmpdir(), "hearth-executors", `cache-${id}`) : path.join(cluster.dir, id, "cache");
+/** Where agent `id` keeps its node cache's files, as its heartbeat reports it. */
+function cacheDirOf(cluster: TestCluster, id: string): Promise<string> {
+  return waitFor(`agent ${id}'s cache folder`, async () => (await cluster.status()).agents.find((a: any) => a.id === id)?.cache?.dir);
 }
 
 function assertCorrupt(error: Error, key: string, offset: number): void {
@@ -103,7 +103,7 @@ test("a node's copy that changed on disk: its executor's read is refused, and an
     const sha = writePattern(big, 20, 2);
     await app.objects.put(fromFile(big), { key: "big" });
     assert.equal((await pool.callMember(onA.executorId, "streamDigest", "big")).sha256, sha, "node ca holds an exact copy");
-    const [copy] = filesMatching(cacheDirOf(cluster, "ca"), /\.base$/);
+    const [copy] = filesMatching(await cacheDirOf(cluster, "ca"), /\.base$/);
     assert.ok(copy, "node ca's copy of the part");
     flipByte(copy, 16 * MiB + 3);
 

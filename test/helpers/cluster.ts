@@ -104,7 +104,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid, env });
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
     agents.set(spec.id, p);
-    await waitFor(`agent ${spec.id} to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id) ? true : undefined));
+    // This process, not an earlier agent of the same id the head still lists (killed, not yet timed out).
+    await waitFor(`agent ${spec.id} (pid ${p.pid}) to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id && a.pid === p.pid) ? true : undefined));
     return p;
   };
   for (const spec of opts.agents) await addAgent(spec);
