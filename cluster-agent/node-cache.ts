@@ -41,7 +41,7 @@ import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js
 import { NodeFolders, parseFolder } from "./node-folders.js";
 import { claimCacheDir, releaseCacheDir, type CacheDirClaim } from "./cache-dir.js";
 import { formatBytes } from "../sdk/format.js";
-import { freeBytes, type Medium } from "./storage-medium.js";
+import { roomOn, type Medium } from "./storage-medium.js";
 
 /** Largest message on the cache and bulk sockets (a chunk is 8 MiB). */
 const MAX_MESSAGE = 64 * 1024 * 1024;
@@ -115,7 +115,7 @@ export class NodeCache {
       fileLimit: opts.fileLimit,
       files: { dirFor: (key) => this.appDir(key.slice(0, key.indexOf("/"))) },
       // The limit is also what the cache dir's file system has left (a tmpfs other caches share)…
-      spaceLeft: () => freeBytes(opts.cacheDir),
+      spaceLeft: () => roomOn(opts.cacheDir),
       // …and it bounds the node's folders too, whose hard links keep bytes the cache dropped.
       extraFiles: { bytes: () => this.folders.heldBytes(), dropOne: () => this.folders.dropOne() },
     });
@@ -312,14 +312,14 @@ export class NodeCache {
       return { value: await this.folders.open(app, f.id, f.files) };
     }
     const r = await this.service.serve(op, app, h, frames, "executor", conn);
-    return op === "obj-stat" ? { value: { ...(r.value as object), fetches: this.fetches, recent: this.fetcher.recent } } : r;
+    return op === "obj-stat" ? { value: { ...(r.value as object), fetches: this.fetches, recent: this.fetcher.recent, receiving: this.fetcher.inProgress } } : r;
   }
 
   /** Another node's cache: the exact version it was told this node holds or receives, then its chunks. */
   private async servePeer(peer: Peer, h: Header, frames: Buffer[]): Promise<{ value: unknown; frames?: Buffer[] }> {
     const op = str(h, "op");
     const app = str(h, "app");
-    if (op === "obj-get") return { value: this.fetcher.servePeer(this.service, app, str(h, "key"), num(h, "version")) };
+    if (op === "obj-get") return { value: this.fetcher.servePeer(this.service, app, str(h, "key"), num(h, "baseVersion"), num(h, "baseParts")) };
     if (op === "obj-read" || op === "obj-done" || op === "obj-ack") return this.service.serve(op, app, h, frames, "agent", peer.routingId.toString("latin1"));
     throw new HearthError(`'${op}' is not served to other nodes (agent ${peer.id})`);
   }

@@ -1,8 +1,9 @@
 /**
  * How a node cache brings its copy of an object up to date: one fetch per
- * object at a time (concurrent readers share it), from the head, or from the
- * node the head names as already holding or receiving that exact version
- * (the head's `peer` answer: it sends a base once, and nodes pass it on).
+ * object at a time (concurrent readers share it), from the head, or the
+ * base from the node the head names as holding or receiving it (the head's
+ * `peer` answer, from its distribution tree: it sends a base once, and
+ * nodes pass it on) with only the patches from the head.
  * Large parts are written to their files as chunks arrive, and other nodes
  * may read them meanwhile (receiving.ts). A peer that fails or stalls is
  * left for the head with the chunks already written kept: the fetch resumes
@@ -15,7 +16,7 @@ import { HearthError, ObjectNotFoundError } from "../sdk/errors/index.js";
 import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
 import { credentialFrom } from "../sdk/wire/auth.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
-import { ackSoon, noteRead, pullChunks, requestAcking, type PartMeta } from "../sdk/cache/transfer.js";
+import { ackSoon, noteRead, pullChunks, requestAcking, type PartMeta, type PartSink } from "../sdk/cache/transfer.js";
 import { isFilePart, type ObjectStore } from "./head/object-store.js";
 import { storedSource, type ObjectService } from "./object-service.js";
 import { ReceivingPart } from "./receiving.js";
@@ -61,6 +62,8 @@ export interface Receiving {
   parts: ReceivingPart[];
   /** Its parts are written where they will stay (the store installs them in place), so readers may follow them by path. */
   inPlace: boolean;
+  /** Where its bytes come from now: "head", or "peer <agent id>". */
+  source: string;
 }
 
 /** A connection to another node's cache. */
@@ -72,6 +75,17 @@ interface PeerLink {
 
 /** How long a peer connection may sit unused before it is closed. */
 const PEER_IDLE_MS = 60_000;
+
+/**
+ * How long one chunk from a peer may take: past it the peer is taken as hung
+ * and the head is asked for another. A healthy peer passing on a copy it
+ * receives has each chunk within a second or so; a dead one's connection
+ * drops at once (onDisconnect), a hung one's does not.
+ */
+export const PEER_STALL_MS = 10_000;
+
+/** Peers one copy tries before the head serves the rest of the base. */
+const MAX_PEER_TRIES = 3;
 
 /** What a fetcher needs from its node cache. */
 export interface NodeFetcherOptions {
@@ -141,26 +155,33 @@ export class NodeFetcher {
   }
 
   /**
-   * Another node asks for `app/key` at exactly `version`: a read transfer
-   * over this node's installed copy, or over the copy it is still receiving
-   * (its reads wait for chunks in flight). Anything else is not held here.
+   * Another node asks for the base `baseVersion` of `app/key` (its first
+   * `baseParts` parts): a read transfer over this node's copy of that base,
+   * installed (at any version on it: patches do not change the base) or
+   * still being received (its reads wait for chunks in flight). Anything
+   * else is not held here.
    */
-  servePeer(service: ObjectService, app: string, key: string, version: number): unknown {
+  servePeer(service: ObjectService, app: string, key: string, baseVersion: number, baseParts: number): unknown {
     const full = `${app}/${key}`;
     const stored = this.opts.store.peek(full);
-    if (stored && stored.version === version) {
+    if (stored && stored.baseVersion === baseVersion && 1 + stored.more.length === baseParts) {
       const r = this.opts.store.read(full);
       if (r.mode !== "full") throw new HearthError(`copy of '${key}' read back as ${r.mode}`);
-      const sources = r.parts.map((p, i) => storedSource(this.opts.store, r.object, p, i));
+      const base = r.parts.slice(0, baseParts);
       this.counters.servedToPeers++;
-      return { mode: "full", version, baseVersion: r.baseVersion, parts: r.parts.map(meta), tid: service.openRead(app, sources, r.object) };
+      return { baseVersion, parts: base.map(meta), tid: service.openRead(app, base.map((p, i) => storedSource(this.opts.store, r.object, p, i)), r.object) };
     }
     const copy = this.receiving.get(full);
-    if (copy && copy.version === version && copy.mode === "full") {
+    if (copy && copy.baseVersion === baseVersion && copy.mode === "full" && copy.metas.filter((m) => m.version === baseVersion).length === baseParts) {
       this.counters.servedToPeers++;
-      return { mode: "full", version, baseVersion: copy.baseVersion, parts: copy.metas, tid: service.openRead(app, copy.parts.map((p) => p.source())) };
+      return { baseVersion, parts: copy.metas.slice(0, baseParts), tid: service.openRead(app, copy.parts.slice(0, baseParts).map((p) => p.source())) };
     }
-    throw new ObjectNotFoundError(`agent ${this.opts.agentId} holds no copy of '${key}' at version ${version}`, { key, app });
+    throw new ObjectNotFoundError(`agent ${this.opts.agentId} holds no copy of the base of '${key}' at version ${baseVersion}`, { key, app });
+  }
+
+  /** The copies being received now, with the bytes each has (status and tests watch a copy move). */
+  get inProgress(): Array<{ key: string; version: number; bytes: number; written: number; source: string }> {
+    return [...this.receiving.entries()].map(([full, c]) => ({ key: full.slice(full.indexOf("/") + 1), version: c.version, bytes: c.metas.reduce((n, m) => n + m.size, 0), written: written(c), source: c.source }));
   }
 
   private async fetch(app: string, key: string, announce: (c: Receiving | undefined) => void): Promise<void> {
@@ -179,7 +200,7 @@ export class NodeFetcher {
     const parts: ReceivingPart[] = [];
     // Large parts are written where they will stay when nothing there is in use, so this node's executors can follow them.
     const placed = fileBytes > 0 ? store.freeReplicaFiles(full, head) : undefined;
-    const copy: Receiving = { mode: head.mode, version: head.version, baseVersion: head.baseVersion, metas, parts, inPlace: placed !== undefined };
+    const copy: Receiving = { mode: head.mode, version: head.version, baseVersion: head.baseVersion, metas, parts, inPlace: placed !== undefined, source: head.peer ? `peer ${(head.peer as { agentId: string }).agentId}` : "head" };
     let source = "head";
     try {
       for (const [i, m] of metas.entries()) parts.push(new ReceivingPart(m, isFilePart(m.size) ? (placed?.[i] ?? store.receivingFile(full)) : undefined, this.opts.fileMode(app), what, i));
@@ -190,7 +211,7 @@ export class NodeFetcher {
         ackSoon(this.opts.control);
         source = "inline";
       } else if (head.peer !== undefined) {
-        source = (await this.fromPeerOrHead(app, key, copy, head.peer as { agentId: string; endpoint: string })) ? "peer" : "peer+head";
+        source = (await this.fromPeers(app, key, copy, head.tid as number, head.peer as PeerHint, head.peerParts as number)) ? "peer" : "peer+head";
       } else {
         this.counters.fromHead++;
         this.counters.bytesFromHead += await pullChunks(this.opts.bulk, head.tid as number, metas, parts, { app, key });
@@ -214,36 +235,70 @@ export class NodeFetcher {
   }
 
   /**
-   * Pulls a copy from the node the head named; if that node fails, asks the
-   * head for the same version without a peer and pulls only what is missing.
-   * A version that moved on meanwhile fails this fetch (the next get starts afresh).
+   * The base from the node the head named and the rest (patches) from the
+   * head's transfer `tid`, side by side. A peer that fails, or stalls past
+   * PEER_STALL_MS on a chunk, is reported to the head, which names another
+   * (never one below this node) or, after MAX_PEER_TRIES, serves the rest
+   * itself; the chunks already written are kept and never pulled again.
+   * Returns true when no byte of the base came from the head. A version
+   * that moved on meanwhile fails this fetch (the next get starts afresh).
    */
-  private async fromPeerOrHead(app: string, key: string, copy: Receiving, peer: { agentId: string; endpoint: string }): Promise<boolean> {
+  private async fromPeers(app: string, key: string, copy: Receiving, tid: number, first: PeerHint, baseParts: number): Promise<boolean> {
+    const { metas, parts } = copy;
+    const held = (part: number, offset: number): boolean => parts[part]!.holds(offset);
+    const isBase = (part: number): boolean => part < baseParts;
+    // What each source wrote, chunk by chunk (a chunk two sources sent is counted once, for the one that wrote it).
+    const fromHead = { bytes: 0 };
+    const fromPeers = { bytes: 0 };
+    // The patches from the head now (small beside the base); its transfer ends when they are in.
+    const patches = pullChunks(this.opts.bulk, tid, metas, tallied(parts, fromHead), { app, key, skip: (p, o) => isBase(p) || held(p, o) });
     try {
-      const link = this.link(peer.endpoint);
-      const { value: r } = await requestAcking(link.requests, "obj-get", { app, key, version: copy.version });
-      noteRead(link.requests, r);
-      if (r.version !== copy.version || !sameParts(r.parts as PartMeta[], copy.metas)) throw new HearthError(`agent ${peer.agentId} answered version ${r.version} of '${key}', not ${copy.version}`);
-      const before = written(copy);
-      await pullChunks(link.requests, r.tid as number, copy.metas, copy.parts, { app, key, skip: (part, offset) => copy.parts[part]!.holds(offset) });
-      this.counters.fromPeers++;
-      this.counters.bytesFromPeers += written(copy) - before;
-      return true;
-    } catch (err) {
-      this.counters.peerFailures++;
-      this.opts.log(`copy of '${app}/${key}' v${copy.version} from agent ${peer.agentId} (${peer.endpoint}) failed after ${written(copy)} bytes: ${(err as Error).message}; the head serves the rest`);
+      let peer: PeerHint | undefined = first;
+      for (let tries = 1; peer; tries++) {
+        try {
+          copy.source = `peer ${peer.agentId}`;
+          await this.baseFromPeer(app, key, copy, peer, baseParts, fromPeers);
+          this.counters.fromPeers++;
+          return true;
+        } catch (err) {
+          this.counters.peerFailures++;
+          this.opts.log(`copy of '${app}/${key}' v${copy.version} from agent ${peer.agentId} (${peer.endpoint}) failed with ${written(copy, isBase)} bytes of the base here: ${(err as Error).message}; ${tries < MAX_PEER_TRIES ? "asking the head for another node" : "the head serves the rest"}`);
+        }
+        // The head drops the failed node from the base's tree and names another (or, past the tries, none).
+        const { value: again } = await requestAcking(this.opts.control, "obj-get", { app, key, peers: tries < MAX_PEER_TRIES, failedPeer: peer.agentId });
+        noteRead(this.opts.control, again);
+        if (again.version !== copy.version || again.tid === undefined || !sameParts(again.parts as PartMeta[], metas)) {
+          if (again.tid !== undefined) await requestAcking(this.opts.bulk, "obj-done", { tid: again.tid, app }).catch(() => undefined);
+          throw new HearthError(`'${key}' moved on from version ${copy.version} to ${again.version} while this node was copying it; get it again`);
+        }
+        peer = again.peer as PeerHint | undefined;
+        if (peer) {
+          await requestAcking(this.opts.bulk, "obj-done", { tid: again.tid, app }).catch(() => undefined);
+          continue;
+        }
+        copy.source = "head";
+        this.counters.fromHead++;
+        await pullChunks(this.opts.bulk, again.tid as number, metas, tallied(parts, fromHead), { app, key, skip: (p, o) => !isBase(p) || held(p, o) });
+      }
+      return false;
+    } finally {
+      try {
+        await patches;
+      } finally {
+        this.counters.bytesFromHead += fromHead.bytes;
+        this.counters.bytesFromPeers += fromPeers.bytes;
+      }
     }
-    const { value: head } = await requestAcking(this.opts.control, "obj-get", { app, key, peers: false });
-    noteRead(this.opts.control, head);
-    if (head.version !== copy.version || head.tid === undefined || !sameParts(head.parts as PartMeta[], copy.metas)) {
-      if (head.tid !== undefined) await requestAcking(this.opts.bulk, "obj-done", { tid: head.tid, app }).catch(() => undefined);
-      throw new HearthError(`'${key}' moved on from version ${copy.version} to ${head.version} while this node was copying it; get it again`);
-    }
-    const before = written(copy);
-    this.counters.fromHead++;
-    await pullChunks(this.opts.bulk, head.tid as number, copy.metas, copy.parts, { app, key, skip: (part, offset) => copy.parts[part]!.holds(offset) });
-    this.counters.bytesFromHead += written(copy) - before;
-    return false;
+  }
+
+  /** Pulls the base parts this node lacks from `peer`, each chunk request bounded by PEER_STALL_MS. */
+  private async baseFromPeer(app: string, key: string, copy: Receiving, peer: PeerHint, baseParts: number, tally: { bytes: number }): Promise<void> {
+    const link = this.link(peer.endpoint);
+    const { value: r } = await requestAcking(link.requests, "obj-get", { app, key, baseVersion: copy.baseVersion, baseParts }, PEER_STALL_MS);
+    noteRead(link.requests, r);
+    const base = copy.metas.slice(0, baseParts);
+    if (r.baseVersion !== copy.baseVersion || !sameParts(r.parts as PartMeta[], base)) throw new HearthError(`agent ${peer.agentId} answered base ${r.baseVersion} of '${key}', not ${copy.baseVersion}`);
+    await pullChunks(link.requests, r.tid as number, base, tallied(copy.parts.slice(0, baseParts), tally), { app, key, skip: (p, o) => copy.parts[p]!.holds(o), timeoutMs: PEER_STALL_MS });
   }
 
   /** The connection to another node's cache at `endpoint` (made on first use). */
@@ -298,6 +353,18 @@ function sameParts(a: PartMeta[] | undefined, b: PartMeta[]): boolean {
   return !!a && a.length === b.length && a.every((p, i) => p.size === b[i]!.size && p.version === b[i]!.version && p.kind === b[i]!.kind);
 }
 
-function written(c: Receiving): number {
-  return c.parts.reduce((n, p) => n + p.written, 0);
+/** Bytes of `c` written so far (of the parts `which` picks). */
+function written(c: Receiving, which: (part: number) => boolean = () => true): number {
+  return c.parts.reduce((n, p, i) => n + (which(i) ? p.written : 0), 0);
+}
+
+/** `parts` as sinks that count what each write added in `tally`. */
+function tallied(parts: readonly ReceivingPart[], tally: { bytes: number }): PartSink[] {
+  return parts.map((p) => ({ write: (chunk: Buffer, offset: number) => p.write(chunk, offset, tally), end: () => p.end(), abort: (err: unknown) => p.abort(err) }));
+}
+
+/** A node the head named to copy a base from. */
+interface PeerHint {
+  agentId: string;
+  endpoint: string;
 }

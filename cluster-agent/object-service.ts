@@ -21,8 +21,9 @@ import type { DType, ValueKind } from "../sdk/cache/values.js";
 import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
 import { ProtocolError } from "../sdk/wire/errors.js";
-import { allParts, objectIds, storageError, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
+import { allParts, isFilePart, objectIds, storageError, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
 import { ReadCredit, type ReadCreditLimits } from "./read-credit.js";
+import { DistributionTrees, HEAD } from "./head/distribution-tree.js";
 
 export { readChunk };
 
@@ -124,8 +125,6 @@ export interface RequestingAgent {
   endpointOf(agentId: string): string | undefined;
 }
 
-/** How many of the latest nodes to copy one version are remembered per object. */
-const HOLDERS_KEPT = 16;
 
 /** Byte counters of one service. */
 export interface ObjectTraffic {
@@ -143,11 +142,11 @@ export class ObjectService {
   private readonly reads = new Map<number, ReadTransfer>();
   private readonly writes = new Map<number, WriteTransfer>();
   /**
-   * The head's record of which nodes hold or are receiving which version of
-   * each large object: the next node to need that version is sent to the
-   * last one that took it (a chain), so the head sends a base once.
+   * The head's record of which nodes hold or are receiving each large
+   * object's base, as a tree of bounded fan-out: a node that needs the base
+   * is sent to one of them (distribution-tree.ts), so the head sends a base once.
    */
-  private readonly holders = new Map<string, { version: number; agents: string[] }>();
+  readonly trees: DistributionTrees;
   private nextTid = 1;
   readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0 }, peerHints: 0 };
 
@@ -161,9 +160,10 @@ export class ObjectService {
    */
   constructor(
     readonly store: ObjectStore,
-    private readonly opts: { readOnly?: boolean; credit?: Partial<ReadCreditLimits>; onDropped?: (ns: string, prefix: string) => void } = {},
+    private readonly opts: { readOnly?: boolean; credit?: Partial<ReadCreditLimits>; onDropped?: (ns: string, prefix: string) => void; fanout?: number } = {},
   ) {
     this.credit = new ReadCredit(opts.credit);
+    this.trees = new DistributionTrees(opts.fanout);
   }
 
   /**
@@ -238,7 +238,7 @@ export class ObjectService {
       case "obj-delete": {
         const prefix = optStr(h, "prefix") ?? "";
         const deleted = this.store.delete(`${ns}/${prefix}`);
-        for (const k of this.holders.keys()) if (k.startsWith(`${ns}/${prefix}`)) this.holders.delete(k);
+        this.trees.forget(`${ns}/${prefix}`);
         if (deleted > 0) this.opts.onDropped?.(ns, prefix);
         return { value: { deleted } };
       }
@@ -254,6 +254,7 @@ export class ObjectService {
    */
   releaseApp(ns: string): number {
     const deleted = this.store.delete(`${ns}/`, { scratchOnly: true });
+    this.trees.forget(`${ns}/`);
     this.opts.onDropped?.(ns, "");
     return deleted;
   }
@@ -402,6 +403,11 @@ export class ObjectService {
     const full = `${ns}/${str(h, "key")}`;
     const r = this.store.read(full, optNum(h, "have"), optNum(h, "haveBase"));
     const base = { mode: r.mode, version: r.version, baseVersion: r.baseVersion };
+    const object = r.object;
+    const baseParts = 1 + object.more.length;
+    const large = [object.base, ...object.more].some((p) => isFilePart(p.size));
+    // A node that is current, or takes only patches, holds the base: it may feed others.
+    if (agent && large && r.mode !== "full") this.trees.holds(full, r.baseVersion, agent.id);
     if (r.mode === "not-modified") {
       this.traffic.gets.notModified++;
       return { value: { ...base, parts: [] } };
@@ -413,11 +419,17 @@ export class ObjectService {
       this.count(total, peer);
       return { value: { ...base, parts }, frames: r.parts.map((p) => p.data!) };
     }
-    if (agent && r.mode === "full") {
-      const from = this.chain(full, r.version, agent, h.peers === true);
-      if (from) {
+    let from: { agentId: string; endpoint: string } | undefined;
+    if (agent && r.mode === "full" && large) {
+      // Where this node copies the base from: a node of the base's tree when one can feed it (the head sends a base once).
+      const failed = optStr(h, "failedPeer");
+      let parent = HEAD;
+      if (h.peers === true) parent = this.trees.assign(full, r.baseVersion, agent.id, (id) => id !== agent.id && agent.endpointOf(id) !== undefined, failed);
+      else if (failed) this.trees.drop(failed);
+      const endpoint = parent === HEAD ? undefined : agent.endpointOf(parent);
+      if (endpoint) {
         this.traffic.peerHints++;
-        return { value: { ...base, parts, peer: from } };
+        from = { agentId: parent, endpoint };
       }
     }
     const sources: PartSource[] = [];
@@ -427,27 +439,8 @@ export class ObjectService {
       for (const s of sources) s.close();
       throw new HearthError(`object '${str(h, "key")}' cannot be read: ${(err as Error).message}`, { cause: err });
     }
-    return { value: { ...base, parts, tid: this.openRead(ns, sources, r.object) } };
-  }
-
-  /**
-   * Records that `agent` is taking version `version` of `key` whole, and
-   * (when it may copy from a peer) names the node that took it last and is
-   * still registered: it holds the copy or is receiving it.
-   */
-  private chain(key: string, version: number, agent: RequestingAgent, peers: boolean): { agentId: string; endpoint: string } | undefined {
-    let rec = this.holders.get(key);
-    if (!rec || rec.version !== version) this.holders.set(key, (rec = { version, agents: [] }));
-    let from: { agentId: string; endpoint: string } | undefined;
-    if (peers) {
-      for (let i = rec.agents.length - 1; i >= 0 && !from; i--) {
-        const id = rec.agents[i]!;
-        const endpoint = id === agent.id ? undefined : agent.endpointOf(id);
-        if (endpoint) from = { agentId: id, endpoint };
-      }
-    }
-    rec.agents = [...rec.agents.filter((a) => a !== agent.id), agent.id].slice(-HOLDERS_KEPT);
-    return from;
+    // With a peer: the node copies the base's parts (the first `peerParts`) from it and pulls only the rest (patches) here.
+    return { value: { ...base, parts, tid: this.openRead(ns, sources, r.object), ...(from ? { peer: from, peerParts: baseParts } : {}) } };
   }
 
   private readRequest(ns: string, h: Header): { transfer: ReadTransfer; part: number; offset: number; length: number } {

@@ -73,7 +73,8 @@ export class ReceivingPart implements PartSink {
     return this.written === this.meta.size;
   }
 
-  async write(chunk: Buffer, offset: number): Promise<void> {
+  /** Writes the chunk at `offset` unless it is here; `tally` (its source's count) gains its bytes only when this call wrote them. */
+  async write(chunk: Buffer, offset: number, tally?: { bytes: number }): Promise<void> {
     if (this.failure !== undefined) throw this.failure;
     if (this.have.has(offset)) return;
     // The same chunk from two sources (a peer that failed with it in flight, then the head): written and counted once.
@@ -82,7 +83,7 @@ export class ReceivingPart implements PartSink {
       const done = await inFlight.then(() => true, () => false);
       if (done) return;
     }
-    const w = this.writeOnce(chunk, offset);
+    const w = this.writeOnce(chunk, offset, tally);
     this.writing.set(offset, w);
     try {
       await w;
@@ -91,7 +92,7 @@ export class ReceivingPart implements PartSink {
     }
   }
 
-  private async writeOnce(chunk: Buffer, offset: number): Promise<void> {
+  private async writeOnce(chunk: Buffer, offset: number, tally?: { bytes: number }): Promise<void> {
     if (this.data) chunk.copy(this.data, offset);
     else {
       try {
@@ -107,6 +108,7 @@ export class ReceivingPart implements PartSink {
     if (this.have.has(offset)) return;
     this.have.add(offset);
     this.written += chunk.byteLength;
+    if (tally) tally.bytes += chunk.byteLength;
     for (const w of this.waiters.get(offset) ?? []) w.resolve();
     this.waiters.delete(offset);
     if (this.written === this.meta.size) this.settleWhole();

@@ -54,6 +54,22 @@ export function freeBytes(dir: string): number | undefined {
   }
 }
 
+/**
+ * Bytes a store may still add under `dir`: what its file system has free,
+ * less a margin it leaves others (64 MiB, or a sixteenth of a small file
+ * system); undefined when it cannot be told.
+ */
+export function roomOn(dir: string): number | undefined {
+  try {
+    const s = statfsSync(dir);
+    const free = Number(s.bavail) * Number(s.bsize);
+    const total = Number(s.blocks) * Number(s.bsize);
+    return Math.max(0, free - Math.min(64 * 1024 * 1024, total / 16));
+  } catch {
+    return undefined;
+  }
+}
+
 /** Parses `--cache-medium` / `--spool-medium`. */
 export function parseMedium(flag: string, text: string): MediumChoice {
   if (text === "auto" || text === "memory" || text === "disk") return text;

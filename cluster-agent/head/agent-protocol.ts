@@ -113,6 +113,8 @@ export class AgentProtocol {
       return;
     }
     if (old) sched.onAgentLost(old);
+    // A new agent process starts with an empty node cache: it holds no base it may have fed others before.
+    this.ctx.objects.trees.drop(agentId);
     const gpus = Array.isArray(h.gpus) ? h.gpus.map(String) : [];
     const total = { cpu: num(h, "cpu"), mem: num(h, "mem"), gpus };
     const agent: AgentRecord = {

@@ -42,8 +42,6 @@ import { GroupCommits, type CommitPlan, type IncomingPart, type Pool, type Write
 import { keyHash, makeSpool, readSmallPart, removeFiles, syncDirSync, writeFileDurableSync } from "./store-files.js";
 
 const MAX_TOMBSTONES = 10_000;
-/** Bytes a store leaves free on its file system when it bounds itself by the space left. */
-const SPACE_MARGIN = 64 * 1024 * 1024;
 /** Uploads and fetches in progress are files with this suffix; a restarted store removes what a crash left. */
 const RECEIVING = ".receiving";
 
@@ -461,7 +459,7 @@ export class ObjectStore {
     let limit = pool === "mem" ? this.opts.memLimit : this.opts.fileLimit!;
     // Files also stop where their file system does (a tmpfs other caches share): room is what it has free.
     const free = pool === "file" ? this.opts.spaceLeft?.() : undefined;
-    if (free !== undefined) limit = Math.min(limit, this.used.file + this.extraFiles() + Math.max(0, free - SPACE_MARGIN));
+    if (free !== undefined) limit = Math.min(limit, this.used.file + this.extraFiles() + free);
     // Writes planned and not yet applied (a group commit) hold their room too, and files outside the store its limit bounds.
     const held = (): number => this.used[pool] + this.reserved[pool] + (pool === "file" ? this.extraFiles() : 0) - freed + bytes;
     if (held() <= limit) return;

@@ -63,7 +63,7 @@ export interface ObjectStoreOptions {
   dataDir?: string;
   /** Where large parts live without a data dir (default: a private spool folder made by open()). */
   files?: PartFiles;
-  /** Bytes free on the file system of `files` (a node cache's: its limit is also what that file system has left). */
+  /** Bytes the store may still add on the file system of `files` (a node cache's: its limit is also what that file system has left). */
   spaceLeft?: () => number | undefined;
   /**
    * Files outside the store that its file limit also bounds (a node cache's folders: hard links keep a

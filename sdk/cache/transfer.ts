@@ -191,6 +191,8 @@ export interface PullOptions {
   skip?: (part: number, offset: number) => boolean;
   /** The object's key, for errors. */
   key?: string;
+  /** Deadline of each chunk request (default the requester's). */
+  timeoutMs?: number;
 }
 
 /**
@@ -201,7 +203,7 @@ export interface PullOptions {
  * `key` names the object in that error.
  */
 export async function pullChunks(req: Requester, tid: number, metas: readonly PartMeta[], sinks: readonly PartSink[], opts: PullOptions = {}): Promise<number> {
-  const { app, skip, key = "?" } = opts;
+  const { app, skip, key = "?", timeoutMs } = opts;
   // A transfer belongs to the app that opened it: an agent reading for an app names it on every request.
   const named = app === undefined ? {} : { app };
   const jobs: Array<{ part: number; offset: number; length: number }> = [];
@@ -211,7 +213,7 @@ export async function pullChunks(req: Requester, tid: number, metas: readonly Pa
   let bytes = 0;
   try {
     await inWindow(jobs, async (job) => {
-      const r = await requestAcking(req, "obj-read", { tid, ...job, ...named });
+      const r = await requestAcking(req, "obj-read", { tid, ...job, ...named }, timeoutMs);
       noteRead(req, r.value);
       const chunk = r.frames[0];
       if (!chunk || chunk.byteLength !== job.length) throw new HearthError(`a chunk of ${job.length} bytes at ${job.offset} of part ${job.part} arrived with ${chunk?.byteLength ?? 0}`);
