@@ -24,7 +24,7 @@ import { chmodSync, chownSync, lstatSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import { createHash } from "node:crypto";
 import { DealerChannel, RouterChannel } from "../sdk/wire/channel.js";
-import { decodeHeader, encode, num, str, type Header } from "../sdk/wire/codec.js";
+import { decodeHeader, encode, num, optNum, str, type Header } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
 import { toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
@@ -319,7 +319,7 @@ export class NodeCache {
   private async servePeer(peer: Peer, h: Header, frames: Buffer[]): Promise<{ value: unknown; frames?: Buffer[] }> {
     const op = str(h, "op");
     const app = str(h, "app");
-    if (op === "obj-get") return { value: this.fetcher.servePeer(this.service, app, str(h, "key"), num(h, "baseVersion"), num(h, "baseParts")) };
+    if (op === "obj-get") return { value: this.fetcher.servePeer(this.service, app, str(h, "key"), num(h, "baseVersion"), num(h, "baseParts"), optNum(h, "version")) };
     if (op === "obj-read" || op === "obj-done" || op === "obj-ack") return this.service.serve(op, app, h, frames, "agent", peer.routingId.toString("latin1"));
     throw new HearthError(`'${op}' is not served to other nodes (agent ${peer.id})`);
   }

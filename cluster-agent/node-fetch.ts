@@ -156,25 +156,28 @@ export class NodeFetcher {
 
   /**
    * Another node asks for the base `baseVersion` of `app/key` (its first
-   * `baseParts` parts): a read transfer over this node's copy of that base,
-   * installed (at any version on it: patches do not change the base) or
-   * still being received (its reads wait for chunks in flight). Anything
-   * else is not held here.
+   * `baseParts` parts) at `version`: a read transfer over this node's copy
+   * of that base, installed (at any version on it: patches do not change the
+   * base) or still being received (its reads wait for chunks in flight).
+   * When this node's copy is at `version` itself, the transfer covers every
+   * part, patches included (the asking node then needs nothing from the
+   * head); else the base's parts only. Anything else is not held here.
    */
-  servePeer(service: ObjectService, app: string, key: string, baseVersion: number, baseParts: number): unknown {
+  servePeer(service: ObjectService, app: string, key: string, baseVersion: number, baseParts: number, version?: number): unknown {
     const full = `${app}/${key}`;
     const stored = this.opts.store.peek(full);
     if (stored && stored.baseVersion === baseVersion && 1 + stored.more.length === baseParts) {
       const r = this.opts.store.read(full);
       if (r.mode !== "full") throw new HearthError(`copy of '${key}' read back as ${r.mode}`);
-      const base = r.parts.slice(0, baseParts);
+      const served = stored.version === version ? r.parts : r.parts.slice(0, baseParts);
       this.counters.servedToPeers++;
-      return { baseVersion, parts: base.map(meta), tid: service.openRead(app, base.map((p, i) => storedSource(this.opts.store, r.object, p, i)), r.object) };
+      return { baseVersion, version: stored.version, parts: served.map(meta), tid: service.openRead(app, served.map((p, i) => storedSource(this.opts.store, r.object, p, i)), r.object) };
     }
     const copy = this.receiving.get(full);
     if (copy && copy.baseVersion === baseVersion && copy.mode === "full" && copy.metas.filter((m) => m.version === baseVersion).length === baseParts) {
+      const n = copy.version === version ? copy.metas.length : baseParts;
       this.counters.servedToPeers++;
-      return { baseVersion, parts: copy.metas.slice(0, baseParts), tid: service.openRead(app, copy.parts.slice(0, baseParts).map((p) => p.source())) };
+      return { baseVersion, version: copy.version, parts: copy.metas.slice(0, n), tid: service.openRead(app, copy.parts.slice(0, n).map((p) => p.source())) };
     }
     throw new ObjectNotFoundError(`agent ${this.opts.agentId} holds no copy of the base of '${key}' at version ${baseVersion}`, { key, app });
   }
@@ -235,13 +238,14 @@ export class NodeFetcher {
   }
 
   /**
-   * The base from the node the head named and the rest (patches) from the
-   * head's transfer `tid`, side by side. A peer that fails, or stalls past
-   * PEER_STALL_MS on a chunk, is reported to the head, which names another
-   * (never one below this node) or, after MAX_PEER_TRIES, serves the rest
-   * itself; the chunks already written are kept and never pulled again.
-   * Returns true when no byte of the base came from the head. A version
-   * that moved on meanwhile fails this fetch (the next get starts afresh).
+   * The base from the node the head named, and the rest (patches) from that
+   * node too when it holds this very version, else from the head's transfer
+   * `tid`, side by side. A peer that fails, or stalls past PEER_STALL_MS on
+   * a chunk, is reported to the head, which names another (never one below
+   * this node) or, after MAX_PEER_TRIES, serves the rest itself; the chunks
+   * already written are kept and never pulled again. Returns true when no
+   * byte of the base came from the head. A version that moved on meanwhile
+   * fails this fetch (the next get starts afresh).
    */
   private async fromPeers(app: string, key: string, copy: Receiving, tid: number, first: PeerHint, baseParts: number): Promise<boolean> {
     const { metas, parts } = copy;
@@ -250,14 +254,29 @@ export class NodeFetcher {
     // What each source wrote, chunk by chunk (a chunk two sources sent is counted once, for the one that wrote it).
     const fromHead = { bytes: 0 };
     const fromPeers = { bytes: 0 };
-    // The patches from the head now (small beside the base); its transfer ends when they are in.
-    const patches = pullChunks(this.opts.bulk, tid, metas, tallied(parts, fromHead), { app, key, skip: (p, o) => isBase(p) || held(p, o) });
+    // A head transfer opened for this copy and not pulled from yet (ended unused when peers serve everything).
+    let headTid: number | undefined = tid;
+    const release = async (): Promise<void> => {
+      if (headTid === undefined) return;
+      const t = headTid;
+      headTid = undefined;
+      await requestAcking(this.opts.bulk, "obj-done", { tid: t, app }).catch(() => undefined);
+    };
+    // The patches from the head, once a peer said it has only the base (small beside the base).
+    let patches: Promise<number> | undefined;
+    const patchesFromHead = (): void => {
+      if (patches !== undefined || headTid === undefined || metas.length === baseParts) return;
+      const t = headTid;
+      headTid = undefined;
+      patches = pullChunks(this.opts.bulk, t, metas, tallied(parts, fromHead), { app, key, skip: (p, o) => isBase(p) || held(p, o) });
+      patches.catch(() => undefined); // awaited below
+    };
     try {
       let peer: PeerHint | undefined = first;
       for (let tries = 1; peer; tries++) {
         try {
           copy.source = `peer ${peer.agentId}`;
-          await this.baseFromPeer(app, key, copy, peer, baseParts, fromPeers);
+          await this.fromPeer(app, key, copy, peer, baseParts, fromPeers, patchesFromHead, () => patches !== undefined);
           this.counters.fromPeers++;
           return true;
         } catch (err) {
@@ -271,18 +290,23 @@ export class NodeFetcher {
           if (again.tid !== undefined) await requestAcking(this.opts.bulk, "obj-done", { tid: again.tid, app }).catch(() => undefined);
           throw new HearthError(`'${key}' moved on from version ${copy.version} to ${again.version} while this node was copying it; get it again`);
         }
+        // The newest head transfer is the one kept for the patches (an older unused one ends).
+        await release();
         peer = again.peer as PeerHint | undefined;
         if (peer) {
-          await requestAcking(this.opts.bulk, "obj-done", { tid: again.tid, app }).catch(() => undefined);
+          if (patches === undefined) headTid = again.tid as number;
+          else await requestAcking(this.opts.bulk, "obj-done", { tid: again.tid, app }).catch(() => undefined);
           continue;
         }
         copy.source = "head";
         this.counters.fromHead++;
-        await pullChunks(this.opts.bulk, again.tid as number, metas, tallied(parts, fromHead), { app, key, skip: (p, o) => !isBase(p) || held(p, o) });
+        // Everything still missing, but patches a running pull brings.
+        await pullChunks(this.opts.bulk, again.tid as number, metas, tallied(parts, fromHead), { app, key, skip: (p, o) => held(p, o) || (patches !== undefined && !isBase(p)) });
       }
       return false;
     } finally {
       try {
+        await release();
         await patches;
       } finally {
         this.counters.bytesFromHead += fromHead.bytes;
@@ -291,14 +315,24 @@ export class NodeFetcher {
     }
   }
 
-  /** Pulls the base parts this node lacks from `peer`, each chunk request bounded by PEER_STALL_MS. */
-  private async baseFromPeer(app: string, key: string, copy: Receiving, peer: PeerHint, baseParts: number, tally: { bytes: number }): Promise<void> {
+  /**
+   * Pulls from `peer` what it serves of this copy and this node lacks: the
+   * base's parts, or every part when it holds this version (`onAnswer` is
+   * told which, before a chunk moves, so the head can bring the patches
+   * meanwhile; `headBringsPatches` then keeps them off this pull). Each
+   * chunk request is bounded by PEER_STALL_MS.
+   */
+  private async fromPeer(app: string, key: string, copy: Receiving, peer: PeerHint, baseParts: number, tally: { bytes: number }, onBaseOnly: () => void, headBringsPatches: () => boolean): Promise<void> {
     const link = this.link(peer.endpoint);
-    const { value: r } = await requestAcking(link.requests, "obj-get", { app, key, baseVersion: copy.baseVersion, baseParts }, PEER_STALL_MS);
+    const { value: r } = await requestAcking(link.requests, "obj-get", { app, key, baseVersion: copy.baseVersion, baseParts, version: copy.version }, PEER_STALL_MS);
     noteRead(link.requests, r);
-    const base = copy.metas.slice(0, baseParts);
-    if (r.baseVersion !== copy.baseVersion || !sameParts(r.parts as PartMeta[], base)) throw new HearthError(`agent ${peer.agentId} answered base ${r.baseVersion} of '${key}', not ${copy.baseVersion}`);
-    await pullChunks(link.requests, r.tid as number, base, tallied(copy.parts.slice(0, baseParts), tally), { app, key, skip: (p, o) => copy.parts[p]!.holds(o), timeoutMs: PEER_STALL_MS });
+    const served = Array.isArray(r.parts) ? r.parts.length : 0;
+    if (r.baseVersion !== copy.baseVersion || (served !== baseParts && served !== copy.metas.length) || !sameParts(r.parts as PartMeta[], copy.metas.slice(0, served))) {
+      throw new HearthError(`agent ${peer.agentId} answered base ${r.baseVersion} of '${key}' with ${served} parts, not base ${copy.baseVersion} (${baseParts} parts) or version ${copy.version}`);
+    }
+    if (served < copy.metas.length) onBaseOnly();
+    const skip = (p: number, o: number): boolean => copy.parts[p]!.holds(o) || (p >= baseParts && headBringsPatches());
+    await pullChunks(link.requests, r.tid as number, copy.metas.slice(0, served), tallied(copy.parts.slice(0, served), tally), { app, key, skip, timeoutMs: PEER_STALL_MS });
   }
 
   /** The connection to another node's cache at `endpoint` (made on first use). */

@@ -4,7 +4,8 @@
  *
  * - A late joiner after four patches copies the base from a node that holds
  *   it (the tree is the base's, not the version's): the head sends it only
- *   the patches (its byte counters say so).
+ *   the patches that node lacks, and nothing once a node holds the version
+ *   (its byte counters say so).
  * - A node serves a copy while it receives it: with node a's link to the
  *   head held half-way (a relay), node b's copy from a has bytes while a's
  *   own copy is still incomplete (both nodes' counters, not b's result).
@@ -56,28 +57,38 @@ async function perAgent(app: Awaited<ReturnType<typeof connect>>, ids: string[])
 const stat = async (pool: PoolHandle<Streamer>, executorId: string): Promise<NodeStat> => (await pool.callMember(executorId, "nodeStat")) as unknown as NodeStat;
 const headToAgents = async (cluster: TestCluster): Promise<number> => ((await cluster.status()).objects.traffic.bytesOutTo.agent as number | undefined) ?? 0;
 
-test("a late joiner after four patches copies the base from a peer: the head sends it only the patches", { timeout: 180_000 }, async () => {
-  const cluster = await startCluster({ agents: [{ id: "la", cpus: 2 }, { id: "lb", cpus: 2 }] });
+test("late joiners after four patches copy the base from a peer: the head sends them only the patches a peer lacks, and nothing when a peer holds the version", { timeout: 180_000 }, async () => {
+  const cluster = await startCluster({ agents: [{ id: "la", cpus: 2 }, { id: "lb", cpus: 2 }, { id: "lc", cpus: 2 }] });
   const app = await connect({ name: "late", head: cluster.endpoint });
   try {
-    const { pool, on } = await perAgent(app, ["la", "lb"]);
+    const { pool, on } = await perAgent(app, ["la", "lb", "lc"]);
     const base = pattern("base.bin", 48, 1);
     await app.objects.put(fromFile(base.file), { key: "w" });
     await pool.callMember(on.la!, "streamDigest", "w");
-    // Four patches of 2 MiB (each a file part), taken by node la as they come.
+    // Four patches of 2 MiB (each a file part): node la takes the first two as they come, then not the last two.
     for (let i = 0; i < 4; i++) {
       await app.objects.patch("w", Buffer.alloc(2 * MiB, 10 + i));
-      await pool.callMember(on.la!, "streamDigest", "w");
+      if (i < 2) await pool.callMember(on.la!, "streamDigest", "w");
     }
-    const sentBefore = await headToAgents(cluster);
+    // lb: the base from la (which holds it, at an older version), the four patches from the head.
+    let sentBefore = await headToAgents(cluster);
     const late = await pool.callMember(on.lb!, "streamDigest", "w");
     assert.equal(late.size, 56 * MiB);
-    assert.equal(late.sha256, (await pool.callMember(on.la!, "streamDigest", "w")).sha256, "the late joiner's copy equals the holder's");
-    const sent = (await headToAgents(cluster)) - sentBefore;
-    assert.equal(sent, 8 * MiB, `the head sent the late joiner ${sent / MiB} MiB: the four patches, not the 48 MiB base`);
-    const st = await stat(pool, on.lb!);
+    let sent = (await headToAgents(cluster)) - sentBefore;
+    assert.equal(sent, 8 * MiB, `the head sent lb ${sent / MiB} MiB: the four patches, not the 48 MiB base`);
+    let st = await stat(pool, on.lb!);
     assert.equal(st.recent.filter((f) => f.key === "w").at(-1)?.source, "peer");
-    assert.equal(st.fetches.bytesFromPeers, 48 * MiB, "the base came from node la");
+    assert.deepEqual([st.fetches.bytesFromPeers, st.fetches.bytesFromHead], [48 * MiB, 8 * MiB], "the base came from a peer, the patches from the head");
+    // lc: a peer holds this very version (lb, or la once it caught up): everything from peers, nothing from the head.
+    await pool.callMember(on.la!, "streamDigest", "w");
+    sentBefore = await headToAgents(cluster);
+    const third = await pool.callMember(on.lc!, "streamDigest", "w");
+    sent = (await headToAgents(cluster)) - sentBefore;
+    assert.equal(sent, 0, `the head sent lc ${sent / MiB} MiB`);
+    st = await stat(pool, on.lc!);
+    assert.deepEqual([st.fetches.bytesFromPeers, st.fetches.bytesFromHead], [56 * MiB, 0], "lc's copy came whole from a peer");
+    const holder = await pool.callMember(on.la!, "streamDigest", "w");
+    assert.deepEqual([late.sha256, third.sha256], [holder.sha256, holder.sha256], "the late joiners' copies equal the holder's");
   } finally {
     await app.close().catch(() => undefined);
     await cluster.stop();
