@@ -4,6 +4,7 @@
  */
 import { benchBm25 } from "./bm25.js";
 import { benchCache } from "./cache.js";
+import { benchDistribution } from "./distribution.js";
 import { benchOverlap } from "./overlap.js";
 import { benchRpc } from "./rpc.js";
 import { benchSnapshot } from "./snapshot.js";
@@ -18,6 +19,7 @@ const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   soak: benchSoak,
   snapshot: benchSnapshot,
   weights: benchWeights,
+  distribution: benchDistribution,
 };
 
 const [name, ...args] = process.argv.slice(2);

@@ -18,13 +18,17 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 const writeAt = promisify(writeCb);
 const MiB = 1024 * 1024;
 
-/** MiB/s of pulling `bytes` from the raw peer in CHUNK pieces, WINDOW in flight (into a file when `toFile`). */
-export async function rawStream(bytes: number, toFile: boolean): Promise<number> {
+/**
+ * MiB/s of pulling `bytes` from the raw peer in CHUNK pieces, WINDOW in
+ * flight (into a new file under `dir`, default the temp folder, when
+ * `toFile`: the rate a copy on that medium cannot beat).
+ */
+export async function rawStream(bytes: number, toFile: boolean, dir = os.tmpdir()): Promise<number> {
   const server = spawn(process.execPath, [path.join(HERE, "raw-stream-server.js")], { stdio: ["ignore", "pipe", "inherit"] });
   const [line] = (await once(server.stdout!, "data")) as [Buffer];
   const dealer = new Dealer({ sendHighWaterMark: 0, receiveHighWaterMark: 0 });
   dealer.connect(line.toString().trim());
-  const file = path.join(os.tmpdir(), `hearth-raw-stream-${process.pid}`);
+  const file = path.join(dir, `hearth-raw-stream-${process.pid}`);
   const fd = toFile ? openSync(file, "w", 0o600) : undefined;
   try {
     const t0 = performance.now();

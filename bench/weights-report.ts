@@ -65,5 +65,27 @@ export function printWeightsBench(r: WeightsBenchResult, o: WeightsBenchOptions)
         `${patch.bytesPerChanged.toFixed(2)} B per changed value = ${(patch.bytesPerChanged / REFERENCE_BYTES_PER_CHANGE).toFixed(2)}× the reference's 6 B (goal ≤ 0.5×)`,
     );
   }
+  if (full) {
+    const slowest = full.executors.reduce((a, e) => (e.totalMs > a.totalMs ? e : a), full.executors[0]!);
+    const engine = Object.entries(full.engineMs).map(([k, v]) => `${k} ${ms(v)}`).join(", ");
+    console.log(
+      `\nphases of the full-weights path (ms from the publication's start unless said): engine export ${ms(full.exportMs)}${engine ? ` (${engine})` : ""}, ` +
+        `upload committed ${ms(full.publishMs)} (overlaps the export); from the commit: node copies ${full.nodes.map((n) => `${n.agentId} ${ms(n.commitToCopyMs)} (${n.source})`).join(", ")}, ` +
+        `first applied ${full.commitToFirstAppliedMs ? ms(full.commitToFirstAppliedMs.first) : "-"}, last exact ${ms(full.commitToLastExactMs)}; slowest executor's sync: fetch ${ms(slowest.fetchMs)} + apply ${ms(slowest.applyMs)}; slowest exact ${ms(full.slowestMs)} (goal ≤ 5000 at 0.5b)`,
+    );
+    const fp = r.freshPages;
+    console.log(`fresh-page bound: ${fp.writes.map((w) => `${w.process} writes ${(w.bytes / MiB).toFixed(0)} MiB on ${w.medium} (${w.dir}) at ${w.rawMiBps.toFixed(0)} MiB/s raw = ${ms(w.ms)} ms`).join("; ")}`);
+    console.log(`  bound ${ms(fp.boundMs)} ms (the slowest process's fresh writes); the path took ${ms(full.slowestMs)} ms = ${(full.slowestMs / fp.boundMs).toFixed(2)}× the bound (goal ≤ 1.3× where the bound forbids 5 s)`);
+    const toAgents = full.headBytesOutTo.agent ?? 0;
+    const nn = r.newNode;
+    console.log(
+      `head bytes out for the base: ${(toAgents / MiB).toFixed(1)} MiB to the nodes for the full publication` +
+        (nn ? ` and ${(nn.baseFromHead / MiB).toFixed(1)} MiB for the new node's base` : "") +
+        ` = ${((toAgents + (nn?.baseFromHead ?? 0)) / full.bytes).toFixed(2)}× the object (goal 1.00×)`,
+    );
+  }
+  const nn = r.newNode;
+  if (nn) console.log(`new node after the patches: exact ${ms(nn.totalMs)} ms (goal ≤ 1000 ms at 0.5b), ${(nn.fromPeers / MiB).toFixed(1)} MiB from peers, ${(nn.fromHead / MiB).toFixed(2)} MiB from the head (head counted ${(nn.headBytes / MiB).toFixed(2)} MiB; goal 0 when a peer holds the base), source ${nn.source}, identical: ${nn.identical ? "yes" : "NO"}`);
+  for (const d of r.distribution) console.log(`simulated distribution to ${d.nodes} nodes, ${d.shape}: depth ${d.depth}, last node ${ms(d.lastNodeMs)} ms`);
   console.log(`re-base policy: ${DEFAULT_REBASE.maxPatches} patches or ${DEFAULT_REBASE.maxPatchShare} of the base`);
 }

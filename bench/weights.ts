@@ -26,6 +26,7 @@ import { DEFAULT_REBASE, WeightPublisher } from "../sdk/rl/services/weights.js";
 import { TensorEngine } from "../sdk/tensor/index.js";
 import { startCluster, type TestCluster } from "../test/helpers/cluster.js";
 import { rawStream } from "./raw-stream.js";
+import { DISTRIBUTION_DEFAULTS, runDistributionBench, type DistributionResult } from "./distribution.js";
 import { printWeightsBench } from "./weights-report.js";
 import { HANG_TIMEOUT_MS, type WeightsRollout, type WeightsSync } from "./weights-service.js";
 
@@ -108,10 +109,48 @@ export interface WeightsBenchResult {
   steps: WeightsStepResult[];
   /** A new executor on a warm node (null with synthetic weights). */
   lateJoiner: (WeightsSync & { identical: boolean }) | null;
+  /** A new node after the patches (null with synthetic weights): its base from a peer, what the head sent it. */
+  newNode: NewNodeJoin | null;
+  /** Fresh bytes each process writes for a full publication, the raw rate of a new file on its medium, and the bound they make. */
+  freshPages: FreshPages;
+  /** A simulated distribution to 100 nodes (small object, loopback): the tree against a chain. */
+  distribution: DistributionResult[];
   /** A raw ZeroMQ stream of the weights' bytes with the cache's chunking, into memory and into a file. */
   rawZmqMiBps: number;
   rawZmqToFileMiBps: number;
   placement: Record<string, string>;
+}
+
+/** A late joiner on a node that joins after the patches: its node copies the base from a peer. */
+export interface NewNodeJoin extends WeightsSync {
+  identical: boolean;
+  /** What the head sent that node during its sync (patches only when a peer holds the base). */
+  headBytes: number;
+  /** Of its copy: bytes from other nodes, and from the head. */
+  fromPeers: number;
+  fromHead: number;
+  /** Its base's bytes that came from the head (0: from a peer). */
+  baseFromHead: number;
+  source: string;
+}
+
+/** One process's fresh writes for a full publication on its medium. */
+export interface FreshWrite {
+  process: string;
+  medium: string;
+  dir: string;
+  bytes: number;
+  /** A raw stream into a new file there, measured in this run. */
+  rawMiBps: number;
+  /** bytes ÷ that rate. */
+  ms: number;
+}
+
+/** The fresh-page bound: no process can write its fresh pages faster than a raw stream on its medium. */
+export interface FreshPages {
+  writes: FreshWrite[];
+  /** The slowest process's writes (they overlap at best). */
+  boundMs: number;
 }
 
 /** Options of runWeightsBench. */
@@ -172,6 +211,7 @@ function resetPeak(pid: number): void {
 
 interface NodeStat {
   recent: Array<{ key: string; version: number; bytes: number; source: string; doneAt: number }>;
+  fetches: { bytesFromHead: number; bytesFromPeers: number };
 }
 
 /** Runs the bench; throws if any executor ends a step not bit-identical to the publisher. */
@@ -214,6 +254,27 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
     for (const i of infos) perAgent.set(i.agentId, [...(perAgent.get(i.agentId) ?? []), i.executorId]);
     if (infos.length !== rollouts || perAgent.size !== rollouts) throw new Error(`placement: wanted one of ${rollouts} executors on each agent, got ${JSON.stringify([...perAgent])}`);
     log(`executors: ${infos.map((i) => `${i.executorId}@${i.agentId}`).join(", ")}`);
+
+    // The fresh-page bound: each process of a full publication writes the weights once into new files
+    // (the publisher's scratch, the head's spool, every node's copy); a raw stream into a new file on each
+    // of those media, measured here, is as fast as such writes go on this machine.
+    const st0 = await cluster.status();
+    const cacheOf = (st0.agents as Array<{ id: string; cache?: { dir?: string; medium?: string } }>).find((a) => a.id === "a")?.cache;
+    const spool = st0.objects.spool as { medium: string; dir: string | null } | null;
+    const media: Array<{ process: string; medium: string; dir: string; count: number }> = [
+      { process: "publisher (scratch)", medium: "temp folder", dir: os.tmpdir(), count: 1 },
+      ...(spool?.dir ? [{ process: "head (spool)", medium: spool.medium, dir: spool.dir, count: 1 }] : []),
+      ...(cacheOf?.dir ? [{ process: "node cache (each)", medium: cacheOf.medium ?? "disk", dir: cacheOf.dir, count: rollouts }] : []),
+    ];
+    const rates = new Map<string, number>();
+    const writes: FreshWrite[] = [];
+    for (const m of media) {
+      if (!rates.has(m.dir)) rates.set(m.dir, await rawStream(weightBytes, true, m.dir));
+      const rawMiBps = rates.get(m.dir)!;
+      writes.push({ process: m.process, medium: m.medium, dir: m.dir, bytes: weightBytes, rawMiBps, ms: (weightBytes / MiB / rawMiBps) * 1000 });
+    }
+    const freshPages: FreshPages = { writes, boundMs: Math.max(...writes.map((w) => w.ms)) };
+    log(`fresh pages: ${writes.map((w) => `${w.process} on ${w.medium} ${w.rawMiBps.toFixed(0)} MiB/s → ${w.ms.toFixed(0)} ms`).join("; ")}; bound ${freshPages.boundMs.toFixed(0)} ms`);
 
     const key = "weights";
     let exportMs = 0;
@@ -312,6 +373,39 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       log(`late joiner: ${joined.applied.join(" + ")} (${(joined.appliedBytes / MiB).toFixed(1)} MiB) in ${joined.totalMs.toFixed(0)} ms, identical: ${lateJoiner.identical}`);
       if (!lateJoiner.identical) throw new Error(`the late joiner is not bit-identical to the publisher (${lateDigest.digest} vs ${want})`);
     }
+
+    // A node that joins after the patches (agent "late"): its cache copies the base from a node that holds
+    // it and only the patches from the head; the head's bytes to it are counted.
+    let newNode: NewNodeJoin | null = null;
+    if (!synthetic) {
+      await cluster.addAgent({ id: "late", cpus: 2, args: agentArgs });
+      // Two CPUs: only the new node has them free.
+      const fresh = (await app.service<WeightsRollout>(module, { name: "new-node", warmup: 1, max: 1, resreq: "cpu=2" })).withOptions(long) as PoolHandle<WeightsRollout>;
+      const [m] = await fresh.members();
+      if (m!.agentId !== "late") throw new Error(`the new node's executor landed on agent ${m!.agentId}, not on the new node`);
+      await fresh.callMember(m!.executorId, "setup", readerConfig, opts.threads);
+      const headTo = async (): Promise<number> => (((await cluster!.status()).objects.traffic as { bytesOutTo: Record<string, number> }).bytesOutTo.agent ?? 0);
+      const before = await headTo();
+      const joined = await fresh.callMember(m!.executorId, "sync", key);
+      const headBytes = (await headTo()) - before;
+      const want = (await engine.digest({ timeoutMs: 1_800_000 })).digest;
+      const digest = await fresh.callMember(m!.executorId, "digest");
+      const st = (await fresh.callMember(m!.executorId, "nodeStat")) as unknown as NodeStat;
+      const base = steps.find((x) => x.full)?.bytes ?? 0;
+      newNode = {
+        ...joined,
+        identical: digest.digest === want && joined.version === steps.at(-1)!.version,
+        headBytes,
+        fromPeers: st.fetches.bytesFromPeers,
+        fromHead: st.fetches.bytesFromHead,
+        baseFromHead: Math.max(0, base - st.fetches.bytesFromPeers),
+        source: st.recent.filter((f) => f.key === key).at(-1)?.source ?? "-",
+      };
+      log(`new node after ${steps.length - 1} patches: exact in ${joined.totalMs.toFixed(0)} ms, head sent it ${(headBytes / MiB).toFixed(2)} MiB (${newNode.source}), identical: ${newNode.identical}`);
+      if (!newNode.identical) throw new Error(`the new node's executor is not bit-identical to the publisher (${digest.digest} vs ${want})`);
+    }
+
+    const distribution = await runDistributionBench(DISTRIBUTION_DEFAULTS, log);
     return {
       shape: opts.shape,
       preset,
@@ -319,6 +413,9 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       weightBytes,
       steps,
       lateJoiner,
+      newNode,
+      freshPages,
+      distribution,
       rawZmqMiBps,
       rawZmqToFileMiBps,
       placement: Object.fromEntries(infos.map((i) => [i.executorId, i.agentId])),

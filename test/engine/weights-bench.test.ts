@@ -60,6 +60,18 @@ test("bench weights at the tiny shape: bit-identical executors, late joiner, byt
   assert.deepEqual(full.nodes.map((n) => n.source).sort(), ["head", "peer", "peer"], "one node from the head, two from other nodes");
   assert.ok(full.headBytesOut < 1.1 * full.bytes, `the head sent ${full.headBytesOut} bytes for a ${full.bytes}-byte base to three nodes`);
   assert.ok(full.executorTcpBytes < full.bytes / 10, "executors read the base from their nodes' files");
+
+  // A node that joins after the four patches: a peer holds that version, so the head sends it nothing.
+  assert.ok(r.newNode?.identical, "the new node's executor is bit-identical to the publisher");
+  assert.equal(r.newNode!.source, "peer");
+  assert.equal(r.newNode!.headBytes, 0, `the head sent the new node ${r.newNode!.headBytes} bytes`);
+  assert.ok(r.newNode!.fromPeers >= full.bytes, "its copy came from a peer");
+  // The fresh-page bound is measured on every medium a full publication writes.
+  assert.ok(r.freshPages.writes.length >= 2 && r.freshPages.writes.every((w) => w.rawMiBps > 0), JSON.stringify(r.freshPages));
+  // The simulated distribution: a tree of depth about log2(100) against a chain of 100.
+  const [tree, chain] = r.distribution;
+  assert.ok(tree!.depth <= 8 && chain!.depth === 100, `depths ${tree!.depth} and ${chain!.depth}`);
+  assert.equal(tree!.headChunks, chain!.headChunks, "the head sends the object once either way");
 });
 
 test("a publication past the cache's limit fails naming the object and the limit, and loses nothing published", { timeout: 180_000 }, async () => {
