@@ -24,7 +24,7 @@ import { findEngineDir, findPython } from "./python.js";
 import { firstLine, processCpu, reportEngineChange, trackEngine, untrackEngine, type EngineLiveness, type EngineState } from "./liveness.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
 import type {
-  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
+  ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
   InitModelResult, FilePublication, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";
 
@@ -135,6 +135,26 @@ function unragged(result: Record<string, unknown>): GeneratedRow[] {
     at += n;
   });
   return rows;
+}
+
+/** Splits a batch reply's flat top-k arrays into each row's per-token alternatives. */
+function attachAlternatives(rows: BatchedRow[], result: Record<string, unknown>): void {
+  const perRow = toInt32Array(result.top_rows as Tensor);
+  const counts = toInt32Array(result.top_counts as Tensor);
+  const ids = toInt32Array(result.top_ids as Tensor);
+  const lps = toFloat32Array(result.top_logprobs as Tensor);
+  const ent = toFloat32Array(result.entropy as Tensor);
+  let tok = 0;
+  let at = 0;
+  rows.forEach((row, i) => {
+    if (perRow[i] === 0) return;
+    row.alternatives = [];
+    for (let t = 0; t < perRow[i]!; t++, tok++) {
+      const k = counts[tok]!;
+      row.alternatives.push({ ids: ids.slice(at, at + k), logprobs: lps.slice(at, at + k), entropy: ent[tok]! });
+      at += k;
+    }
+  });
 }
 
 /** A running tensor engine process. Create with `TensorEngine.start()`; end with `close()`. */
@@ -405,6 +425,33 @@ export class TensorEngine {
     const result = await this.request<Record<string, unknown>>("resume",
       { session, rows, ...ragged(rows.map((r) => appended.get(r) ?? [])), params: snake(sampling) }, options);
     return unragged(result);
+  }
+
+  /**
+   * Samples rows from different requests in one batch (the agent endpoint's):
+   * new prompts and continuations of kept sessions' rows, whose cached keys and
+   * values are copied so only the appended tokens are computed. The new session
+   * is kept (release it when no row of it will be continued). A row whose
+   * source is gone fails the call with code `no_session` or `stale_row`: send
+   * its whole sequence as a new row.
+   */
+  async batch(rows: readonly BatchRowSpec[], eosTokenIds: readonly number[], options?: RequestOptions & { cudaGraph?: boolean }): Promise<BatchResult> {
+    const result = await this.request<Record<string, unknown>>("batch", {
+      ...ragged(rows.map((r) => r.tokens)),
+      sources: rows.map((r) => (r.from ? [r.from.session, r.from.row, r.from.expect] : null)),
+      seeds: rows.map((r) => r.seed),
+      max_new_tokens: rows.map((r) => r.maxNewTokens),
+      temperature: rows.map((r) => r.temperature),
+      top_p: rows.map((r) => r.topP),
+      stop: rows.map((r) => [...(r.stop ?? [])]),
+      top_logprobs: rows.map((r) => r.topLogprobs ?? 0),
+      eos_token_ids: [...eosTokenIds],
+      cuda_graph: options?.cudaGraph ?? true,
+    }, options);
+    const digests = result.digests as string[];
+    const out = unragged(result).map((r, i): BatchedRow => ({ ...r, digest: digests[i]! }));
+    if (result.top_rows !== undefined) attachAlternatives(out, result);
+    return { session: result.session as number, rows: out };
   }
 
   /** Free a session's KV cache. */

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from . import __version__, checkpoint, config as config_mod, randinit, state as trainer_state
 from .errors import EngineError
-from .generate import RowResult, SamplingParams, Session, generate, resume
+from .generate import BatchRow, RowParams, RowResult, SamplingParams, Session, batch, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
@@ -34,8 +34,9 @@ from .weights import Publisher, apply_blob, apply_file, model_tensors, perturb_b
 # gang within seconds from its executors' heartbeats; this is the backstop inside the engine.
 DEFAULT_COLLECTIVE_TIMEOUT_MS = 300_000
 
-# Kept generation sessions (each holds a KV cache); older ones are released first.
-MAX_SESSIONS = 8
+# Kept generation sessions (each holds a KV cache); older ones are released first. The
+# agent endpoint keeps one per batch it ran while a row of it may still be continued.
+MAX_SESSIONS = 32
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -185,6 +186,57 @@ class Engine:
         results = resume(session, dict(zip(rows, extra)), _params(args.get("params", {}), SamplingParams),
                          self.vocab)
         return _rows_result(results)
+
+    def op_batch(self, args: Dict[str, Any]) -> Any:
+        """Rows from different requests in one batch (generate.batch): new prompts and
+        continuations of rows of kept sessions, each with its own sampling settings. The
+        reply adds, per row, the sha256 of the ids it sampled (int32 little-endian) and,
+        where asked, each token's top-k alternatives and entropy."""
+        model = self.need_model()
+        model.eval()
+        feeds = _ragged(args["tokens"], args["lengths"])
+        n = len(feeds)
+        per_row = {k: list(args.get(k) or []) for k in ("sources", "seeds", "max_new_tokens", "temperature", "top_p",
+                                                       "stop", "top_logprobs")}
+        for k, v in per_row.items():
+            if len(v) != n:
+                raise EngineError("bad_request", f"{k} has {len(v)} entries for {n} rows")
+        rows: List[BatchRow] = []
+        for i in range(n):
+            src = per_row["sources"][i]
+            source, expect = None, 0
+            if src is not None:
+                sid, row, expect = (int(x) for x in src)
+                session = self.sessions.get(sid)
+                if session is None:
+                    raise EngineError("no_session", f"row {i}: no session {sid} (released or evicted): send the "
+                                                    "whole sequence as a new row")
+                source = (session, row)
+            rows.append(BatchRow(feed=feeds[i], source=source, expect=expect, seed=int(per_row["seeds"][i]),
+                                 params=RowParams(max_new_tokens=int(per_row["max_new_tokens"][i]),
+                                                  temperature=float(per_row["temperature"][i]),
+                                                  top_p=float(per_row["top_p"][i]),
+                                                  stop=tuple(per_row["stop"][i] or ()),
+                                                  top_logprobs=int(per_row["top_logprobs"][i]))))
+        params = SamplingParams(eos_token_ids=tuple(args.get("eos_token_ids") or ()),
+                                cuda_graph=bool(args.get("cuda_graph", True)))
+        session, results = batch(model, rows, params, self.vocab)
+        sid = self.next_session
+        self.next_session += 1
+        if args.get("keep", True):
+            self.sessions[sid] = session
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.pop(next(iter(self.sessions)))
+        out = {"session": sid, **_rows_result(results),
+               "digests": [hashlib.sha256(torch.tensor(r.tokens, dtype=torch.int32).numpy().astype("<i4").tobytes())
+                           .hexdigest() for r in results]}
+        if any(r.top for r in results):
+            out["top_counts"] = torch.tensor([len(t[0]) for r in results for t in r.top], dtype=torch.int32)
+            out["top_ids"] = torch.tensor([i for r in results for t in r.top for i in t[0]], dtype=torch.int32)
+            out["top_logprobs"] = torch.tensor([v for r in results for t in r.top for v in t[1]], dtype=torch.float32)
+            out["entropy"] = torch.tensor([t[2] for r in results for t in r.top], dtype=torch.float32)
+            out["top_rows"] = torch.tensor([len(r.top) for r in results], dtype=torch.int32)
+        return out
 
     def op_release(self, args: Dict[str, Any]) -> Any:
         return {"released": self.sessions.pop(int(args["session"]), None) is not None}
