@@ -65,7 +65,7 @@ commands:
                                                executors run as their app's own user (a \`hearth agent\` run as root, or \`hearth up --executor-uids\`);
                                                where they run as your user (the embedded default, an agent not run as root,
                                                Slurm) the app's code can read the cluster secret
-  demo [--env calculator] [flags]             the main job on the embedded default (Search-R1; --env calculator: the calculator)
+  demo [--env calculator] [--agent F#E] [flags] the main job on the embedded default (Search-R1; --env calculator: the calculator; --agent: your agent on the calculator task)
   train   search-r1|calculator [flags]         training of an environment (see below); --detach: the loop runs on the cluster
   ${RUNS_USAGE}
   warmstart [--env E] [--out DIR] [--steps N] (re)make an environment's shipped starting policy (see below)

@@ -33,6 +33,9 @@ import type { RunOptions } from "./options.js";
 import { RolloutsAhead } from "./overlap.js";
 import { collect, emByCategory, evaluate, publish, rollouts, runStep, setUtilisation, stepItems, stepRollouts, trainOn, type Collected, type RolloutParts, type StepServices } from "./pipeline.js";
 import type { EnvironmentPackage, PreparedTask, TaskRecipe } from "./recipe.js";
+import type { AgentFn } from "../agent/agents.js";
+import { runEndpointKey, RunEndpoint, type EpisodeSessions } from "./agent-rollouts.js";
+import { newAlarms } from "./alarms.js";
 import type { Trainers, TrainersAt } from "./trainers.js";
 
 export type { RunOptions } from "./options.js";
@@ -47,6 +50,13 @@ export interface Rollouts {
 
 /** Options of `run.rollout`. */
 export interface RolloutOptions {
+  /**
+   * An agent to run the episodes instead of the task's environment: a
+   * function (run here, in this process, against the executors' endpoint) or
+   * `FILE#EXPORT` (run warm in the rollout executors). Default: the run's
+   * `--agent`, if any.
+   */
+  agent?: AgentFn | string;
   /** Samples per item (default the run's groupSize). */
   groupSize?: number;
   /** Default the run's temperature; 0 is greedy. */
@@ -70,6 +80,9 @@ export class AgentRun {
   private evals = 0;
   private batches = 0;
   private envRevision = 0;
+  private endpoint_?: RunEndpoint;
+  /** Alarms already raised in this run (each warns once). */
+  private readonly alarmsRaised = new Set<string>();
   /** Where the trainers were when the run last recorded its state. */
   private recorded!: TrainersAt;
   readonly app: App;
@@ -213,8 +226,43 @@ export class AgentRun {
    */
   async rollout(items: readonly TaskItem[], o: RolloutOptions = {}): Promise<Rollouts> {
     const keys = batchKeys(this.opts.name, ++this.batches);
-    const parts = await rollouts(this.svc, items, o.groupSize ?? this.opts.groupSize, o.temperature ?? this.opts.temperature, o.step ?? this.stepNo + 1, keys);
+    const groupSize = o.groupSize ?? this.opts.groupSize;
+    const temperature = o.temperature ?? this.opts.temperature;
+    const step = o.step ?? this.stepNo + 1;
+    if (typeof o.agent === "function") {
+      const sessions = await this.endpoint.open(items, { groupSize, temperature, step, keys });
+      await sessions.run(o.agent);
+      return { parts: await sessions.collect(), keys };
+    }
+    const svc = typeof o.agent === "string" ? { ...this.svc, opts: { ...this.opts, agent: o.agent } } : this.svc;
+    const parts = await rollouts(svc, items, groupSize, temperature, step, keys);
     return { parts, keys };
+  }
+
+  /**
+   * Opens episode sessions for agents that run elsewhere (any process, any
+   * language): G per item, with each session's `baseURL` and `apiKey`; end
+   * them with `finish` (or the agent's `POST /hearth/v1/session/finish`),
+   * then `collect()` and `score` the batch like any other.
+   */
+  async openSessions(items: readonly TaskItem[], o: Omit<RolloutOptions, "agent"> & { leaseMs?: number } = {}): Promise<EpisodeSessions & { batch(): Promise<Rollouts> }> {
+    const keys = batchKeys(this.opts.name, ++this.batches);
+    const sessions = await this.endpoint.open(items, { groupSize: o.groupSize, temperature: o.temperature, step: o.step ?? this.stepNo + 1, keys, leaseMs: o.leaseMs });
+    return Object.assign(sessions, { batch: async (): Promise<Rollouts> => ({ parts: await sessions.collect(), keys }) });
+  }
+
+  /** The run's agent endpoint: its model name, key and each rollout executor's address (docs/agents.md). */
+  get endpoint(): RunEndpoint {
+    if (!this.task.tokenizer.template) throw new RunError(`run '${this.opts.name}' serves no agent endpoint: its policy's tokenizer has no chat template (use a task whose policy has one, e.g. agent-calculator, or a model folder with a chat_template)`, { run: this.opts.name });
+    this.endpoint_ ??= new RunEndpoint(() => this.svc, runEndpointKey(this.app, this.opts.name));
+    return this.endpoint_;
+  }
+
+  /** Makes the rollout executors import the run's agent module afresh from the next rollout (an edited agent). */
+  reloadAgent(): { revision: number } {
+    if (this.busy) throw new RunError("a step is running on this run; reload the agent between steps", { run: this.opts.name, step: this.stepNo + 1 });
+    this.svc.agentRevision = (this.svc.agentRevision ?? 0) + 1;
+    return { revision: this.svc.agentRevision };
   }
 
   /** Scores a batch with `reward` (default the run's) and computes group advantages; its trajectories are deleted once read. */
@@ -297,6 +345,11 @@ export class AgentRun {
       emit?.({ type: "warning", step, text });
     }
     if (m.env_errors) o.log(`warning: step ${step}: the environment failed on ${m.env_errors} sample(s), left out of training; the first: ${result.samples.find((s) => s.error)?.error ?? "?"}`);
+    if (m.agent_failures) o.log(`warning: step ${step}: the agent failed on ${m.agent_failures} episode(s), left out of training; the first: ${result.samples.find((s) => s.error)?.error ?? "?"}`);
+    for (const text of newAlarms(m, result.examples ?? {}, this.alarmsRaised)) {
+      o.log(`warning: step ${step}: ${text}`);
+      emit?.({ type: "warning", step, text });
+    }
     if (o.evalEvery > 0 && step % o.evalEvery === 0) {
       const ev = await this.evaluate();
       m.eval_em = ev.em;

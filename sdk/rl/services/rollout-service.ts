@@ -20,8 +20,76 @@ import { EnvironmentError } from "../errors.js";
 import { tokenizerFromFiles, type TextTokenizer, type TokenizerFiles } from "../text/tokenizer.js";
 import type { ModelShape, RolloutRequest, RolloutResult, Trajectory } from "../types.js";
 import { applyPublications, type PublicationRecord, type SyncResult } from "./weights.js";
+import { AGENT_TIMEOUT_MS, type AgentSpec } from "../agent/agents.js";
+import type { AgentEndpoint } from "../agent/endpoint.js";
+import { EndpointError } from "../agent/endpoint-error.js";
+import type { SessionEnd, SessionSpec } from "../agent/session.js";
+import { EndpointHost, type EndpointSetup, type LeaseOpened } from "./endpoint-host.js";
+import type { EpisodeLimits, RolloutItem } from "../types.js";
+
+/** Default deadline of a lease of sessions opened for agents elsewhere. */
+export const LEASE_MS = 10 * 60_000;
+/** A lease run here outlives its agents' deadline by this much (closing it is the call's last step). */
+const LEASE_SLACK_MS = 30_000;
+
+/** What an open lease records. */
+interface LeaseInfo {
+  /** closeSessions is closing it (its record goes with the result). */
+  closing?: boolean;
+  version: number;
+  refused: number;
+  t0: number;
+  keys?: string;
+}
+
+/** `openSessions`: G sessions per item, seeded as the items' rollouts would be. */
+export interface OpenSessionsRequest {
+  setup: ObjectRef;
+  weights: string;
+  items: RolloutItem[];
+  groupSize: number;
+  /** Sampling of the sessions (temperature, top-p), and the seed of items without one (deriveSeed(seed, item, sample)). */
+  limits: Pick<EpisodeLimits, "seed" | "temperature" | "topP">;
+  /** The lease ends by itself after this long (default LEASE_MS). */
+  leaseMs?: number;
+  /** The key prefix of the trajectories object `closeSessions` stores. */
+  keys?: string;
+}
+
+/** What `openSessions` returns: the lease, its sessions' keys and where to send requests. */
+export interface OpenSessionsResult extends LeaseOpened {
+  executorId: string;
+  weightsVersion: number;
+  syncBytes: number;
+  syncSeconds: number;
+}
+
+/** `closeSessions`: the lease, and how its sessions ended (an answer, a reward, or an error). */
+export interface CloseSessionsRequest {
+  lease: string;
+  ends: Array<{ id: string } & SessionEnd>;
+  keys?: string;
+}
+
+/** `agentRollout`: a rollout call whose episodes an agent module runs here. */
+export interface AgentRolloutRequest extends RolloutRequest {
+  agent: AgentSpec;
+  /** Bumped to import the agent's module afresh. */
+  agentRevision?: number;
+  agentTimeoutMs?: number;
+}
+
+/** The sessions of a call's items: G per item, each with its row seed (the same seeds as the environment path's rows). */
+export function sessionSpecs(items: readonly RolloutItem[], groupSize: number, limits: Pick<EpisodeLimits, "seed" | "temperature" | "topP">): SessionSpec[] {
+  const temperature = limits.temperature ?? 1;
+  const topP = limits.topP ?? 1;
+  return items.flatMap((item, i) =>
+    Array.from({ length: groupSize }, (_, g) => ({ itemId: item.id, question: item.question, item: i, sample: g, seed: item.seed !== undefined ? deriveSeed(item.seed, g) : deriveSeed(limits.seed ?? 0, i, g), temperature, topP })),
+  );
+}
 
 export type { RolloutItem, RolloutRequest, RolloutResult, Trajectory } from "../types.js";
+export type { EndpointSetup } from "./endpoint-host.js";
 
 /** Everything a rollout executor needs to set itself up; shipped once by reference. */
 export interface RolloutSetup {
@@ -29,9 +97,11 @@ export interface RolloutSetup {
   model: ModelShape;
   /** The tokenizer's raw files. */
   tokenizer: TokenizerFiles;
-  /** The run's environment (its module and export) and its data for `init` (its recipe's). */
-  environment: EnvironmentSpec;
+  /** The run's environment (its module and export) and its data for `init` (its recipe's); absent for a task trained only through the agent endpoint. */
+  environment?: EnvironmentSpec;
   envData: unknown;
+  /** The agent endpoint's settings (runs whose policy has a chat template): served from this executor on first use. */
+  endpoint?: EndpointSetup;
   /** The longest a tool call may take before its sample fails. */
   toolTimeoutMs?: number;
   /** Bumped by `run.reloadEnvironment()`: the environment's module is imported afresh (the policy stays). */
@@ -50,11 +120,17 @@ export class RolloutService {
   private modelKey = "";
   private tokenizer!: TextTokenizer;
   private env?: Environment;
+  private setup_?: RolloutSetup;
+  /** The model's context length (from the engine's config). */
+  private maxPositions = 0;
+  private readonly host = new EndpointHost();
   private toolTimeoutMs?: number;
   private weights: PublicationRecord = { version: 0 };
   private syncsToSkip = 0;
-  /** The call running on this executor: the next one waits for it (weights change only between calls). */
+  /** The call running on this executor (or an open lease): the next one waits for it (weights change only between calls). */
   private turn: Promise<unknown> = Promise.resolve();
+  /** Open leases of sessions opened by `openSessions`: the weights version they sample with, refusals before them, when they opened. */
+  private readonly leases = new Map<string, LeaseInfo>();
 
   async init(ctx: ExecutorContext): Promise<void> {
     this.ctx = ctx;
@@ -70,7 +146,8 @@ export class RolloutService {
       // One engine per executor (its torch threads are fixed when it starts).
       this.engine ??= await this.startEngine({ HEARTH_THREADS: String(s.threads) });
       this.modelKey = "";
-      await this.engine.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads, dtype: s.dtype });
+      const init = await this.engine.initModel({ config: s.model.config, overrides: s.model.overrides, seed: 0, threads: s.threads, dtype: s.dtype });
+      this.maxPositions = Number(init.config.max_position_embeddings ?? 0) || 4096;
       await this.engine.setVocab(this.tokenizer.pieces());
       // A fresh model needs the full publication again.
       this.weights = { version: 0 };
@@ -80,14 +157,18 @@ export class RolloutService {
     const fresh = this.env !== undefined;
     await this.env?.close?.();
     this.env = undefined;
-    const env = await loadEnvironment(s.environment, (m) => importServiceModule(m, { fresh }));
-    try {
-      await env.init?.({ executorId: this.ctx.executorId, objects: this.ctx.objects, data: s.envData });
-    } catch (err) {
-      throw new EnvironmentError(`environment '${env.name}' (${s.environment.module}#${s.environment.export}) failed to initialise on executor ${this.ctx.executorId}: ${(err as Error)?.message ?? String(err)}`, { environment: env.name, cause: err });
+    if (s.environment) {
+      const spec = s.environment;
+      const env = await loadEnvironment(spec, (m) => importServiceModule(m, { fresh }));
+      try {
+        await env.init?.({ executorId: this.ctx.executorId, objects: this.ctx.objects, data: s.envData });
+      } catch (err) {
+        throw new EnvironmentError(`environment '${env.name}' (${spec.module}#${spec.export}) failed to initialise on executor ${this.ctx.executorId}: ${(err as Error)?.message ?? String(err)}`, { environment: env.name, cause: err });
+      }
+      this.env = env;
     }
-    this.env = env;
     this.toolTimeoutMs = s.toolTimeoutMs;
+    this.setup_ = s;
     this.setupKey = key;
   }
 
@@ -111,7 +192,8 @@ export class RolloutService {
     if (this.syncsToSkip > 0) this.syncsToSkip--;
     else syncBytes = (await this.syncWeights(req.weights)).bytes;
     const syncSeconds = (performance.now() - t0) / 1000;
-    const env = this.env!;
+    const env = this.env;
+    if (!env) throw new EnvironmentError("this run's task has no environment class: its rollouts go through the agent endpoint (give the run an agent)", { environment: "none" });
     const rows: EpisodeRow[] = [];
     const seeds: number[] = [];
     for (const item of req.items) {
@@ -166,6 +248,8 @@ export class RolloutService {
 
   /** Applies what was published since the version held; a sync that failed midway leaves the engine holding no known version (the next applies the base whole). */
   private async syncWeights(weights: string): Promise<SyncResult> {
+    // The endpoint's batches wait while weights change (requests outside any lease could arrive now).
+    this.host.hold(true);
     try {
       const r = await applyPublications(this.ctx.objects, weights, this.engine!, this.weights);
       this.weights = { version: r.version, cache: r.cache };
@@ -173,7 +257,111 @@ export class RolloutService {
     } catch (err) {
       this.weights = { version: 0 };
       throw err;
+    } finally {
+      this.host.hold(false);
     }
+  }
+
+  // ── the agent endpoint ──────────────────────────────────────────────
+
+  /** The endpoint of this run's setup, started on first use. */
+  private async endpoint(setup: ObjectRef): Promise<AgentEndpoint> {
+    await this.setup(setup);
+    const e = this.setup_?.endpoint;
+    if (!e) throw new EndpointError(400, "this run serves no agent endpoint: its policy's tokenizer has no chat template", { code: "no_endpoint" });
+    return this.host.ensure(e, { engine: this.engine!, tokenizer: this.tokenizer, maxPositions: this.maxPositions });
+  }
+
+  /** Where this executor serves the endpoint (started if need be) and the model's name; requests there with the run's key are recorded nowhere. */
+  async endpointInfo(setup: ObjectRef): Promise<{ executorId: string; baseURL: string; model: string }> {
+    const ep = await this.endpoint(setup);
+    return { executorId: this.ctx.executorId, baseURL: ep.baseURL, model: ep.model };
+  }
+
+  /**
+   * Opens `groupSize` episode sessions per item (a lease) with the latest
+   * published weights, for agents that run elsewhere (a notebook cell, any
+   * process): returns their keys and the endpoint's address. The lease holds
+   * this executor's turn (no weights change under it) until `closeSessions`
+   * or its deadline, `leaseMs`.
+   */
+  async openSessions(req: OpenSessionsRequest): Promise<OpenSessionsResult> {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const opened = this.turn.then(async () => {
+      const { syncBytes, syncSeconds } = await this.prepareLease(req.setup, req.weights);
+      const specs = sessionSpecs(req.items, req.groupSize, req.limits);
+      const lease = this.host.open(specs, req.leaseMs ?? LEASE_MS, () => {
+        // Closed by closeSessions, by its deadline or with the endpoint: the next call may run.
+        release();
+        if (!this.leases.get(lease.lease)?.closing) this.leases.delete(lease.lease);
+      });
+      this.leases.set(lease.lease, { version: this.weights.version, refused: this.host.refused, t0: performance.now(), keys: req.keys });
+      return { ...lease, executorId: this.ctx.executorId, weightsVersion: this.weights.version, syncBytes, syncSeconds };
+    });
+    this.turn = opened.then(() => held, () => undefined);
+    return opened;
+  }
+
+  /** Closes a lease: unfinished sessions end with the given ends (or fail); its trajectories go to the cache, as a rollout call's do. */
+  async closeSessions(req: CloseSessionsRequest): Promise<RolloutResult> {
+    const info = this.leases.get(req.lease);
+    if (!info) throw new EndpointError(404, `no open lease ${req.lease} on executor ${this.ctx.executorId}: it was closed already or its deadline passed`, { code: "lease_not_found" });
+    info.closing = true;
+    this.leases.delete(req.lease);
+    const ends = new Map(req.ends.map(({ id, ...end }) => [id, end]));
+    return this.leaseResult(req.lease, ends, info, 0, 0, req.keys ?? info.keys);
+  }
+
+  /**
+   * The built-in step of an agent run: `groupSize` sessions per item, each
+   * run by the agent module `req.agent` here, warm beside the model, against
+   * this executor's endpoint; their episodes come back as trajectories.
+   */
+  async agentRollout(req: AgentRolloutRequest): Promise<RolloutResult> {
+    const run = this.turn.then(async () => {
+      const tCall = performance.now();
+      const { syncBytes, syncSeconds } = await this.prepareLease(req.setup, req.weights);
+      const specs = sessionSpecs(req.items, req.groupSize, req.limits);
+      const t0 = performance.now();
+      const opened = this.host.open(specs, (req.agentTimeoutMs ?? AGENT_TIMEOUT_MS) + LEASE_SLACK_MS);
+      const info = { version: this.weights.version, refused: this.host.refused, t0, keys: req.keys };
+      const items = new Map(opened.sessions.map((s) => [s.id, req.items[s.item]!]));
+      const ends = await this.host.runAgents(req.agent, req.agentRevision ?? 0, opened, items, req.agentTimeoutMs ?? this.setup_?.endpoint?.agentTimeoutMs);
+      const r = await this.leaseResult(opened.lease, ends, info, syncBytes, syncSeconds, req.keys);
+      return { ...r, busySeconds: (performance.now() - tCall) / 1000 };
+    });
+    this.turn = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Set up, endpoint started, weights brought to the latest publication: what opening a lease needs. */
+  private async prepareLease(setup: ObjectRef, weights: string): Promise<{ syncBytes: number; syncSeconds: number }> {
+    await this.endpoint(setup);
+    const t0 = performance.now();
+    let syncBytes = 0;
+    if (this.syncsToSkip > 0) this.syncsToSkip--;
+    else syncBytes = (await this.syncWeights(weights)).bytes;
+    return { syncBytes, syncSeconds: (performance.now() - t0) / 1000 };
+  }
+
+  /** Closes a lease and stores its trajectories (a scratch object under `keys`, as a rollout call's). */
+  private async leaseResult(lease: string, ends: ReadonlyMap<string, SessionEnd>, info: LeaseInfo, syncBytes: number, syncSeconds: number, keys?: string): Promise<RolloutResult> {
+    const closed = this.host.closeLease(lease, ends, info.version, info.refused);
+    if (!closed) throw new EndpointError(404, `no open lease ${lease} on executor ${this.ctx.executorId}`, { code: "lease_not_found" });
+    const ref = await this.ctx.objects.put(closed.trajectories, { key: keys === undefined ? undefined : `${keys}traj-${randomUUID()}`, scratch: true });
+    const seconds = (performance.now() - info.t0) / 1000;
+    return {
+      trajectories: ref,
+      weightsVersion: info.version,
+      executorId: this.ctx.executorId,
+      syncBytes,
+      syncSeconds,
+      generateSeconds: seconds,
+      busySeconds: seconds,
+      tokens: closed.trajectories.reduce((n, t) => n + t.tokens.length, 0),
+      agent: closed.stats,
+    };
   }
 
   /**
@@ -206,6 +394,7 @@ export class RolloutService {
   }
 
   async close(): Promise<void> {
+    await this.host.close();
     await this.env?.close?.();
     await this.engine?.close();
   }

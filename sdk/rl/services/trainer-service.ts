@@ -20,6 +20,7 @@ import type { TrainMetrics, TrainerOptions } from "../../tensor/types.js";
 import { HearthError } from "../../errors/index.js";
 import type { ModelShape, PublishStats, TrainResult, TrainSlice } from "../types.js";
 import { WeightPublisher, type RebasePolicy } from "./weights.js";
+import { checkSampled } from "../scoring/batch.js";
 
 /** How a trainer gang sets itself up. */
 export interface TrainerSetup {
@@ -142,6 +143,8 @@ export class TrainerService {
     const t0 = performance.now();
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
+    // Agent episodes: the ids trained on must be the ids their engine sampled (digests from the engine).
+    checkSampled(b);
     const metrics = await engine.trainStep(b);
     this.updates++;
     this.ctx.objects.forget(slice);
