@@ -124,7 +124,7 @@ export interface Trajectory extends Episode {
    * tokens split the episode into several sequences; they share the
    * episode's reward and advantage and each trains on its own tokens.
    */
-  episode?: { session: string; sequence: number; sequences: number };
+  episode?: { session: string; sample: number; sequence: number; sequences: number };
   /** The agent's final answer (agent episodes): what the reward scores instead of `response`. */
   final?: string;
   /** A reward the agent gave (returned or posted): used instead of the run's reward function. */

@@ -148,7 +148,7 @@ export function episodesOf(sessions: readonly AgentSession[], policyVersion: num
     };
     const agentStats = { requests: st.requests, toolCalls: st.toolCalls, parseFailures: st.parseFailures.length, ...(st.parseFailures[0] ? { firstParseFailure: st.parseFailures[0] } : {}), prefixMismatches: st.prefixMismatches, lengthCuts: st.lengthCuts };
     if (seqs.length === 0) {
-      trajectories.push({ ...common, promptLength: 0, tokens: new Int32Array(0), mask: new Uint8Array(0), logprobs: new Float32Array(0), response: "", calls: [], episode: { session: s.id, sequence: 0, sequences: 1 }, sampled: [], agentStats });
+      trajectories.push({ ...common, promptLength: 0, tokens: new Int32Array(0), mask: new Uint8Array(0), logprobs: new Float32Array(0), response: "", calls: [], episode: { session: s.id, sample: s.spec.sample, sequence: 0, sequences: 1 }, sampled: [], agentStats });
       continue;
     }
     seqs.forEach((q, k) => {
@@ -160,7 +160,7 @@ export function episodesOf(sessions: readonly AgentSession[], policyVersion: num
         logprobs: Float32Array.from(q.logprobs),
         response: q.text.slice(q.promptText.length),
         calls: q.calls,
-        episode: { session: s.id, sequence: k, sequences: seqs.length },
+        episode: { session: s.id, sample: s.spec.sample, sequence: k, sequences: seqs.length },
         sampled: q.sampled,
         ...(k === 0 ? { agentStats } : {}),
       });

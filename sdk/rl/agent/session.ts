@@ -119,7 +119,7 @@ export class AgentSession {
     const cur = this.current;
     if (cur && text.startsWith(cur.text)) {
       const from = this.engineRow ? { ...this.engineRow, expect: cur.tokens.length } : undefined;
-      return { text, prefix: cur.tokens, append: encode(text.slice(cur.text.length)), from, mismatch: false };
+      return { text, prefix: cur.tokens.slice(), append: encode(text.slice(cur.text.length)), from, mismatch: false };
     }
     const mismatch = cur !== undefined;
     if (cur) {

@@ -23,7 +23,7 @@ import { agentExamples, agentMetrics } from "./alarms.js";
 
 export { limitsOf, type RolloutParts, type StepServices } from "./step-services.js";
 import { evalKeys, stepKeys } from "../state/run-objects.js";
-import type { CategoryEval, EvalResult, PublishStats, RewardFn, RolloutItem, RolloutResult, Scored, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult, Trajectory } from "../types.js";
+import type { CategoryEval, EvalResult, PublishStats, RewardFn, RolloutItem,Scored, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult, Trajectory } from "../types.js";
 
 export type { CategoryEval, EvalResult, StepMetrics, StepResult } from "../types.js";
 
@@ -81,7 +81,7 @@ export async function collect(svc: Pick<StepServices, "app" | "task">, parts: Ro
  */
 export async function trainOn(svc: StepServices, kept: readonly ScoredSample[], keys?: string): Promise<TrainResult[]> {
   if (kept.length === 0) return [];
-  const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage, ...(s.sampled ? { sampled: s.sampled, label: `${s.itemId}#${s.episode?.session ?? ""}` } : {}) })), svc.opts.trainers);
+  const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage, ...(s.sampled ? { sampled: s.sampled, label: `${s.itemId}#${s.episode?.sample ?? "?"}` } : {}) })), svc.opts.trainers);
   const refs = await Promise.all(slices.map((s, rank) => svc.app.objects.put(s, { key: keys === undefined ? undefined : `${keys}slice-${rank}`, scratch: true })));
   try {
     const res = await svc.trainer.broadcast("train", refs.map((ref) => [ref, false] as [ObjectRef, boolean]));
