@@ -23,7 +23,7 @@ import { agentExamples, agentMetrics } from "./alarms.js";
 
 export { limitsOf, type RolloutParts, type StepServices } from "./step-services.js";
 import { evalKeys, stepKeys } from "../state/run-objects.js";
-import type { CategoryEval, EvalResult, PublishStats, RewardFn, RolloutItem,Scored, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult, Trajectory } from "../types.js";
+import type { CategoryEval, EvalResult, PublishStats, RewardFn, RolloutItem, Scored, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult, Trajectory } from "../types.js";
 
 export type { CategoryEval, EvalResult, StepMetrics, StepResult } from "../types.js";
 
