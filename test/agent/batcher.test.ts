@@ -5,7 +5,7 @@
  * Retry-After; past its deadline 504, the row delivered to nobody; a batch
  * waits while weights change; a continued row whose source the engine lost
  * is sent again whole; engine sessions are released when the last row of
- * theirs is given back.
+ * theirs is given back. And the trainer's check of sampled ids.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -13,6 +13,8 @@ import { DecodeBatcher, type BatchEngine } from "../../sdk/rl/agent/batcher.js";
 import { EndpointError } from "../../sdk/rl/agent/endpoint-error.js";
 import { EngineError } from "../../sdk/tensor/errors.js";
 import type { BatchRowSpec, BatchResult } from "../../sdk/tensor/types.js";
+import { buildSlices, checkSampled, idsDigest } from "../../sdk/rl/scoring/batch.js";
+import { TrajectoryError } from "../../sdk/rl/errors.js";
 
 /** Records each batch; answers each row with its first token after `delayMs` (or a gate the test opens). */
 class ScriptedBatchEngine implements BatchEngine {
@@ -113,4 +115,21 @@ test("a held batcher waits (weights are changing), then runs; a lost source is s
   assert.equal(retried.from, undefined);
   assert.deepEqual(retried.tokens, [5, 6, 7, 9], "the session's own ids, then the appended ones");
   assert.equal(r.tokens[0], 5);
+});
+
+test("the trainer's check: ids that are not the ones sampled, or a sampled run not masked in, refuse to train", () => {
+  const tokens = [5, 6, 7, 8, 9, 10];
+  const mask = [0, 0, 1, 1, 0, 1];
+  const sampled = [{ at: 2, n: 2, digest: idsDigest([7, 8]) }, { at: 5, n: 1, digest: idsDigest([10]) }];
+  const [slice] = buildSlices([{ tokens, mask, advantage: 1, sampled, label: "q#0" }], 1);
+  checkSampled(slice!);
+  const tampered = { ...slice!, tokens: Int32Array.from(slice!.tokens) };
+  tampered.tokens[3] = 99;
+  assert.throws(() => checkSampled(tampered), (e: Error) => e instanceof TrajectoryError && /sample q#0: the ids of sampled run 0 \(2 at 2\) differ/.test(e.message));
+  const unmasked = { ...slice!, mask: Uint8Array.from(slice!.mask) };
+  unmasked.mask[5] = 0;
+  assert.throws(() => checkSampled(unmasked), /id 5 of sampled run 1 has mask 0/);
+  const extra = { ...slice!, mask: Uint8Array.from(slice!.mask) };
+  extra.mask[0] = 1;
+  assert.throws(() => checkSampled(extra), /4 ids have mask 1 but its engine sampled 3/);
 });

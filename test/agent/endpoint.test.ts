@@ -205,3 +205,32 @@ test("a malformed tool call is counted and returned as content; a hung agent fai
   const scored = await run.score(hung, () => 1);
   assert.ok(scored.samples.filter((x) => x.finish === "error").every((x) => !x.kept), "failed samples never train");
 });
+
+test("a burst past capacity is refused with 429 and Retry-After; the requests taken are answered", async () => {
+  // One row a batch, so at most 4 wait (4 × --max-batch-rows): a burst of 24 overflows.
+  const small = await SearchR1Run.create(options("ep-burst", { rollouts: 1, maxBatchRows: 1, rolloutResreq: "cpu=0.25", trainerResreq: "cpu=0.25" }));
+  try {
+    const url = await small.endpoint.baseURL();
+    const burst = await Promise.all(
+      Array.from({ length: 24 }, (_, i) =>
+        fetch(`${url}/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${small.endpoint.apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: small.endpoint.model, messages: [{ role: "user", content: `question ${i}` }], max_tokens: 4 }),
+        }).then(async (r) => ({ status: r.status, retry: r.headers.get("retry-after"), body: (await r.json()) as { error?: { type: string; code: string } } })),
+      ),
+    );
+    const refused = burst.filter((r) => r.status === 429);
+    const served = burst.filter((r) => r.status === 200);
+    assert.ok(refused.length > 0, "some requests were refused");
+    assert.ok(served.length >= 5, `the running one and the 4 queued were answered (${served.length})`);
+    assert.equal(refused.length + served.length, burst.length, "nothing else happened to them");
+    for (const r of refused) {
+      assert.equal(r.retry, "1");
+      assert.equal(r.body.error?.code, "over_capacity");
+      assert.equal(r.body.error?.type, "rate_limit_exceeded");
+    }
+  } finally {
+    await small.close();
+  }
+});
