@@ -435,7 +435,8 @@ export class TensorEngine {
    * source is gone fails the call with code `no_session` or `stale_row`: send
    * its whole sequence as a new row.
    */
-  async batch(rows: readonly BatchRowSpec[], eosTokenIds: readonly number[], options?: RequestOptions & { cudaGraph?: boolean }): Promise<BatchResult> {
+  async batch(rows: readonly BatchRowSpec[], eosTokenIds: readonly number[], options?: RequestOptions & { cudaGraph?: boolean; onTokens?: (rows: number[], tokens: number[]) => void }): Promise<BatchResult> {
+    const onTokens = options?.onTokens;
     const result = await this.request<Record<string, unknown>>("batch", {
       ...ragged(rows.map((r) => r.tokens)),
       sources: rows.map((r) => (r.from ? [r.from.session, r.from.row, r.from.expect] : null)),
@@ -445,9 +446,10 @@ export class TensorEngine {
       top_p: rows.map((r) => r.topP),
       stop: rows.map((r) => [...(r.stop ?? [])]),
       top_logprobs: rows.map((r) => r.topLogprobs ?? 0),
+      stream: rows.map((r) => r.stream === true),
       eos_token_ids: [...eosTokenIds],
       cuda_graph: options?.cudaGraph ?? true,
-    }, options);
+    }, { ...options, onEvent: onTokens ? (e) => { if (e.type === "tokens") onTokens(e.rows as number[], e.tokens as number[]); } : options?.onEvent });
     const digests = result.digests as string[];
     const out = unragged(result).map((r, i): BatchedRow => ({ ...r, digest: digests[i]! }));
     if (result.top_rows !== undefined) attachAlternatives(out, result);

@@ -85,6 +85,8 @@ export interface BatchRowSpec {
   stop?: readonly string[];
   /** Also return each generated token's k most likely alternatives and the entropy (0–20; default 0). */
   topLogprobs?: number;
+  /** Report this row's tokens as they are sampled (`batch`'s `onTokens`), for a streamed reply. */
+  stream?: boolean;
 }
 
 /** A generated token's alternatives: the k most likely ids and their logprobs (model distribution), and its entropy (nats). */

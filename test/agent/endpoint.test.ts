@@ -93,7 +93,9 @@ test("the openai SDK: models, a completion with logprobs, n seeded choices, a st
   let text = "";
   let usage: OpenAI.CompletionUsage | undefined;
   let finish: string | null = null;
+  let deltas = 0;
   for await (const chunk of stream) {
+    if (chunk.choices[0]?.delta?.content) deltas++;
     text += chunk.choices[0]?.delta?.content ?? "";
     finish = chunk.choices[0]?.finish_reason ?? finish;
     if (chunk.usage) usage = chunk.usage;
@@ -101,6 +103,7 @@ test("the openai SDK: models, a completion with logprobs, n seeded choices, a st
   assert.equal(text, n.choices[0]!.message.content, "the stream carries the same completion, delta by delta");
   assert.equal(finish, n.choices[0]!.finish_reason);
   assert.equal(usage?.completion_tokens, 5);
+  assert.ok(deltas >= 3, `content went out token by token as sampled (${deltas} deltas for 5 tokens)`);
   // Errors in OpenAI's shape, as the SDK's own classes.
   const bad = async (p: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> => {
     const e = await p.then(() => undefined, (err: unknown) => err);

@@ -18,7 +18,7 @@ sampling runs on the graph's output, outside the graph, in both seed modes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import time
 
@@ -228,6 +228,8 @@ class RowParams:
     top_p: float = 1.0
     stop: Sequence[str] = ()
     top_logprobs: int = 0
+    # Report this row's tokens as they are sampled (run's on_step), for a streamed reply.
+    stream: bool = False
 
 
 def _draw(logits: Tensor, temps: List[float], tops: List[float], gen: Optional[torch.Generator],
@@ -254,11 +256,13 @@ def _draw(logits: Tensor, temps: List[float], tops: List[float], gen: Optional[t
 
 @torch.no_grad()
 def run(session: Session, feeds: List[List[int]], params: SamplingParams,
-        vocab: Optional[List[bytes]], rows: Optional[List[RowParams]] = None) -> List[RowResult]:
+        vocab: Optional[List[bytes]], rows: Optional[List[RowParams]] = None,
+        on_step: Optional[Callable[[List[int], List[int]], None]] = None) -> List[RowResult]:
     """Feed each active row its tokens (empty feed = row idle), then sample up to
     max_new_tokens per row until eos, a stop string or the length limit. With `rows`
     each row has its own limit, temperature, top-p, stops and top-k detail; `params`
-    then gives only the seeds, the eos ids and the CUDA-graph switch."""
+    then gives only the seeds, the eos ids and the CUDA-graph switch. `on_step(rows,
+    tokens)` is told after every step the tokens just sampled by the rows that stream."""
     model, B = session.model, session.batch
     device = model.lm_head.weight.device
     if len(feeds) != B or (rows is not None and len(rows) != B):
@@ -272,6 +276,7 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
     temps = [r.temperature for r in rows] if rows is not None else [params.temperature] * B
     tops = [r.top_p for r in rows] if rows is not None else [params.top_p] * B
     details = [r.top_logprobs for r in rows] if rows is not None else [0] * B
+    streams = [r.stream for r in rows] if rows is not None else [False] * B
     # Everything that can refuse the call runs before the session changes.
     matcher = StopMatcher(vocab, params.stop, B, [r.stop for r in rows] if rows is not None else None)
     eos = set(int(t) for t in params.eos_token_ids)
@@ -304,6 +309,7 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
             ent = (-(logp.exp() * logp).nan_to_num().sum(dim=-1)).tolist()
             top_v, top_i = top_v.tolist(), top_i.tolist()
         ids = nxt.tolist()
+        streamed = [b for b in range(B) if streams[b] and not done[b]]
         for b in range(B):
             if done[b]:
                 continue
@@ -320,6 +326,8 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
                 r.finish_reason, done[b] = "eos", True
             elif len(r.tokens) >= limits[b]:
                 done[b] = True
+        if on_step is not None and streamed:
+            on_step(streamed, [ids[b] for b in streamed])
         if all(done):
             break
         # Every row writes at its own next position; finished rows rewrite their last
@@ -427,7 +435,8 @@ def compose(model: Transformer, rows: List[BatchRow]) -> "tuple[Session, List[Li
 
 
 def batch(model: Transformer, rows: List[BatchRow], params: SamplingParams,
-          vocab: Optional[List[bytes]] = None) -> "tuple[Session, List[RowResult]]":
+          vocab: Optional[List[bytes]] = None,
+          on_step: Optional[Callable[[List[int], List[int]], None]] = None) -> "tuple[Session, List[RowResult]]":
     """Samples every row of `rows` in one batch (see compose); `params` gives the eos
     ids and the CUDA-graph switch, each row the rest. Rows sample from their own seeds."""
     for i, r in enumerate(rows):
@@ -438,4 +447,4 @@ def batch(model: Transformer, rows: List[BatchRow], params: SamplingParams,
             raise EngineError("bad_request", f"row {i}: max_new_tokens must be at least 1")
     session, feeds = compose(model, rows)
     uniform = SamplingParams(eos_token_ids=params.eos_token_ids, cuda_graph=params.cuda_graph)
-    return session, run(session, feeds, uniform, vocab, [r.params for r in rows])
+    return session, run(session, feeds, uniform, vocab, [r.params for r in rows], on_step)

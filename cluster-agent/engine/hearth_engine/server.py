@@ -198,6 +198,7 @@ class Engine:
         n = len(feeds)
         per_row = {k: list(args.get(k) or []) for k in ("sources", "seeds", "max_new_tokens", "temperature", "top_p",
                                                        "stop", "top_logprobs")}
+        streams = list(args.get("stream") or [False] * n)
         for k, v in per_row.items():
             if len(v) != n:
                 raise EngineError("bad_request", f"{k} has {len(v)} entries for {n} rows")
@@ -217,10 +218,13 @@ class Engine:
                                                   temperature=float(per_row["temperature"][i]),
                                                   top_p=float(per_row["top_p"][i]),
                                                   stop=tuple(per_row["stop"][i] or ()),
-                                                  top_logprobs=int(per_row["top_logprobs"][i]))))
+                                                  top_logprobs=int(per_row["top_logprobs"][i]),
+                                                  stream=bool(streams[i]) if i < len(streams) else False)))
         params = SamplingParams(eos_token_ids=tuple(args.get("eos_token_ids") or ()),
                                 cuda_graph=bool(args.get("cuda_graph", True)))
-        session, results = batch(model, rows, params, self.vocab)
+        # Rows that stream get their tokens as events, step by step, before the reply.
+        on_step = (lambda rs, ts: self.emit({"type": "tokens", "rows": rs, "tokens": ts})) if any(streams) else None
+        session, results = batch(model, rows, params, self.vocab, on_step)
         sid = self.next_session
         self.next_session += 1
         if args.get("keep", True):

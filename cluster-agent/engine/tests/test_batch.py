@@ -96,6 +96,20 @@ class BatchTest(unittest.TestCase):
             torch.testing.assert_close(torch.tensor(out[i].logprobs), logp[0, len(p) - 1:], atol=1e-5, rtol=0)
 
 
+class StreamTest(unittest.TestCase):
+    def test_streaming_rows_report_their_tokens_step_by_step(self):
+        model = tiny_model(seed=12)
+        steps = []
+        rows = [BatchRow(feed=PROMPTS[0], params=RowParams(max_new_tokens=5, stream=True), seed=1),
+                BatchRow(feed=PROMPTS[1], params=RowParams(max_new_tokens=3), seed=2),
+                BatchRow(feed=PROMPTS[2], params=RowParams(max_new_tokens=4, stream=True), seed=3)]
+        _, out = batch(model, rows, PLAIN, None, lambda rs, ts: steps.append(list(zip(rs, ts))))
+        self.assertEqual([t for s in steps for r, t in s if r == 0], out[0].tokens)
+        self.assertEqual([t for s in steps for r, t in s if r == 2], out[2].tokens)
+        self.assertFalse(any(r == 1 for s in steps for r, _ in s), "a row that does not stream is not reported")
+        self.assertEqual(len(steps), 5, "one report a step while a streaming row runs")
+
+
 class BatchOpTest(unittest.TestCase):
     """The server op: digests of the sampled ids, a released source refused."""
 

@@ -44,16 +44,21 @@ export interface RowRequest {
   whole?: readonly number[];
   deadline: number;
   signal?: AbortSignal;
+  /** Told each token as it is sampled (the spec streams). */
+  onToken?: (token: number) => void;
 }
 
-/** A row's result and the engine session now holding it. */
+/** A row's result, the engine session now holding it, and where its time went (ms waiting for a batch, ms the batch ran). */
 export interface RowResult extends BatchedRow {
   session: number;
   row: number;
+  queuedMs: number;
+  engineMs: number;
 }
 
 interface Waiting {
   req: RowRequest;
+  submitted: number;
   resolve: (r: RowResult) => void;
   reject: (e: Error) => void;
   done: boolean;
@@ -89,7 +94,7 @@ export class DecodeBatcher {
     }
     const submitted = performance.now();
     return new Promise<RowResult>((resolve, reject) => {
-      const w: Waiting = { req, resolve, reject, done: false };
+      const w: Waiting = { req, resolve, reject, done: false, submitted };
       const fail = (e: Error): void => {
         if (w.done) return;
         w.done = true;
@@ -165,10 +170,18 @@ export class DecodeBatcher {
 
   /** Runs `batch` on the engine; a source gone (no_session / stale_row) sends its rows again as whole sequences, once. */
   private async send(batch: Waiting[], retry: boolean): Promise<void> {
-    const specs = batch.map((w) => (retry && w.req.spec.from ? { ...w.req.spec, from: undefined, tokens: [...w.req.whole!, ...w.req.spec.tokens] } : w.req.spec));
+    const specs = batch.map((w) => {
+      const spec = retry && w.req.spec.from ? { ...w.req.spec, from: undefined, tokens: [...w.req.whole!, ...w.req.spec.tokens] } : w.req.spec;
+      return w.req.onToken ? { ...spec, stream: true } : spec;
+    });
+    // Streamed tokens go to their request while it still waits for them.
+    const onTokens = batch.some((w) => w.req.onToken)
+      ? (rows: number[], tokens: number[]): void => rows.forEach((r, i) => { const w = batch[r]; if (w && !w.done) w.req.onToken?.(tokens[i]!); })
+      : undefined;
     let out: Awaited<ReturnType<BatchEngine["batch"]>>;
+    const t0 = performance.now();
     try {
-      out = await this.engine.batch(specs, this.o.eosIds);
+      out = await this.engine.batch(specs, this.o.eosIds, onTokens ? { onTokens } : undefined);
     } catch (err) {
       const gone = err instanceof EngineError && (err.code === "no_session" || err.code === "stale_row");
       if (gone && !retry && batch.some((w) => w.req.spec.from && w.req.whole)) {
@@ -187,7 +200,8 @@ export class DecodeBatcher {
       return;
     }
     this.refs.set(out.session, delivered);
-    batch.forEach((w, i) => this.settle(w, { ...out.rows[i]!, session: out.session, row: i }));
+    const engineMs = performance.now() - t0;
+    batch.forEach((w, i) => this.settle(w, { ...out.rows[i]!, session: out.session, row: i, queuedMs: t0 - w.submitted, engineMs }));
   }
 
   /** Delivers one row (true when its request was still waiting for it). */

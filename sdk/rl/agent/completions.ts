@@ -25,6 +25,7 @@ import type { ChatRequest } from "./chat-request.js";
 import { EndpointError, badRequest } from "./endpoint-error.js";
 import type { AgentSession, Plan } from "./session.js";
 import { checkCalls, type ParseFailure, type ToolCallParser } from "./tool-parsers.js";
+import type { TokenSink } from "./sse.js";
 
 /** The run's limits on an episode session. */
 export interface EpisodeLimitsOf {
@@ -66,6 +67,12 @@ export interface Choice {
   finish_reason: "stop" | "length" | "tool_calls";
 }
 
+/** Where a completion's time went besides the endpoint's own work: waiting for a batch, and the batch (ms; the slowest choice's). */
+export interface CompletionTiming {
+  queuedMs: number;
+  engineMs: number;
+}
+
 /** A completion (OpenAI's `chat.completion` object). */
 export interface Completion {
   id: string;
@@ -75,6 +82,8 @@ export interface Completion {
   choices: Choice[];
   usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
   system_fingerprint: string;
+  /** Not sent: the endpoint's own accounting. */
+  timing?: CompletionTiming;
 }
 
 function newId(prefix: string): string {
@@ -138,8 +147,9 @@ function choiceOf(ctx: CompletionContext, req: ChatRequest, index: number, force
   return { index, message: { role: "assistant", content, refusal: null, ...(toolCalls ? { tool_calls: toolCalls } : {}) }, logprobs, finish_reason: finish };
 }
 
-function completion(ctx: CompletionContext, choices: Choice[], promptTokens: number, completionTokens: number): Completion {
+function completion(ctx: CompletionContext, choices: Choice[], promptTokens: number, completionTokens: number, rows: ReadonlyArray<{ queuedMs: number; engineMs: number }> = []): Completion {
   return {
+    timing: { queuedMs: Math.max(0, ...rows.map((r) => r.queuedMs)), engineMs: Math.max(0, ...rows.map((r) => r.engineMs)) },
     id: newId("chatcmpl-"),
     object: "chat.completion",
     created: Math.floor(Date.now() / 1000),
@@ -156,12 +166,13 @@ function sampling(ctx: CompletionContext, req: ChatRequest, session?: AgentSessi
 }
 
 /** A request on an episode session: continues or splits its tokens, records what it sampled. */
-export async function completeInSession(ctx: CompletionContext, req: ChatRequest, session: AgentSession, signal?: AbortSignal): Promise<Completion> {
+export async function completeInSession(ctx: CompletionContext, req: ChatRequest, session: AgentSession, signal?: AbortSignal, sink?: TokenSink): Promise<Completion> {
   if (req.n !== 1) throw badRequest("n", "a training session samples one choice per request (each episode is its own session)");
   if (session.busy) throw new EndpointError(409, `session ${session.id} is already serving a request: an episode asks one at a time`, { code: "session_busy" });
   session.busy = true;
   try {
     const { text, forced } = await promptOf(ctx, req);
+    sink?.begin(forced, req.stop);
     const lim = ctx.limits;
     const cut = (): Completion => {
       session.stats.lengthCuts++;
@@ -187,6 +198,7 @@ export async function completeInSession(ctx: CompletionContext, req: ChatRequest
       whole: plan.prefix,
       deadline: performance.now() + ctx.requestTimeoutMs,
       signal,
+      ...(sink ? { onToken: (id: number) => sink.token(0, id) } : {}),
     });
     if (session.ended) {
       // The episode ended (its agent's deadline, the lease) while this request ran: nothing is recorded.
@@ -204,15 +216,16 @@ export async function completeInSession(ctx: CompletionContext, req: ChatRequest
     session.stats.toolCalls += calls.length;
     session.current!.calls.push(...calls);
     session.transcript = [...req.messages, assistantMessage(choice)];
-    return completion(ctx, [choice], total, row.tokens.length);
+    return completion(ctx, [choice], total, row.tokens.length, [row]);
   } finally {
     session.busy = false;
   }
 }
 
 /** A request with the run's key: served on the same batches, recorded nowhere; `n` choices from seeds of `seed` (else random). */
-export async function completeUnrecorded(ctx: CompletionContext, req: ChatRequest, signal?: AbortSignal): Promise<Completion> {
+export async function completeUnrecorded(ctx: CompletionContext, req: ChatRequest, signal?: AbortSignal, sink?: TokenSink): Promise<Completion> {
   const { text, forced } = await promptOf(ctx, req);
+  sink?.begin(forced, req.stop);
   const prompt = ctx.tokenizer.encode(text);
   if (prompt.length >= ctx.limits.maxPositions) throw badRequest("messages", `the prompt is ${prompt.length} tokens; the model's context is ${ctx.limits.maxPositions}`, "context_length_exceeded");
   const maxNew = Math.min(req.maxTokens ?? ctx.limits.maxTurnTokens, ctx.limits.maxPositions - prompt.length);
@@ -220,7 +233,7 @@ export async function completeUnrecorded(ctx: CompletionContext, req: ChatReques
   const base = req.seed !== undefined ? Math.abs(req.seed) : randomInt(2 ** 47);
   const rows: RowResult[] = await Promise.all(
     Array.from({ length: req.n }, (_, i) =>
-      ctx.batcher.submit({ spec: { tokens: prompt, seed: deriveSeed(base, i), maxNewTokens: maxNew, temperature: s.temperature, topP: s.topP, stop: req.stop, topLogprobs: req.logprobs ? req.topLogprobs : 0 }, deadline: performance.now() + ctx.requestTimeoutMs, signal }),
+      ctx.batcher.submit({ spec: { tokens: prompt, seed: deriveSeed(base, i), maxNewTokens: maxNew, temperature: s.temperature, topP: s.topP, stop: req.stop, topLogprobs: req.logprobs ? req.topLogprobs : 0 }, deadline: performance.now() + ctx.requestTimeoutMs, signal, ...(sink ? { onToken: (id: number) => sink.token(i, id) } : {}) }),
     ),
   );
   for (const r of rows) ctx.batcher.drop(r.session);
@@ -230,7 +243,7 @@ export async function completeUnrecorded(ctx: CompletionContext, req: ChatReques
     for (const f of failures) ctx.onParseFailure?.(f);
     return c;
   });
-  return completion(ctx, choices, prompt.length * req.n, rows.reduce((n, r) => n + r.tokens.length, 0));
+  return completion(ctx, choices, prompt.length * req.n, rows.reduce((n, r) => n + r.tokens.length, 0), rows);
 }
 
 /** A choice as the assistant message an agent appends to its history. */

@@ -23,10 +23,10 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { parseChatRequest } from "./chat-request.js";
-import { completeInSession, completeUnrecorded, type CompletionContext } from "./completions.js";
+import { completeInSession, completeUnrecorded, type CompletionContext, type CompletionTiming } from "./completions.js";
 import { EndpointError } from "./endpoint-error.js";
 import { AgentSession, type SessionEnd, type SessionSpec } from "./session.js";
-import { writeStream } from "./sse.js";
+import { SseReply } from "./sse.js";
 
 /** Where and how the endpoint listens. */
 export interface EndpointListen {
@@ -81,6 +81,8 @@ export class AgentEndpoint {
   private readonly leases = new Map<string, Lease>();
   /** Requests refused (429) and answered with another error, since start. */
   readonly counters = { requests: 0, refused: 0, errors: 0, unrecordedParseFailures: 0 };
+  /** Where completions' time went (the endpoint's own overhead apart from waiting for and running batches). */
+  readonly timings = new RequestTimings();
 
   private constructor(
     private readonly server: http.Server,
@@ -182,6 +184,8 @@ export class AgentEndpoint {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const t0 = performance.now();
+    let stream: SseReply | undefined;
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
@@ -200,9 +204,13 @@ export class AgentEndpoint {
       if (route === "POST /v1/chat/completions") {
         const request = parseChatRequest(await readJson(req, this.listen.bodyLimitBytes ?? DEFAULT_BODY_LIMIT));
         if (request.model !== this.ctx.model) throw this.unknownModel(request.model);
-        const done = who === "run" ? await completeUnrecorded(this.ctx, request, abort.signal) : await completeInSession(this.ctx, request, who, abort.signal);
-        if (request.stream) return writeStream(res, done, request.includeUsage);
-        return json(res, 200, done);
+        stream = request.stream ? this.streamFor(res, request.includeUsage, request.tools.length > 0 && request.toolChoice !== "none") : undefined;
+        const done = who === "run" ? await completeUnrecorded(this.ctx, request, abort.signal, stream) : await completeInSession(this.ctx, request, who, abort.signal, stream);
+        const { timing, ...body } = done;
+        if (stream) stream.finish(body);
+        else json(res, 200, body);
+        this.timings.add(performance.now() - t0, timing);
+        return;
       }
       if (route === "POST /hearth/v1/session/finish") {
         if (who === "run") throw new EndpointError(400, "finish needs the episode's session key, not the run's", { code: "session_key_required" });
@@ -221,11 +229,18 @@ export class AgentEndpoint {
       const e = err instanceof EndpointError ? err : new EndpointError(500, `the endpoint failed: ${(err as Error)?.message ?? String(err)}`, { code: "internal_error", cause: err });
       if (e.status === 429) this.counters.refused++;
       else this.counters.errors++;
-      if (res.headersSent || res.destroyed) return;
+      if (stream?.fail(e) || res.headersSent || res.destroyed) return;
       const headers: Record<string, string> = e.retryAfter !== undefined ? { "retry-after": String(e.retryAfter) } : {};
       if (e.status === 401) headers["www-authenticate"] = "Bearer";
       json(res, e.status === 499 ? 400 : e.status, e.body(), headers);
     }
+  }
+
+  /** A streamed reply: content goes out as it is sampled, what a tool call may become is held back (sse.ts). */
+  private streamFor(res: ServerResponse, includeUsage: boolean, tools: boolean): SseReply {
+    const tok = this.ctx.tokenizer;
+    const parser = tools ? this.ctx.parser : undefined;
+    return new SseReply(res, { decode: (ids) => tok.decode(ids), eosIds: tok.eosIds, contentSoFar: (t) => (parser ? parser.contentSoFar(t) : t.length), includeUsage, model: this.ctx.model });
   }
 
   /** The run ("run") or the open session a request's key names; 401 / 404 otherwise. */
@@ -252,6 +267,29 @@ export class AgentEndpoint {
 
   private unknownModel(name: string): EndpointError {
     return new EndpointError(404, `the model '${name}' does not exist here: this endpoint serves '${this.ctx.model}'`, { param: "model", code: "model_not_found" });
+  }
+}
+
+/** The last completions' times: total, waiting for a batch, the batch, and the rest (the endpoint's own overhead: reading, rendering, tokenising, parsing, answering). */
+export class RequestTimings {
+  private readonly rows: Array<{ total: number; queued: number; engine: number }> = [];
+  constructor(private readonly keep = 20_000) {}
+
+  add(total: number, t: CompletionTiming | undefined): void {
+    if (this.rows.length >= this.keep) this.rows.shift();
+    this.rows.push({ total, queued: t?.queuedMs ?? 0, engine: t?.engineMs ?? 0 });
+  }
+
+  /** Percentiles (ms) of each part over the recorded completions, and how many; `clear` starts afresh. */
+  summary(clear = false): { n: number; overhead: { p50: number; p99: number }; queued: { p50: number; p99: number }; engine: { p50: number; p99: number }; total: { p50: number; p99: number } } {
+    const pick = (f: (r: { total: number; queued: number; engine: number }) => number): { p50: number; p99: number } => {
+      const xs = this.rows.map(f).sort((a, b) => a - b);
+      const at = (q: number): number => (xs.length === 0 ? NaN : xs[Math.min(xs.length - 1, Math.floor(q * xs.length))]!);
+      return { p50: at(0.5), p99: at(0.99) };
+    };
+    const out = { n: this.rows.length, overhead: pick((r) => r.total - r.queued - r.engine), queued: pick((r) => r.queued), engine: pick((r) => r.engine), total: pick((r) => r.total) };
+    if (clear) this.rows.length = 0;
+    return out;
   }
 }
 

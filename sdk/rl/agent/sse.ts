@@ -1,55 +1,136 @@
 /**
- * A completion as server-sent events, OpenAI's `stream: true` form: a first
- * chunk with the role, content deltas, tool-call deltas (per call: its
- * index, id, type and name, then its arguments in pieces), a last chunk with
- * the finish reason, a usage chunk when `stream_options.include_usage`, and
- * `data: [DONE]`. Each choice streams in turn.
+ * A completion as server-sent events, OpenAI's `stream: true` form, sent as
+ * the engine samples: a first chunk with the role, content deltas as tokens
+ * arrive, tool-call deltas (per call: its index, id, type and name, then its
+ * arguments in pieces) once the reply is parsed, a last chunk with the
+ * finish reason (and the logprobs, when asked), a usage chunk when
+ * `stream_options.include_usage`, and `data: [DONE]`.
+ *
+ * Only text that is content for sure is sent early: a tool call that may be
+ * starting (the parser says where, `contentSoFar`), a stop string that may
+ * be completing, an end-of-turn token and a character still split across
+ * tokens are held back until the reply is whole, so the deltas add up to
+ * exactly the content a plain request returns. Headers go out with the
+ * first chunk: an error before it is a plain JSON error with its status;
+ * after it, an `error` event before `[DONE]`.
  */
 import type { ServerResponse } from "node:http";
 import type { Choice, Completion } from "./completions.js";
+import type { EndpointError } from "./endpoint-error.js";
+import { partialSuffix } from "./tool-parsers.js";
 
-/** Characters per content or arguments delta when no per-token split is at hand. */
+/** Characters per arguments delta. */
 const PIECE = 16;
 
-function pieces(text: string, tokens?: readonly string[]): string[] {
-  if (tokens && tokens.join("") === text) return tokens.filter((t) => t !== "");
-  const out: string[] = [];
-  for (let i = 0; i < text.length; i += PIECE) out.push(text.slice(i, i + PIECE));
-  return out;
+/** What a completion tells its stream as it goes. */
+export interface TokenSink {
+  /** The reply's forced start (tool_choice) and stop strings, before any token. */
+  begin(forced: string, stops: readonly string[]): void;
+  /** Choice `choice` sampled `id`. */
+  token(choice: number, id: number): void;
 }
 
-/** The chunks of one choice's deltas. */
-function choiceChunks(c: Choice): Array<Record<string, unknown>> {
-  const out: Array<Record<string, unknown>> = [];
-  const chunk = (delta: Record<string, unknown>, finish: string | null = null, logprobs: unknown = null): void => {
-    out.push({ index: c.index, delta, logprobs, finish_reason: finish });
-  };
-  chunk({ role: "assistant", content: "", refusal: null });
-  const content = c.message.content ?? "";
-  if (content !== "") {
-    const tokens = c.logprobs?.content.map((t) => t.token);
-    const parts = pieces(content, c.message.tool_calls ? undefined : tokens);
-    // With logprobs and no tool calls, each delta is one token with its logprob entry.
-    const byToken = tokens !== undefined && parts.length === c.logprobs!.content.filter((t) => t.token !== "").length && !c.message.tool_calls;
-    const entries = c.logprobs?.content.filter((t) => t.token !== "");
-    parts.forEach((p, i) => chunk({ content: p }, null, byToken ? { content: [entries![i]] } : null));
-  }
-  c.message.tool_calls?.forEach((t, i) => {
-    chunk({ tool_calls: [{ index: i, id: t.id, type: "function", function: { name: t.function.name, arguments: "" } }] });
-    for (const p of pieces(t.function.arguments)) chunk({ tool_calls: [{ index: i, function: { arguments: p } }] });
-  });
-  chunk({}, c.finish_reason);
-  return out;
+/** How a stream reads tokens and replies. */
+export interface StreamReading {
+  decode(ids: number[]): string;
+  eosIds: readonly number[];
+  /** Chars of a reply being written that are content for sure (the tool-call parser's; all of it without one). */
+  contentSoFar(text: string): number;
+  includeUsage: boolean;
+  model: string;
 }
 
-/** Writes `completion` to `res` as server-sent events (headers included). */
-export function writeStream(res: ServerResponse, completion: Completion, includeUsage: boolean): void {
-  res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" });
-  const base = { id: completion.id, object: "chat.completion.chunk", created: completion.created, model: completion.model, system_fingerprint: completion.system_fingerprint };
-  const send = (o: Record<string, unknown>): boolean => res.write(`data: ${JSON.stringify(o)}\n\n`);
-  for (const c of completion.choices) {
-    for (const choice of choiceChunks(c)) send({ ...base, choices: [choice], ...(includeUsage ? { usage: null } : {}) });
+interface ChoiceState {
+  ids: number[];
+  sent: number;
+}
+
+/** One streamed reply (see the file's header). */
+export class SseReply implements TokenSink {
+  private readonly choices = new Map<number, ChoiceState>();
+  private forced = "";
+  private stops: readonly string[] = [];
+  private started = false;
+  readonly id = `chatcmpl-${Math.random().toString(36).slice(2, 14)}`;
+  readonly created = Math.floor(Date.now() / 1000);
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly r: StreamReading,
+  ) {}
+
+  begin(forced: string, stops: readonly string[]): void {
+    this.forced = forced;
+    this.stops = stops;
   }
-  if (includeUsage) send({ ...base, choices: [], usage: completion.usage });
-  res.end("data: [DONE]\n\n");
+
+  token(choice: number, id: number): void {
+    const c = this.state(choice);
+    if (this.r.eosIds.includes(id)) return;
+    c.ids.push(id);
+    let text = this.forced + this.r.decode(c.ids);
+    // A character still split across tokens decodes as U+FFFD: wait for the rest.
+    while (text.endsWith("\uFFFD")) text = text.slice(0, -1);
+    let safe = Math.min(this.r.contentSoFar(text), text.length);
+    for (const s of this.stops) {
+      const at = text.indexOf(s);
+      safe = Math.min(safe, at >= 0 ? at : text.length - partialSuffix(text, s));
+    }
+    if (safe > c.sent) {
+      this.send({ index: choice, delta: { content: text.slice(c.sent, safe) }, logprobs: null, finish_reason: null });
+      c.sent = safe;
+    }
+  }
+
+  /** Sends what was held back, the tool calls, the finish, the usage and `[DONE]`. */
+  finish(done: Completion): void {
+    for (const ch of done.choices) this.finishChoice(ch);
+    if (this.r.includeUsage) this.chunk({ choices: [], usage: done.usage });
+    this.res.end("data: [DONE]\n\n");
+  }
+
+  /** An error: a plain JSON error when nothing was sent yet (false: the caller answers it), else an error event and the end. */
+  fail(e: EndpointError): boolean {
+    if (!this.started) return false;
+    this.res.write(`data: ${JSON.stringify(e.body())}\n\n`);
+    this.res.end("data: [DONE]\n\n");
+    return true;
+  }
+
+  private finishChoice(ch: Choice): void {
+    const c = this.state(ch.index);
+    const content = ch.message.content ?? "";
+    // The deltas sent are a prefix of the content by construction; what is left goes now.
+    if (content.length > c.sent) this.send({ index: ch.index, delta: { content: content.slice(c.sent) }, logprobs: null, finish_reason: null });
+    ch.message.tool_calls?.forEach((t, i) => {
+      this.send({ index: ch.index, delta: { tool_calls: [{ index: i, id: t.id, type: "function", function: { name: t.function.name, arguments: "" } }] }, logprobs: null, finish_reason: null });
+      for (let k = 0; k < t.function.arguments.length; k += PIECE) {
+        this.send({ index: ch.index, delta: { tool_calls: [{ index: i, function: { arguments: t.function.arguments.slice(k, k + PIECE) } }] }, logprobs: null, finish_reason: null });
+      }
+    });
+    this.send({ index: ch.index, delta: {}, logprobs: ch.logprobs, finish_reason: ch.finish_reason });
+  }
+
+  /** A choice's state; its first chunk (the role) goes out when it is first seen. */
+  private state(choice: number): ChoiceState {
+    let c = this.choices.get(choice);
+    if (!c) {
+      c = { ids: [], sent: 0 };
+      this.choices.set(choice, c);
+      this.send({ index: choice, delta: { role: "assistant", content: "", refusal: null }, logprobs: null, finish_reason: null });
+    }
+    return c;
+  }
+
+  private send(choice: Record<string, unknown>): void {
+    this.chunk({ choices: [choice], ...(this.r.includeUsage ? { usage: null } : {}) });
+  }
+
+  private chunk(body: Record<string, unknown>): void {
+    if (!this.started) {
+      this.started = true;
+      this.res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" });
+    }
+    this.res.write(`data: ${JSON.stringify({ id: this.id, object: "chat.completion.chunk", created: this.created, model: this.r.model, system_fingerprint: "hearth", ...body })}\n\n`);
+  }
 }

@@ -43,6 +43,14 @@ export interface ToolCallParser {
   forcedPrefix(name: string | undefined): string;
   /** Splits a reply into content and calls (no check against the tools: `checkCalls` does that). */
   parse(text: string): ParsedReply;
+  /** How much of a reply still being written is content for sure (no call can start inside it): what a stream may send now. */
+  contentSoFar(text: string): number;
+}
+
+/** The longest suffix of `text` that is a prefix of `marker` (a marker that may be about to start). */
+export function partialSuffix(text: string, marker: string): number {
+  for (let n = Math.min(marker.length, text.length); n > 0; n--) if (marker.startsWith(text.slice(text.length - n))) return n;
+  return 0;
 }
 
 function isObj(v: unknown): v is Record<string, unknown> {
@@ -95,6 +103,12 @@ export const hermesParser: ToolCallParser = {
     const content = text.slice(0, first).replace(/\n$/, "");
     return { content: content === "" ? null : content, calls, failures };
   },
+  contentSoFar(text) {
+    // Content ends where a call starts, less the newline the template writes before it.
+    const at = text.indexOf("<tool_call>");
+    if (at >= 0) return text[at - 1] === "\n" ? at - 1 : at;
+    return text.length - partialSuffix(text, "\n<tool_call>");
+  },
 };
 
 /** Llama 3.1/3.2's JSON tool calls: the reply is one `{"name": …, "parameters": {…}}` object (optionally after `<|python_tag|>`). */
@@ -109,6 +123,11 @@ export const llama3JsonParser: ToolCallParser = {
     if (typeof c === "string") return { content: text, calls: [], failures: [{ reason: c, text }] };
     return { content: null, calls: [c], failures: [] };
   },
+  contentSoFar(text) {
+    // A reply that is (or may become) one JSON call is not streamed as content.
+    const t = text.trimStart();
+    return t === "" || t.startsWith("{") || t.startsWith("<|python_tag|>") || "<|python_tag|>".startsWith(t) ? 0 : text.length;
+  },
 };
 
 const PARSERS = new Map<string, ToolCallParser>([
@@ -118,8 +137,8 @@ const PARSERS = new Map<string, ToolCallParser>([
 
 /** Makes a parser available by name (`--tool-parser NAME`) and to template detection (tried after the built-in ones). */
 export function registerToolParser(p: ToolCallParser): void {
-  if (!p || typeof p.name !== "string" || typeof p.parse !== "function" || typeof p.matches !== "function" || typeof p.forcedPrefix !== "function") {
-    throw new TypeError("registerToolParser needs { name, matches(template), forcedPrefix(name?), parse(text) }");
+  if (!p || typeof p.name !== "string" || typeof p.parse !== "function" || typeof p.matches !== "function" || typeof p.forcedPrefix !== "function" || typeof p.contentSoFar !== "function") {
+    throw new TypeError("registerToolParser needs { name, matches(template), forcedPrefix(name?), parse(text), contentSoFar(text) }");
   }
   PARSERS.set(p.name, p);
 }

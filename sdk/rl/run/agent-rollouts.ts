@@ -96,7 +96,7 @@ export class EpisodeSessions {
   constructor(
     private readonly svc: StepServices,
     private readonly leases: Array<{ executorId: string; q: TaskItem[]; opened: OpenSessionsResult }>,
-    readonly keys: string,
+    readonly keys: string | undefined,
   ) {}
 
   /** Every session, item by item. */
@@ -142,7 +142,7 @@ export class EpisodeSessions {
  * Opens `groupSize` sessions per item, the items spread over the rollout
  * executors (one lease each), seeded as step `step`'s rows.
  */
-export async function openEpisodeSessions(svc: StepServices, items: readonly TaskItem[], o: { groupSize: number; temperature: number; step: number; keys: string; leaseMs?: number }): Promise<EpisodeSessions> {
+export async function openEpisodeSessions(svc: StepServices, items: readonly TaskItem[], o: { groupSize: number; temperature: number; step: number; keys?: string; leaseMs?: number }): Promise<EpisodeSessions> {
   const members = await svc.rollout.members();
   if (members.length === 0) throw new RunError("the run has no rollout executor to open sessions on", { run: svc.opts.name });
   const shares: TaskItem[][] = members.map(() => []);

@@ -18,7 +18,7 @@ import type { RunOptions } from "./options.js";
 import type { PreparedTask } from "./recipe.js";
 import { lagOf, lagStats } from "./overlap.js";
 import { limitsOf, type RolloutParts, type StepServices } from "./step-services.js";
-import { agentRollouts } from "./agent-rollouts.js";
+import { agentRollouts, openEpisodeSessions } from "./agent-rollouts.js";
 import { agentExamples, agentMetrics } from "./alarms.js";
 
 export { limitsOf, type RolloutParts, type StepServices } from "./step-services.js";
@@ -35,7 +35,12 @@ export type { CategoryEval, EvalResult, StepMetrics, StepResult } from "../types
  * goes under the key prefix `keys` (run-objects.ts), whose owner deletes it.
  */
 export async function rollouts(svc: StepServices, items: readonly TaskItem[], groupSize: number, temperature: number, step: number, keys?: string): Promise<RolloutParts> {
-  // An agent run's episodes are its agent's, on the endpoint; the seeds are the same.
+  // An agent run's episodes are its agent's, on the endpoint (run here, or in the executors); the seeds are the same.
+  if (svc.agentFn !== undefined) {
+    const sessions = await openEpisodeSessions(svc, items, { groupSize, temperature, step, keys });
+    await sessions.run(svc.agentFn);
+    return sessions.collect();
+  }
   if (svc.opts.agent !== undefined) return agentRollouts(svc, svc.opts.agent, items, groupSize, temperature, step, keys, svc.agentRevision ?? 0);
   const per = svc.opts.promptsPerTask;
   const chunks: TaskItem[][] = [];

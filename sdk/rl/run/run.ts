@@ -258,6 +258,18 @@ export class AgentRun {
     return this.endpoint_;
   }
 
+  /**
+   * Makes `agent` (a function) run every episode from the next step on: the
+   * built-in step, evaluations and `rollout` open G sessions per item on the
+   * executors' endpoint and run it here, in this process (a notebook cell's
+   * agent). `undefined` goes back to the run's `--agent` or environment.
+   */
+  setAgent(agent: AgentFn | undefined): void {
+    if (agent !== undefined && typeof agent !== "function") throw new OptionError("setAgent needs an async function (item, { baseURL, apiKey, model, signal }) returning the final answer, or undefined", { flag: "agent" });
+    if (agent !== undefined) void this.endpoint; // a clear error now when the run serves no endpoint
+    this.svc.agentFn = agent;
+  }
+
   /** Makes the rollout executors import the run's agent module afresh from the next rollout (an edited agent). */
   reloadAgent(): { revision: number } {
     if (this.busy) throw new RunError("a step is running on this run; reload the agent between steps", { run: this.opts.name, step: this.stepNo + 1 });

@@ -12,6 +12,7 @@ import type { EpisodeLimits, RolloutResult, TaskItem } from "../types.js";
 import type { RunOptions } from "./options.js";
 import type { RolloutsAhead } from "./overlap.js";
 import type { PreparedTask } from "./recipe.js";
+import type { AgentFn } from "../agent/agents.js";
 
 /** What the pipeline runs on. */
 export interface StepServices {
@@ -28,6 +29,8 @@ export interface StepServices {
   updates: number;
   /** Bumped by `run.reloadAgent()`: the rollout executors import the agent's module afresh. */
   agentRevision?: number;
+  /** An agent function the driver runs itself (`run.setAgent(fn)`), against the executors' endpoint: the episodes of every rollout. */
+  agentFn?: AgentFn;
 }
 
 /** The rollout calls of one batch of task items (each call's items, and what it returned). */

@@ -272,6 +272,11 @@ export class RolloutService {
     return this.host.ensure(e, { engine: this.engine!, tokenizer: this.tokenizer, maxPositions: this.maxPositions });
   }
 
+  /** Percentiles of the endpoint's completions' times on this executor (ms): its own overhead, waiting for a batch, the batch; `clear` starts afresh. */
+  async endpointTimings(clear = false): Promise<{ executorId: string; timings: ReturnType<AgentEndpoint["timings"]["summary"]> | null }> {
+    return { executorId: this.ctx.executorId, timings: this.host.current?.timings.summary(clear) ?? null };
+  }
+
   /** Where this executor serves the endpoint (started if need be) and the model's name; requests there with the run's key are recorded nowhere. */
   async endpointInfo(setup: ObjectRef): Promise<{ executorId: string; baseURL: string; model: string }> {
     const ep = await this.endpoint(setup);
