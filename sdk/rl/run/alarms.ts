@@ -5,8 +5,8 @@
  * template that drops earlier reasoning), requests refused for capacity,
  * sessions that never call a tool, groups with no reward variance. Each is a
  * metric of every step (metrics.jsonl, the step card, the report); the first
- * time one passes its threshold in a run, a warning names it and a sample to
- * look at.
+ * time one passes its threshold in an agent run, a warning names it and a
+ * sample to look at.
  */
 import type { AgentRolloutStats, StepMetrics } from "../types.js";
 
@@ -89,6 +89,8 @@ export function agentExamples(stats: ReadonlyArray<AgentRolloutStats | undefined
  */
 export function newAlarms(m: StepMetrics, examples: Readonly<Record<string, { sample: string; text: string }>>, raised: Set<string>): string[] {
   const out: string[] = [];
+  // Agent runs only: an environment run's zero-variance share is a metric, not an alarm (the demo's early steps drop most groups by design).
+  if (m.agent_sessions === undefined) return out;
   for (const a of ALARMS) {
     if (raised.has(a.metric) || !a.fires(m)) continue;
     raised.add(a.metric);
