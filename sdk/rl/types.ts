@@ -118,6 +118,9 @@ export interface Trajectory extends Episode {
   group: number;
   /** The publication version of the weights that sampled it (the trainers' version then). */
   policyVersion: number;
+  /** Its row seed (per-row sampling; absent when its call sampled from one batch seed) and its row in its rollout call. */
+  seed?: number;
+  row?: number;
   /**
    * Agent episodes (the endpoint's sessions): the session, and which of its
    * sequences this is. A rendered prompt that did not extend the session's

@@ -137,6 +137,7 @@ export function episodesOf(sessions: readonly AgentSession[], policyVersion: num
     }
     const seqs = s.allSequences();
     const common = {
+      seed: s.spec.seed,
       itemId: s.spec.itemId,
       group: s.spec.item,
       policyVersion,

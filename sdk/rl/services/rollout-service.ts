@@ -215,6 +215,8 @@ export class RolloutService {
       group: Math.floor(i / req.groupSize),
       ...e,
       policyVersion,
+      ...(seeds.length === rows.length ? { seed: seeds[i] } : {}),
+      row: i,
     }));
     // Scratch: if the driver that owns it vanishes, the head deletes it with the app.
     const ref = await this.ctx.objects.put(trajectories, { key: req.keys === undefined ? undefined : `${req.keys}traj-${randomUUID()}`, scratch: true });
