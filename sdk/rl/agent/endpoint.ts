@@ -114,10 +114,10 @@ export class AgentEndpoint {
     return this.ctx.model;
   }
 
-  /** Open sessions with no request being served, in open leases: how many requests the batcher may still expect. */
+  /** Open sessions (not ended): a batch waits no longer once each of them has a request queued. */
   expected(): number {
     let n = 0;
-    for (const s of this.sessions.values()) if (!s.ended && !s.busy) n++;
+    for (const s of this.sessions.values()) if (!s.ended) n++;
     return n;
   }
 
