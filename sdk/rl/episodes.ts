@@ -125,7 +125,7 @@ export async function runEpisodes(engine: EpisodeEngine, tokenizer: TextTokenize
           s.finish = "answer";
           continue;
         }
-        const ids = tokenizer.encode(out.observation);
+        const ids = out.ids ? [...out.ids] : tokenizer.encode(out.observation);
         const used = s.tokens.length - prompts[i]!.length;
         if (used + ids.length + 1 > maxResponse) {
           s.done = true;

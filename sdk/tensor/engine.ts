@@ -122,7 +122,14 @@ function ragged(rows: readonly (Int32Array | readonly number[])[]): { tokens: Te
   return { tokens: int32Tensor(flat), lengths: int32Tensor(lengths) };
 }
 
+/** Rows of a generate, resume or batch reply (with each token's alternatives when they were asked for). */
 function unragged(result: Record<string, unknown>): GeneratedRow[] {
+  const rows = unraggedRows(result);
+  if (result.top_rows !== undefined) attachAlternatives(rows, result);
+  return rows;
+}
+
+function unraggedRows(result: Record<string, unknown>): GeneratedRow[] {
   const tokens = toInt32Array(result.tokens as Tensor);
   const logprobs = toFloat32Array(result.logprobs as Tensor);
   const lengths = toInt32Array(result.lengths as Tensor);
@@ -138,7 +145,7 @@ function unragged(result: Record<string, unknown>): GeneratedRow[] {
 }
 
 /** Splits a batch reply's flat top-k arrays into each row's per-token alternatives. */
-function attachAlternatives(rows: BatchedRow[], result: Record<string, unknown>): void {
+function attachAlternatives(rows: GeneratedRow[], result: Record<string, unknown>): void {
   const perRow = toInt32Array(result.top_rows as Tensor);
   const counts = toInt32Array(result.top_counts as Tensor);
   const ids = toInt32Array(result.top_ids as Tensor);
@@ -451,9 +458,7 @@ export class TensorEngine {
       cuda_graph: options?.cudaGraph ?? true,
     }, { ...options, onEvent: onTokens ? (e) => { if (e.type === "tokens") onTokens(e.rows as number[], e.tokens as number[]); } : options?.onEvent });
     const digests = result.digests as string[];
-    const out = unragged(result).map((r, i): BatchedRow => ({ ...r, digest: digests[i]! }));
-    if (result.top_rows !== undefined) attachAlternatives(out, result);
-    return { session: result.session as number, rows: out };
+    return { session: result.session as number, rows: unragged(result).map((r, i): BatchedRow => ({ ...r, digest: digests[i]! })) };
   }
 
   /** Free a session's KV cache. */

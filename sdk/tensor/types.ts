@@ -54,6 +54,8 @@ export interface SamplingOptions {
   eosTokenIds?: number[];
   /** Capture the decode step in a CUDA graph (CUDA only; default true). */
   cudaGraph?: boolean;
+  /** Also return each generated token's k most likely alternatives and the entropy (0–20; replays ask, training does not). */
+  topLogprobs?: number;
 }
 
 /** Why a row stopped: a stop string, an eos token, the length limit, or it was not continued. */
@@ -67,6 +69,8 @@ export interface GeneratedRow {
   finishReason: FinishReason;
   /** The stop string that ended the row, if any. */
   stop: string | null;
+  /** Each generated token's alternatives, when asked for (`topLogprobs`). */
+  alternatives?: TokenAlternatives[];
 }
 
 /**
@@ -96,11 +100,10 @@ export interface TokenAlternatives {
   entropy: number;
 }
 
-/** One row's output of a batch: a generated row plus the sha256 of the ids it sampled and, if asked, each token's alternatives. */
+/** One row's output of a batch: a generated row plus the sha256 of the ids it sampled. */
 export interface BatchedRow extends GeneratedRow {
   /** sha256 (hex) of the sampled ids as int32 little-endian, computed by the engine. */
   digest: string;
-  alternatives?: TokenAlternatives[];
 }
 
 /** Output of batch: the new session holding every row (continue its rows later), and one entry per row. */

@@ -47,6 +47,8 @@ class SamplingParams:
     stop: Sequence[str] = ()
     eos_token_ids: Sequence[int] = ()
     cuda_graph: bool = True
+    # Per generated token, also its top-k alternatives and entropy (replays; 0: none, nothing computed).
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -275,7 +277,7 @@ def run(session: Session, feeds: List[List[int]], params: SamplingParams,
         return results
     temps = [r.temperature for r in rows] if rows is not None else [params.temperature] * B
     tops = [r.top_p for r in rows] if rows is not None else [params.top_p] * B
-    details = [r.top_logprobs for r in rows] if rows is not None else [0] * B
+    details = [r.top_logprobs for r in rows] if rows is not None else [params.top_logprobs] * B
     streams = [r.stream for r in rows] if rows is not None else [False] * B
     # Everything that can refuse the call runs before the session changes.
     matcher = StopMatcher(vocab, params.stop, B, [r.stop for r in rows] if rows is not None else None)

@@ -52,13 +52,21 @@ def _ragged(flat: Any, lengths: Any) -> List[List[int]]:
 
 
 def _rows_result(results: List[RowResult]) -> Dict[str, Any]:
-    return {
+    out = {
         "tokens": torch.tensor([t for r in results for t in r.tokens], dtype=torch.int32),
         "logprobs": torch.tensor([p for r in results for p in r.logprobs], dtype=torch.float32),
         "lengths": torch.tensor([len(r.tokens) for r in results], dtype=torch.int32),
         "finish_reasons": [r.finish_reason for r in results],
         "stops": [r.stop for r in results],
     }
+    if any(r.top for r in results):
+        # Each generated token's alternatives (asked for with top_logprobs), flat: counts per token, tokens per row.
+        out["top_counts"] = torch.tensor([len(t[0]) for r in results for t in r.top], dtype=torch.int32)
+        out["top_ids"] = torch.tensor([i for r in results for t in r.top for i in t[0]], dtype=torch.int32)
+        out["top_logprobs"] = torch.tensor([v for r in results for t in r.top for v in t[1]], dtype=torch.float32)
+        out["entropy"] = torch.tensor([t[2] for r in results for t in r.top], dtype=torch.float32)
+        out["top_rows"] = torch.tensor([len(r.top) for r in results], dtype=torch.int32)
+    return out
 
 
 def _params(args: Dict[str, Any], cls: Any) -> Any:
@@ -231,16 +239,9 @@ class Engine:
             self.sessions[sid] = session
             while len(self.sessions) > MAX_SESSIONS:
                 self.sessions.pop(next(iter(self.sessions)))
-        out = {"session": sid, **_rows_result(results),
-               "digests": [hashlib.sha256(torch.tensor(r.tokens, dtype=torch.int32).numpy().astype("<i4").tobytes())
-                           .hexdigest() for r in results]}
-        if any(r.top for r in results):
-            out["top_counts"] = torch.tensor([len(t[0]) for r in results for t in r.top], dtype=torch.int32)
-            out["top_ids"] = torch.tensor([i for r in results for t in r.top for i in t[0]], dtype=torch.int32)
-            out["top_logprobs"] = torch.tensor([v for r in results for t in r.top for v in t[1]], dtype=torch.float32)
-            out["entropy"] = torch.tensor([t[2] for r in results for t in r.top], dtype=torch.float32)
-            out["top_rows"] = torch.tensor([len(r.top) for r in results], dtype=torch.int32)
-        return out
+        return {"session": sid, **_rows_result(results),
+                "digests": [hashlib.sha256(torch.tensor(r.tokens, dtype=torch.int32).numpy().astype("<i4").tobytes())
+                            .hexdigest() for r in results]}
 
     def op_release(self, args: Dict[str, Any]) -> Any:
         return {"released": self.sessions.pop(int(args["session"]), None) is not None}
