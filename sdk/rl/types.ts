@@ -92,6 +92,19 @@ export interface SampledRun {
   digest: string;
 }
 
+/** What a trajectory records of its rollout call, for a replay (see Trajectory.call). */
+export interface CallRecord {
+  id: string;
+  /** Rows of the call (the environment path's batch; the agent lease's sessions). */
+  rows: number;
+  /** The environment path: the call's limits and sampling (row seeds are on each trajectory). */
+  limits?: Omit<EpisodeLimits, "seeds">;
+  /** The environment revision its environment was loaded at (`reloadEnvironment`). */
+  envRevision?: number;
+  /** Agent sessions: the engine batches the endpoint ran for the lease, in order (an object of the step's). */
+  log?: ObjectRef;
+}
+
 /** A chat message as an agent episode's transcript keeps it. */
 export interface TranscriptMessage {
   role: "system" | "user" | "assistant" | "tool";
@@ -121,6 +134,12 @@ export interface Trajectory extends Episode {
   /** Its row seed (per-row sampling; absent when its call sampled from one batch seed) and its row in its rollout call. */
   seed?: number;
   row?: number;
+  /**
+   * The rollout call it came from, as a replay rebuilds it: the call's id and
+   * rows, its limits (environment path) or the log of the engine batches
+   * its endpoint ran (agent sessions).
+   */
+  call?: CallRecord;
   /**
    * Agent episodes (the endpoint's sessions): the session, and which of its
    * sequences this is. A rendered prompt that did not extend the session's

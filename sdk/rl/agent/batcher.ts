@@ -56,6 +56,11 @@ export interface RowResult extends BatchedRow {
   engineMs: number;
 }
 
+/** One engine batch as the log keeps it: each row's tokens, its source (an earlier entry's row), seed and settings. */
+export interface LoggedBatch {
+  rows: Array<Omit<BatchRowSpec, "from" | "stream" | "tokens"> & { tokens: number[]; from?: { entry: number; row: number; expect: number } }>;
+}
+
 interface Waiting {
   req: RowRequest;
   submitted: number;
@@ -73,6 +78,8 @@ export class DecodeBatcher {
   private readonly refs = new Map<number, number>();
   private closed = false;
   private holding = false;
+  /** The engine batches run since `startLog` (a lease's, for replays), and which entry made each engine session. */
+  private log?: { entries: LoggedBatch[]; bySession: Map<number, number> };
   /** Batches run and rows they held, requests refused for capacity (for the step's metrics). */
   readonly stats = { batches: 0, rows: 0, refused: 0, retried: 0, timedOut: 0 };
   private readonly windowMs: number;
@@ -193,6 +200,7 @@ export class DecodeBatcher {
     }
     this.stats.batches++;
     this.stats.rows += batch.length;
+    this.record(specs, out.session);
     // Each delivered row holds a reference (its receiver drops it); rows whose request gave up meanwhile hold none.
     const delivered = batch.filter((w) => !w.done).length;
     if (delivered === 0) {
@@ -212,6 +220,32 @@ export class DecodeBatcher {
     if (result) w.resolve(result);
     else w.reject(err instanceof EndpointError ? err : new EndpointError(500, `the engine failed the batch: ${err?.message ?? "unknown"}`, { code: "engine_error", cause: err }));
     return result !== undefined;
+  }
+
+  /** Starts logging the engine batches (dropping any log before): what a replay of them needs. */
+  startLog(): void {
+    this.log = { entries: [], bySession: new Map() };
+  }
+
+  /** The batches logged since `startLog`, in order; logging stops. */
+  takeLog(): LoggedBatch[] {
+    const entries = this.log?.entries ?? [];
+    this.log = undefined;
+    return entries;
+  }
+
+  private record(specs: readonly BatchRowSpec[], session: number): void {
+    const log = this.log;
+    if (!log) return;
+    log.bySession.set(session, log.entries.length);
+    log.entries.push({
+      rows: specs.map(({ from, stream: _stream, tokens, ...rest }) => ({
+        ...rest,
+        tokens: [...tokens],
+        // A source outside the log (entry -1) cannot be replayed; the replay says so.
+        ...(from ? { from: { entry: log.bySession.get(from.session) ?? -1, row: from.row, expect: from.expect } } : {}),
+      })),
+    });
   }
 
   /** Refuses new requests and fails those waiting. */

@@ -13,7 +13,7 @@ import { importServiceModule } from "../../runtime/import-module.js";
 import { TemplateWorker } from "../text/chat-messages.js";
 import type { TextTokenizer } from "../text/tokenizer.js";
 import { AGENT_TIMEOUT_MS, agentItem, episodesOf, loadAgent, runAgents, type AgentFn, type AgentSpec } from "../agent/agents.js";
-import { DecodeBatcher } from "../agent/batcher.js";
+import { DecodeBatcher, type LoggedBatch } from "../agent/batcher.js";
 import type { EpisodeLimitsOf } from "../agent/completions.js";
 import { AgentEndpoint, type OpenedSession } from "../agent/endpoint.js";
 import type { SessionEnd, SessionSpec } from "../agent/session.js";
@@ -102,16 +102,18 @@ export class EndpointHost {
   /** Opens a lease of sessions on the running endpoint. */
   open(specs: readonly SessionSpec[], leaseMs: number, onClose?: () => void): LeaseOpened {
     const ep = this.endpoint!;
+    // The lease's engine batches are logged: a replay runs them again, exactly.
+    this.batcher?.startLog();
     const opened = ep.open(specs, { leaseMs, onClose });
     return { lease: opened.lease, baseURL: ep.baseURL, model: ep.model, sessions: opened.sessions };
   }
 
   /** Closes a lease; its sessions as trajectories and counters (undefined: no such open lease). */
-  closeLease(lease: string, ends: ReadonlyMap<string, SessionEnd>, policyVersion: number, refusedBefore: number): { trajectories: Trajectory[]; stats: AgentRolloutStats } | undefined {
+  closeLease(lease: string, ends: ReadonlyMap<string, SessionEnd>, policyVersion: number, refusedBefore: number): { trajectories: Trajectory[]; stats: AgentRolloutStats; log: LoggedBatch[] } | undefined {
     const ep = this.endpoint;
     const sessions = ep?.close(lease, ends);
     if (!sessions) return undefined;
-    return episodesOf(sessions, policyVersion, ep!.counters.refused - refusedBefore);
+    return { ...episodesOf(sessions, policyVersion, ep!.counters.refused - refusedBefore), log: this.batcher?.takeLog() ?? [] };
   }
 
   /** Requests refused for capacity so far (a lease's count is the difference across it). */

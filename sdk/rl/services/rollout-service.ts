@@ -210,6 +210,8 @@ export class RolloutService {
     const t1 = performance.now();
     const episodes = await runEpisodes(this.engine!, this.tokenizer, env, rows, { ...limits, toolTimeoutMs: this.toolTimeoutMs });
     const policyVersion = this.weights.version;
+    const { seeds: _seeds, ...limitsOnly } = limits as typeof limits & { seeds?: number[] };
+    const call = { id: randomUUID(), rows: rows.length, limits: limitsOnly, envRevision: this.setup_?.envRevision ?? 0 };
     const trajectories: Trajectory[] = episodes.map((e, i) => ({
       itemId: req.items[Math.floor(i / req.groupSize)]!.id,
       group: Math.floor(i / req.groupSize),
@@ -217,6 +219,7 @@ export class RolloutService {
       policyVersion,
       ...(seeds.length === rows.length ? { seed: seeds[i] } : {}),
       row: i,
+      call,
     }));
     // Scratch: if the driver that owns it vanishes, the head deletes it with the app.
     const ref = await this.ctx.objects.put(trajectories, { key: req.keys === undefined ? undefined : `${req.keys}traj-${randomUUID()}`, scratch: true });
@@ -356,6 +359,10 @@ export class RolloutService {
   private async leaseResult(lease: string, ends: ReadonlyMap<string, SessionEnd>, info: LeaseInfo, syncBytes: number, syncSeconds: number, keys?: string): Promise<RolloutResult> {
     const closed = this.host.closeLease(lease, ends, info.version, info.refused);
     if (!closed) throw new EndpointError(404, `no open lease ${lease} on executor ${this.ctx.executorId}`, { code: "lease_not_found" });
+    // The lease's engine batches, for a replay: an object beside the trajectories (their owner deletes both).
+    const log = closed.log.length > 0 ? await this.ctx.objects.put(closed.log, { key: keys === undefined ? undefined : `${keys}log-${randomUUID()}`, scratch: true }) : undefined;
+    const call = { id: lease, rows: closed.stats.sessions, ...(log ? { log } : {}) };
+    for (const t of closed.trajectories) t.call = call;
     const ref = await this.ctx.objects.put(closed.trajectories, { key: keys === undefined ? undefined : `${keys}traj-${randomUUID()}`, scratch: true });
     const seconds = (performance.now() - info.t0) / 1000;
     return {
