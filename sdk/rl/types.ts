@@ -5,7 +5,7 @@
  * every other file may import it without a circle.
  */
 import type { ObjectRef } from "../cache/object-cache.js";
-import type { FilePublication, TrainMetrics } from "../tensor/types.js";
+import type { FilePublication, TokenAlternatives, TrainMetrics } from "../tensor/types.js";
 
 /** One task item: what the policy is asked, and the answers that count as right. */
 export interface TaskItem {
@@ -83,6 +83,8 @@ export interface Episode {
   finish: "answer" | "length" | "eos" | "error";
   /** With finish "error": what failed (the environment's error, naming it, the sample and the call). */
   error?: string;
+  /** Replays that asked for them: each generated token's top-k alternatives and entropy, in order. */
+  alternatives?: TokenAlternatives[];
 }
 
 /** A run of sampled ids in a sequence: where, how many, and the engine's sha256 of them (int32 little-endian). */

@@ -46,6 +46,8 @@ export interface RowRequest {
   signal?: AbortSignal;
   /** Told each token as it is sampled (the spec streams). */
   onToken?: (token: number) => void;
+  /** Whose row it is (an episode session's id), kept in the log. */
+  tag?: string;
 }
 
 /** A row's result, the engine session now holding it, and where its time went (ms waiting for a batch, ms the batch ran). */
@@ -58,7 +60,7 @@ export interface RowResult extends BatchedRow {
 
 /** One engine batch as the log keeps it: each row's tokens, its source (an earlier entry's row), seed and settings. */
 export interface LoggedBatch {
-  rows: Array<Omit<BatchRowSpec, "from" | "stream" | "tokens"> & { tokens: number[]; from?: { entry: number; row: number; expect: number } }>;
+  rows: Array<Omit<BatchRowSpec, "from" | "stream" | "tokens"> & { tokens: number[]; from?: { entry: number; row: number; expect: number }; tag?: string }>;
 }
 
 interface Waiting {
@@ -200,7 +202,7 @@ export class DecodeBatcher {
     }
     this.stats.batches++;
     this.stats.rows += batch.length;
-    this.record(specs, out.session);
+    this.record(specs, out.session, batch.map((w) => w.req.tag));
     // Each delivered row holds a reference (its receiver drops it); rows whose request gave up meanwhile hold none.
     const delivered = batch.filter((w) => !w.done).length;
     if (delivered === 0) {
@@ -234,14 +236,15 @@ export class DecodeBatcher {
     return entries;
   }
 
-  private record(specs: readonly BatchRowSpec[], session: number): void {
+  private record(specs: readonly BatchRowSpec[], session: number, tags: ReadonlyArray<string | undefined>): void {
     const log = this.log;
     if (!log) return;
     log.bySession.set(session, log.entries.length);
     log.entries.push({
-      rows: specs.map(({ from, stream: _stream, tokens, ...rest }) => ({
+      rows: specs.map(({ from, stream: _stream, tokens, ...rest }, i) => ({
         ...rest,
         tokens: [...tokens],
+        ...(tags[i] !== undefined ? { tag: tags[i] } : {}),
         // A source outside the log (entry -1) cannot be replayed; the replay says so.
         ...(from ? { from: { entry: log.bySession.get(from.session) ?? -1, row: from.row, expect: from.expect } } : {}),
       })),

@@ -198,6 +198,7 @@ export async function completeInSession(ctx: CompletionContext, req: ChatRequest
       whole: plan.prefix,
       deadline: performance.now() + ctx.requestTimeoutMs,
       signal,
+      tag: session.id,
       ...(sink ? { onToken: (id: number) => sink.token(0, id) } : {}),
     });
     if (session.ended) {
