@@ -25,7 +25,14 @@ import type { ChatRequest } from "./chat-request.js";
 import { EndpointError, badRequest } from "./endpoint-error.js";
 import type { AgentSession, Plan } from "./session.js";
 import { checkCalls, type ParseFailure, type ToolCallParser } from "./tool-parsers.js";
-import type { TokenSink } from "./sse.js";
+
+/** What a completion tells a streamed reply as it goes (sse.ts). */
+export interface TokenSink {
+  /** The reply's forced start (tool_choice) and stop strings, before any token. */
+  begin(forced: string, stops: readonly string[]): void;
+  /** Choice `choice` sampled `id`. */
+  token(choice: number, id: number): void;
+}
 
 /** The run's limits on an episode session. */
 export interface EpisodeLimitsOf {

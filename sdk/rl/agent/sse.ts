@@ -15,20 +15,12 @@
  * after it, an `error` event before `[DONE]`.
  */
 import type { ServerResponse } from "node:http";
-import type { Choice, Completion } from "./completions.js";
+import type { Choice, Completion, TokenSink } from "./completions.js";
 import type { EndpointError } from "./endpoint-error.js";
 import { partialSuffix } from "./tool-parsers.js";
 
 /** Characters per arguments delta. */
 const PIECE = 16;
-
-/** What a completion tells its stream as it goes. */
-export interface TokenSink {
-  /** The reply's forced start (tool_choice) and stop strings, before any token. */
-  begin(forced: string, stops: readonly string[]): void;
-  /** Choice `choice` sampled `id`. */
-  token(choice: number, id: number): void;
-}
 
 /** How a stream reads tokens and replies. */
 export interface StreamReading {

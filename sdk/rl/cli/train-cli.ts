@@ -54,6 +54,7 @@ const NUMERIC = {
   "batch-window-ms": "batchWindowMs",
   "max-batch-rows": "maxBatchRows",
   "endpoint-timeout-ms": "endpointTimeoutMs",
+  "replay-versions": "replayVersions",
 } as const satisfies Record<string, keyof RunOptions>;
 
 /** Text flags and the option each sets. */
@@ -99,7 +100,7 @@ export const TRAIN_USAGE = `usage: hearth train search-r1|calculator|agent-calcu
   [--max-lag K] [--keep-steps N] [--snapshot-every N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP] [--detach]
   [--engine local|slurm] [--partition P] [--account A] [--sbatch-arg=ARG]... [--bind tcp://ADDRESS:PORT]
   [--agent FILE#EXPORT] [--agent-timeout-ms MS] [--agent-sampling run|agent] [--tool-parser auto|hermes|llama3-json] [--endpoint-host 127.0.0.1]
-  [--batch-window-ms MS] [--max-batch-rows N] [--endpoint-timeout-ms MS]
+  [--batch-window-ms MS] [--max-batch-rows N] [--endpoint-timeout-ms MS] [--replay-versions N]
        hearth train agent --task calculator|chain --agent FILE#EXPORT [the flags above]
 With --agent the episodes are the agent's: an async function (item, { baseURL, apiKey, model, signal }) using any OpenAI-compatible
 client against the rollout executors' endpoint, run warm beside the model; its answer is scored (docs/agents.md).

@@ -153,6 +153,13 @@ export interface RunOptions {
   maxBatchRows: number;
   /** The longest one endpoint request may take (504 past it). */
   endpointTimeoutMs: number;
+  /**
+   * Policy versions kept for replays beyond the live weights object (which
+   * holds those since its last re-base): the driver mirrors each publication
+   * into chains of its own and drops those more than this many versions old
+   * (0: none; each version kept costs its patch in the cache).
+   */
+  replayVersions: number;
   /** App name (reattach to warm executors). */
   name: string;
   /** Progress lines. */
@@ -228,6 +235,7 @@ export const BASE_OPTIONS: RunOptions = {
   batchWindowMs: 4,
   maxBatchRows: 256,
   endpointTimeoutMs: 120_000,
+  replayVersions: 0,
   name: "search-r1",
   log: (line) => console.log(line),
 };
@@ -270,6 +278,7 @@ const WHOLE: Record<string, number> = {
   batchWindowMs: 0,
   maxBatchRows: 1,
   endpointTimeoutMs: 1,
+  replayVersions: 0,
 };
 const CHOICES: Record<string, readonly string[]> = {
   rolloutDtype: ["auto", "bfloat16", "float32"],

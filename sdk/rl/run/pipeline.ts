@@ -102,6 +102,8 @@ export async function publish(svc: StepServices): Promise<{ publish?: PublishSta
   const res = await svc.trainer.broadcast("publish", Array.from({ length: svc.opts.trainers }, () => [] as []));
   const r0 = res.find((r) => r.rank === 0);
   if (r0?.publish) svc.ahead.policyVersion = r0.publish.version;
+  // Replays of earlier versions: the publication is mirrored into the kept chains (--replay-versions).
+  if (r0?.publish) await svc.history?.record(r0.publish.version);
   return { publish: r0?.publish, publishSeconds: r0?.publishSeconds };
 }
 

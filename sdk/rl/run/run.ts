@@ -36,6 +36,7 @@ import type { EnvironmentPackage, PreparedTask, TaskRecipe } from "./recipe.js";
 import type { AgentFn } from "../agent/agents.js";
 import { runEndpointKey, RunEndpoint, type EpisodeSessions } from "./agent-rollouts.js";
 import { newAlarms } from "./alarms.js";
+import { WeightHistory } from "../replay/history.js";
 import type { Trainers, TrainersAt } from "./trainers.js";
 
 export type { RunOptions } from "./options.js";
@@ -99,7 +100,8 @@ export class AgentRun {
     this.state = new RunStateWriter(this.app, this.opts.name);
     const svc: Omit<StepServices, "ahead" | "updates"> = { app: this.app, opts: this.opts, task: this.task, rollout: this.rollout_, trainer: o.trainers.gang, rolloutSetup: o.rolloutSetup, weightsKey: weightsKey(this.opts.name) };
     const ahead: RolloutsAhead<RolloutParts> = new RolloutsAhead((step) => stepRollouts(this.svc, step), this.opts.maxLag);
-    this.svc = { ...svc, ahead, updates: 0 };
+    const history = new WeightHistory(this.app, this.opts.name, svc.weightsKey, this.opts.replayVersions);
+    this.svc = { ...svc, ahead, updates: 0, history };
   }
 
   /**
@@ -149,6 +151,8 @@ export class AgentRun {
       }
       this.svc.ahead.policyVersion = await this.trainers.start(this.runId, o.resume);
     }
+    // The first publication (or the live object of a reattached run) starts the kept chains.
+    await this.svc.history?.record(this.svc.ahead.policyVersion);
     await this.saveState();
     if (opts.snapshotEvery > 0 && !(await readSnapshot(app, opts.name))) await this.snapshot();
   }

@@ -13,6 +13,7 @@ import type { RunOptions } from "./options.js";
 import type { RolloutsAhead } from "./overlap.js";
 import type { PreparedTask } from "./recipe.js";
 import type { AgentFn } from "../agent/agents.js";
+import type { WeightHistory } from "../replay/history.js";
 
 /** What the pipeline runs on. */
 export interface StepServices {
@@ -29,6 +30,8 @@ export interface StepServices {
   updates: number;
   /** Bumped by `run.reloadAgent()`: the rollout executors import the agent's module afresh. */
   agentRevision?: number;
+  /** The policy versions kept for replays beyond the live weights object (`--replay-versions`). */
+  history?: WeightHistory;
   /** An agent function the driver runs itself (`run.setAgent(fn)`), against the executors' endpoint: the episodes of every rollout. */
   agentFn?: AgentFn;
 }

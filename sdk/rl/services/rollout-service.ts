@@ -25,7 +25,8 @@ import type { AgentEndpoint } from "../agent/endpoint.js";
 import { EndpointError } from "../agent/endpoint-error.js";
 import type { SessionEnd, SessionSpec } from "../agent/session.js";
 import { EndpointHost, type EndpointSetup, type LeaseOpened } from "./endpoint-host.js";
-import type { EpisodeLimits, RolloutItem } from "../types.js";
+import { ReplayHost, type AgentCallReplay, type EnvCallReplay, type ReplayParts } from "./replay-host.js";
+import type { Episode, EpisodeLimits, RolloutItem } from "../types.js";
 
 /** Default deadline of a lease of sessions opened for agents elsewhere. */
 export const LEASE_MS = 10 * 60_000;
@@ -79,6 +80,34 @@ export interface AgentRolloutRequest extends RolloutRequest {
   agentTimeoutMs?: number;
 }
 
+/** `replay`: a recorded call, the version to run it at and where that version's publications are. */
+export interface ReplayRequest {
+  setup: ObjectRef;
+  version: number;
+  /** Weight chains to look for the version in (the live weights object, then kept history), newest first. */
+  chains: string[];
+  call: EnvCallReplay | AgentCallReplay;
+  /** Each generated token's top-k alternatives (environment path: every row's; agent path: the sessions listed). */
+  topK?: number;
+  sessions?: string[];
+  /** The key prefix of the output object (its owner deletes it). */
+  keys?: string;
+}
+
+/** `branch`: an episode's tokens up to a point and what to continue it with. */
+export interface BranchRequest {
+  setup: ObjectRef;
+  version: number;
+  chains: string[];
+  prompt: number[];
+  seed?: number;
+  limits: EpisodeLimits;
+  item: { id: string; question: string };
+  topK?: number;
+  /** An agent session's reply (one generation, no environment) rather than an environment episode. */
+  agent?: boolean;
+}
+
 /** The sessions of a call's items: G per item, each with its row seed (the same seeds as the environment path's rows). */
 export function sessionSpecs(items: readonly RolloutItem[], groupSize: number, limits: Pick<EpisodeLimits, "seed" | "temperature" | "topP">): SessionSpec[] {
   const temperature = limits.temperature ?? 1;
@@ -124,6 +153,7 @@ export class RolloutService {
   /** The model's context length (from the engine's config). */
   private maxPositions = 0;
   private readonly host = new EndpointHost();
+  private readonly replays = new ReplayHost();
   private toolTimeoutMs?: number;
   private weights: PublicationRecord = { version: 0 };
   private syncsToSkip = 0;
@@ -400,6 +430,60 @@ export class RolloutService {
     return { executorId: this.ctx.executorId, step: await env.step(start.state, { text, stop, callsLeft: 1 }) };
   }
 
+  // ── replays ─────────────────────────────────────────────────────────
+
+  /** The parts of this executor's setup a replay engine needs. */
+  private replayParts(): ReplayParts {
+    const s = this.setup_!;
+    return { model: s.model, threads: s.threads, dtype: s.dtype, tokenizer: this.tokenizer, objects: this.ctx.objects };
+  }
+
+  /**
+   * Runs a recorded rollout call again on this executor's replay engine at
+   * the policy version it was sampled with (replay-host.ts), in turn with
+   * its calls; the output goes to the cache (a scratch object under `keys`).
+   */
+  async replay(req: ReplayRequest): Promise<{ executorId: string; output: ObjectRef; seconds: number; loadSeconds: number }> {
+    const run = this.turn.then(async () => {
+      await this.setup(req.setup);
+      const src = { version: req.version, chains: req.chains };
+      const out = req.call.kind === "env"
+        ? await this.replays.replayEnv(this.replayParts(), src, req.call, this.needEnv(), { topK: req.topK, toolTimeoutMs: this.toolTimeoutMs })
+        : await this.replays.replayAgent(this.replayParts(), src, req.call, { topK: req.topK, sessions: req.sessions });
+      const ref = await this.ctx.objects.put(out, { key: req.keys === undefined ? undefined : `${req.keys}replay-${randomUUID()}`, scratch: true });
+      return { executorId: this.ctx.executorId, output: ref, seconds: out.seconds, loadSeconds: out.loadSeconds };
+    });
+    this.turn = run.catch(() => undefined);
+    return run;
+  }
+
+  /** A what-if branch: continues an episode's tokens up to a point (with what was forced) under a version, with its seed (replay-host.ts). */
+  async branch(req: BranchRequest): Promise<{ executorId: string; episode: Episode }> {
+    const run = this.turn.then(async () => {
+      await this.setup(req.setup);
+      const env = req.agent ? undefined : this.needEnv();
+      const episode = await this.replays.branch(this.replayParts(), { version: req.version, chains: req.chains }, { ...req, toolTimeoutMs: this.toolTimeoutMs }, env);
+      return { executorId: this.ctx.executorId, episode };
+    });
+    this.turn = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Teacher-forced logprobs of `tokens` under a version (for comparing versions on one episode). */
+  async scoreTokens(setup: ObjectRef, version: number, chains: string[], tokens: number[]): Promise<{ executorId: string; logprobs: Float32Array }> {
+    const run = this.turn.then(async () => {
+      await this.setup(setup);
+      return { executorId: this.ctx.executorId, logprobs: await this.replays.score(this.replayParts(), { version, chains }, tokens) };
+    });
+    this.turn = run.catch(() => undefined);
+    return run;
+  }
+
+  private needEnv(): Environment {
+    if (!this.env) throw new EnvironmentError("this run's task has no environment class to replay its episodes with", { environment: "none" });
+    return this.env;
+  }
+
   /** sha256 of the policy's bf16 weights and the publication version it holds. */
   async digest(): Promise<{ digest: string | null; version: number; executorId: string }> {
     // An executor that never took a rollout holds no policy yet.
@@ -409,6 +493,7 @@ export class RolloutService {
 
   async close(): Promise<void> {
     await this.host.close();
+    await this.replays.close();
     await this.env?.close?.();
     await this.engine?.close();
   }
