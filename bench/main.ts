@@ -2,6 +2,7 @@
  * `npm run bench -- <name> [args]`: runs one benchmark. Benchmarks print
  * ratios against a peer measured in the same run; they never fail on noise.
  */
+import { benchAgent } from "./agent.js";
 import { benchBm25 } from "./bm25.js";
 import { benchCache } from "./cache.js";
 import { benchOverlap } from "./overlap.js";
@@ -18,6 +19,7 @@ const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   soak: benchSoak,
   snapshot: benchSnapshot,
   weights: benchWeights,
+  agent: benchAgent,
 };
 
 const [name, ...args] = process.argv.slice(2);
