@@ -466,6 +466,16 @@ export class TensorEngine {
     return this.request("release", { session }, options);
   }
 
+  /**
+   * Teacher-forced top-k next tokens of `rows x cols` tokens from one forward:
+   * at each position t (≥ 1), the k most likely tokens there and their
+   * logprobs (row-major `rows × cols × k`; position 0 is zeros).
+   */
+  async topK(tokens: Int32Array, rows: number, cols: number, k: number, options?: RequestOptions): Promise<{ ids: Int32Array; logprobs: Float32Array }> {
+    const r = await this.request<{ top_ids: Tensor; top_logprobs: Tensor }>("logprobs", { tokens: int32Tensor(tokens, [rows, cols]), top_k: k }, options);
+    return { ids: toInt32Array(r.top_ids), logprobs: toFloat32Array(r.top_logprobs) };
+  }
+
   /** Teacher-forced logprobs of `rows x cols` tokens, aligned with them (entry 0 of each row is 0). */
   async logprobs(tokens: Int32Array, rows: number, cols: number, options?: RequestOptions): Promise<Float32Array> {
     const result = await this.request<{ logprobs: Tensor }>("logprobs", { tokens: int32Tensor(tokens, [rows, cols]) }, options);

@@ -256,7 +256,24 @@ class Engine:
             chunks = [sequence_logprobs(model, tokens[i: i + rows].to(model.lm_head.weight.device))[0].cpu()
                       for i in range(0, tokens.shape[0], rows)]
         parts.append(torch.cat(chunks) if chunks else torch.zeros(0, max(tokens.shape[1] - 1, 0)))
-        return {"logprobs": torch.cat(parts, dim=1)}
+        out = {"logprobs": torch.cat(parts, dim=1)}
+        k = int(args.get("top_k") or 0)
+        if k > 0:
+            # The k most likely next tokens at each position of each row, from the same forward: what a replay's
+            # alternatives are checked against. (N, T, k), position t predicting token t (position 0: nothing).
+            if not 0 < k <= 20:
+                raise EngineError("bad_request", "top_k must be in [1, 20]")
+            ids, lps = [], []
+            with torch.no_grad():
+                for i in range(0, tokens.shape[0], rows):
+                    logits = model(tokens[i: i + rows].to(model.lm_head.weight.device))[:, :-1].float()
+                    v, t = torch.log_softmax(logits, dim=-1).topk(k, dim=-1)  # (n, T-1, k)
+                    pad = torch.zeros(v.shape[0], 1, k)
+                    lps.append(torch.cat([pad, v.cpu()], dim=1))
+                    ids.append(torch.cat([pad.to(torch.long), t.cpu()], dim=1))
+            out["top_ids"] = torch.cat(ids).to(torch.int32)
+            out["top_logprobs"] = torch.cat(lps)
+        return out
 
     def op_train_init(self, args: Dict[str, Any]) -> Any:
         model = self.need_model()

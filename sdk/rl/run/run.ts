@@ -23,7 +23,7 @@ import { withStepDisplay } from "../report/step-summary.js";
 import type { RolloutService } from "../services/rollout-service.js";
 import type { TrainerService } from "../services/trainer-service.js";
 import { writeCheckpointJson, writeStandaloneCheckpoint } from "../state/checkpoint.js";
-import { batchKeys, dropSessionObjects, stepKeys, weightsKey } from "../state/run-objects.js";
+import { batchKeys, dropSessionObjects, replayKeys, stepKeys, weightsKey } from "../state/run-objects.js";
 import { runFingerprint, RunStateWriter, type RunState } from "../state/run-state.js";
 import { dropSnapshot, readSnapshot, type TrainerSnapshot } from "../state/snapshot.js";
 import type { EvalResult, PublishStats, RewardFn, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult } from "../types.js";
@@ -37,6 +37,10 @@ import type { AgentFn } from "../agent/agents.js";
 import { runEndpointKey, RunEndpoint, type EpisodeSessions } from "./agent-rollouts.js";
 import { newAlarms } from "./alarms.js";
 import { WeightHistory } from "../replay/history.js";
+import type { ReplayOptions } from "../replay/replay.js";
+import type { BranchAsk, EpisodeReplay } from "../replay/replayed.js";
+import type { ReplayJSON } from "../replay/episode.js";
+import { branchEpisode, compareVersions, replayEpisode, type ReplayContext, type VersionComparison } from "../replay/run-replay.js";
 import type { Trainers, TrainersAt } from "./trainers.js";
 
 export type { RunOptions } from "./options.js";
@@ -80,6 +84,7 @@ export class AgentRun {
   /** Evaluations and hand-rolled batches run so far (each one's objects live under its number's keys until read). */
   private evals = 0;
   private batches = 0;
+  private replays = 0;
   private envRevision = 0;
   private endpoint_?: RunEndpoint;
   /** Alarms already raised in this run (each warns once). */
@@ -272,6 +277,42 @@ export class AgentRun {
     if (agent !== undefined && typeof agent !== "function") throw new OptionError("setAgent needs an async function (item, { baseURL, apiKey, model, signal }) returning the final answer, or undefined", { flag: "agent" });
     if (agent !== undefined) void this.endpoint; // a clear error now when the run serves no endpoint
     this.svc.agentFn = agent;
+  }
+
+  // ── debugging an episode ───────────────────────────────────────────
+
+  /**
+   * Replays sample `sample` of a held step (the trajectory table's `i`)
+   * exactly: its rollout call runs again at the policy version it was
+   * sampled with, its row seed and what its environment inserted, on a
+   * rollout executor's replay engine, and every token and logprob is
+   * checked equal to the recording (ReplayMismatchError names the first
+   * that is not). The episode shows each token's probability, entropy and
+   * alternatives, and branches from any point (`ep.at(turn, token).force(…)
+   * .continue()`). `version` replays it at another version (not compared);
+   * `environment: "current"` runs the tools again as loaded now.
+   */
+  async replay(o: ReplayOptions & { version?: number }): Promise<EpisodeReplay> {
+    return replayEpisode(this.replayContext(), o);
+  }
+
+  /** A what-if branch of a held sample (what `EpisodeReplay.at(…).force(…).continue()` runs): its episode and reward. */
+  async branch(ask: BranchAsk): Promise<{ episode: ReplayJSON; reward?: number }> {
+    return branchEpisode(this.replayContext(), ask);
+  }
+
+  /** A held sample's episode under several policy versions: each version's logprob of every generated token, and the episode re-sampled at each with the same seed. */
+  async compareVersions(o: { step?: number; sample: number }, versions: number[]): Promise<VersionComparison> {
+    return compareVersions(this.replayContext(), o, versions);
+  }
+
+  /** The policy versions kept for replays beyond the live weights object, and their bytes. */
+  keptVersions(): { ranges: Array<[number, number]>; bytes: number } {
+    return { ranges: this.svc.history?.ranges() ?? [], bytes: this.svc.history?.bytes() ?? 0 };
+  }
+
+  private replayContext(): ReplayContext {
+    return { svc: this.svc, results: this.results, reward: () => this.reward, nextKeys: () => replayKeys(this.opts.name, ++this.replays) };
   }
 
   /** Makes the rollout executors import the run's agent module afresh from the next rollout (an edited agent). */

@@ -152,6 +152,16 @@ export class TrainerService {
     return { rank: this.ctx.rank!, metrics, ...p, seconds: (performance.now() - t0) / 1000 };
   }
 
+  /**
+   * The trainer's own forward pass over `tokens`: at each position, the k
+   * most likely next tokens and their logprobs (what a replay's alternatives
+   * are checked against; this rank's current weights).
+   */
+  async topK(tokens: number[], k: number): Promise<{ rank: number; ids: Int32Array; logprobs: Float32Array }> {
+    const r = await this.need().topK(Int32Array.from(tokens), 1, tokens.length, k);
+    return { rank: this.ctx.rank!, ...r };
+  }
+
   /** Rank 0 publishes the weights it holds (a patch against the last publication, or a fresh base); other ranks have nothing to publish. */
   async publish(): Promise<{ rank: number; publish?: PublishStats; publishSeconds?: number }> {
     this.need();
