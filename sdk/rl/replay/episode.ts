@@ -59,7 +59,7 @@ export function tokenTexts(ids: ArrayLike<number>, tok: Pick<TextTokenizer, "dec
   const out: string[] = [];
   for (let i = 0; i < ids.length; i++) {
     const from = Math.max(0, i - window);
-    const before = tok.decode(Array.prototype.slice.call(ids, from, i) as number[]);
+    const before = i === from ? "" : tok.decode(Array.prototype.slice.call(ids, from, i) as number[]);
     const upto = tok.decode(Array.prototype.slice.call(ids, from, i + 1) as number[]);
     out.push(upto.startsWith(before) ? upto.slice(before.length) : tok.decode([ids[i]!]));
   }

@@ -104,7 +104,7 @@ function compare(label: string, recorded: { tokens: ArrayLike<number>; logprobs:
       throw new ReplayMismatchError(`the replay of ${label} differs from the recording at token ${offset + i}: recorded ${a === undefined ? "(the end)" : `${a} ${JSON.stringify(decode([a]))}`}, replayed ${b === undefined ? "(the end)" : `${b} ${JSON.stringify(decode([b]))}`}`, { sample: label, index: offset + i });
     }
     if (!Object.is(Math.fround(recorded.logprobs[i]!), Math.fround(got.logprobs[i]!))) {
-      throw new ReplayMismatchError(`the replay of ${label} samples the same token ${a} at ${offset + i} but with logprob ${got.logprobs[i]} instead of the recorded ${recorded.logprobs[i]}: the replay did not run as the original did`, { sample: label, index: offset + i });
+      throw new ReplayMismatchError(`the replay of ${label} differs from the recording at token ${offset + i}: the same token ${a} ${JSON.stringify(decode([a!]))}, but logprob ${got.logprobs[i]} instead of the recorded ${recorded.logprobs[i]} (another policy version, seed or batch than the original's)`, { sample: label, index: offset + i });
     }
   }
 }
