@@ -237,3 +237,34 @@ test("a burst past capacity is refused with 429 and Retry-After; the requests ta
     await small.close();
   }
 });
+
+test("an agent session of a training step replays exactly from its lease's logged engine batches", async () => {
+  // The built-in step with this process's agent: G sessions per item on the executors' endpoint.
+  run.setAgent(twoTurns);
+  try {
+    const r = await run.step();
+    assert.ok(r.metrics.agent_sessions! > 0 && r.metrics.agent_requests === 2 * r.metrics.agent_sessions!, "two requests a session");
+    for (const i of [0, r.samples.length - 1]) {
+      const s = r.samples[i]!;
+      assert.ok(s.call?.log, "the lease's batches were logged with its trajectories");
+      const ep = await run.replay({ step: r.metrics.step, sample: i, topK: 3 });
+      assert.equal(ep.matched, true);
+      assert.deepEqual(ep.json.tokens.map((t) => t.id), [...s.tokens]);
+      const generated = ep.json.tokens.filter((t) => t.kind === "generated");
+      assert.equal(generated.length, s.sampled!.reduce((n, x) => n + x.n, 0), "the sampled runs, and only they, are generated");
+      assert.ok(generated.every((t) => t.logprob === s.logprobs[t.i] && t.top?.length === 3));
+    }
+    // A trajectory whose sampled id is not what the log's batches produce is reported, never shown as equal.
+    const s = r.samples[1]!;
+    const at = s.sampled![0]!.at;
+    const was = s.tokens[at]!;
+    s.tokens[at] = (was + 1) % 151_936;
+    try {
+      await assert.rejects(run.replay({ step: r.metrics.step, sample: 1 }), (e: Error) => e.name === "ReplayMismatchError" && new RegExp(`at token ${at}: recorded ${(was + 1) % 151_936}`).test(e.message));
+    } finally {
+      s.tokens[at] = was;
+    }
+  } finally {
+    run.setAgent(undefined);
+  }
+});
