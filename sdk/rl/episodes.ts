@@ -25,6 +25,8 @@ export interface EpisodeRow {
   state: unknown;
   /** Names the sample in errors (item id and sample index). */
   label: string;
+  /** Text of the current turn already at the prompt's end (a what-if branch that forced the turn's start): the environment reads the turn as this plus what is generated. */
+  turnPrefix?: string;
 }
 
 /** Options of runEpisodes beyond the limits. */
@@ -106,7 +108,7 @@ export async function runEpisodes(engine: EpisodeEngine, tokenizer: TextTokenize
           s.finish = row.finishReason === "eos" ? "eos" : "length";
           continue;
         }
-        asked.push({ i, text: tokenizer.decode(row.tokens), stop: row.stop });
+        asked.push({ i, text: (turn === 1 ? (rows[i]!.turnPrefix ?? "") : "") + tokenizer.decode(row.tokens), stop: row.stop });
       }
       const answers = await Promise.all(
         asked.map(({ i, text, stop }) =>

@@ -15,7 +15,7 @@ import type { StepStore } from "../run/interactive.js";
 import { replayKeys } from "../state/run-objects.js";
 import type { RewardFn, ScoredSample } from "../types.js";
 import { tokenRows, type ReplayJSON, type TokenRow } from "./episode.js";
-import { replaySample, versionChains, type ReplayOptions, type Replayed } from "./replay.js";
+import { replaySample, runsOf, versionChains, type ReplayOptions, type Replayed } from "./replay.js";
 import { EpisodeReplay, type BranchAsk } from "./replayed.js";
 
 /** What the replay surface needs of a run. */
@@ -95,14 +95,19 @@ export async function branchEpisode(ctx: ReplayContext, ask: BranchAsk): Promise
   const maxResponse = (limits.maxResponseTokens ?? ctx.svc.opts.maxResponseTokens) - used;
   if (maxResponse <= 0) throw new HearthError(`the branch at token ${ask.at} leaves no room: the episode's response limit (${limits.maxResponseTokens ?? ctx.svc.opts.maxResponseTokens} tokens) is used up by then`);
   // Calls made before the branch point count against the limit (each observation after a turn was one).
-  const callsBefore = runsTurns(s.mask, s.promptLength).length - 1;
+  const callsBefore = runsOf(s.mask.subarray(0, ask.at), 0, s.promptLength).length;
+  // A forced text inside a turn: the environment reads that turn as what came before it in the turn, the text, and what follows.
+  let turnStart = ask.at;
+  while (ask.kind === "forced" && turnStart > s.promptLength && s.mask[turnStart - 1] === 1) turnStart--;
+  const turnPrefix = ask.kind === "forced" ? tok.decode(Array.from(s.tokens.subarray(turnStart, ask.at))) + ask.insert : "";
   const r = await ctx.svc.rollout.call("branch", {
     setup: ctx.svc.rolloutSetup,
     version: ask.version,
     chains: versionChains(ctx.svc),
     prompt: prefix,
+    turnPrefix,
     seed: s.seed,
-    limits: { ...limits, maxResponseTokens: maxResponse, maxToolCalls: Math.max(0, (limits.maxToolCalls ?? ctx.svc.opts.maxToolCalls) - Math.max(0, callsBefore)) },
+    limits: { ...limits, maxResponseTokens: maxResponse, maxToolCalls: Math.max(0, (limits.maxToolCalls ?? ctx.svc.opts.maxToolCalls) - callsBefore) },
     item: { id: s.itemId, question: s.question },
     topK: 5,
     agent: s.final !== undefined,

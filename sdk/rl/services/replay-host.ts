@@ -209,11 +209,11 @@ export class ReplayHost {
    * the environment running any tool call it makes (environment path), or
    * for one reply (agent sessions, `env` undefined: until an end of turn).
    */
-  async branch(parts: ReplayParts, src: VersionSource, b: { prompt: number[]; seed?: number; limits: EpisodeLimits; item: { id: string; question: string }; topK?: number; toolTimeoutMs?: number }, env: Environment | undefined): Promise<Episode> {
+  async branch(parts: ReplayParts, src: VersionSource, b: { prompt: number[]; turnPrefix?: string; seed?: number; limits: EpisodeLimits; item: { id: string; question: string }; topK?: number; toolTimeoutMs?: number }, env: Environment | undefined): Promise<Episode> {
     const { engine } = await this.load(parts, src);
     const seeds = b.seed !== undefined ? { seeds: [b.seed] } : {};
     if (env) {
-      const [ep] = await runEpisodes(engine, parts.tokenizer, env, [{ prompt: b.prompt, label: `${b.item.id}#branch`, state: env.reset({ ...b.item, golds: [] }).state }], { ...b.limits, ...seeds, toolTimeoutMs: b.toolTimeoutMs, topLogprobs: b.topK });
+      const [ep] = await runEpisodes(engine, parts.tokenizer, env, [{ prompt: b.prompt, label: `${b.item.id}#branch`, state: env.reset({ ...b.item, golds: [] }).state, turnPrefix: b.turnPrefix }], { ...b.limits, ...seeds, toolTimeoutMs: b.toolTimeoutMs, topLogprobs: b.topK });
       return ep!;
     }
     const one = await engine.generate([b.prompt], { temperature: b.limits.temperature ?? 1, topP: b.limits.topP ?? 1, maxNewTokens: b.limits.maxTurnTokens ?? 64, eosTokenIds: parts.tokenizer.eosIds, ...seeds, ...(b.topK ? { topLogprobs: b.topK } : {}) }, { keep: false });

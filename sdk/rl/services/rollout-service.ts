@@ -100,6 +100,8 @@ export interface BranchRequest {
   version: number;
   chains: string[];
   prompt: number[];
+  /** The current turn's text already in `prompt` (what the environment reads the turn as begins with it). */
+  turnPrefix?: string;
   seed?: number;
   limits: EpisodeLimits;
   item: { id: string; question: string };

@@ -77,7 +77,8 @@ class HfTokenizer implements TextTokenizer {
   }
 
   decode(ids: ArrayLike<number>): string {
-    return this.tok.decode(Array.from(ids));
+    // The library refuses an empty list; nothing decodes to nothing.
+    return ids.length === 0 ? "" : this.tok.decode(Array.from(ids));
   }
 
   pieces(): Uint8Array[] {
