@@ -6,6 +6,7 @@ import { benchAgent } from "./agent.js";
 import { benchBm25 } from "./bm25.js";
 import { benchCache } from "./cache.js";
 import { benchOverlap } from "./overlap.js";
+import { benchReplay } from "./replay.js";
 import { benchRpc } from "./rpc.js";
 import { benchSnapshot } from "./snapshot.js";
 import { benchSoak } from "./soak.js";
@@ -20,6 +21,7 @@ const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   snapshot: benchSnapshot,
   weights: benchWeights,
   agent: benchAgent,
+  replay: benchReplay,
 };
 
 const [name, ...args] = process.argv.slice(2);
