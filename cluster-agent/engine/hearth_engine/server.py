@@ -22,7 +22,8 @@ from torch import Tensor
 
 from . import __version__, checkpoint, config as config_mod, randinit, state as trainer_state
 from .errors import EngineError
-from .generate import BatchRow, RowParams, RowResult, SamplingParams, Session, batch, generate, resume
+from .batch import BatchRow, batch
+from .generate import RowParams, RowResult, SamplingParams, Session, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame

@@ -10,7 +10,8 @@ import torch
 
 from helpers import tiny_model, toy_vocab
 from hearth_engine.errors import EngineError
-from hearth_engine.generate import BatchRow, RowParams, SamplingParams, batch
+from hearth_engine.batch import BatchRow, batch
+from hearth_engine.generate import RowParams, SamplingParams
 from hearth_engine.grpo import sequence_logprobs
 
 PROMPTS = [[5, 9, 11], [7, 3, 2, 8, 200, 31], [1]]
