@@ -23,8 +23,9 @@ import { FrameDecoder, decodeValue, encodeFrame, encodeValue } from "./frame.js"
 import { findEngineDir, findPython } from "./python.js";
 import { firstLine, processCpu, reportEngineChange, trackEngine, untrackEngine, type EngineLiveness, type EngineState } from "./liveness.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
+import { checkSeeds, ragged, snake, unragged } from "./engine-codec.js";
 import type {
-  ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
+  ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
   InitModelResult, FilePublication, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";
 
@@ -87,82 +88,6 @@ function hangTimeoutFrom(option: number | null | undefined): number | null {
 }
 
 const STDERR_TAIL = 16 * 1024;
-
-function snake(options: object): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(options)) {
-    if (v !== undefined) out[k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = v;
-  }
-  return out;
-}
-
-/** Refuse malformed per-row seeds here, with the row count the caller can see (the engine checks again). */
-function checkSeeds(sampling: SamplingOptions, rows: number | null, op: string): void {
-  const seeds = sampling.seeds;
-  if (seeds === undefined) return;
-  const fail = (message: string): never => {
-    throw new EngineError({ code: "bad_request", message }, { op });
-  };
-  if (!Array.isArray(seeds)) fail("seeds must be an array of integers, one per row");
-  if (sampling.seed !== undefined) fail("pass either seed (one for the call) or seeds (one per row), not both");
-  if (rows !== null && seeds.length !== rows) fail(`seeds has ${seeds.length} entries but the batch has ${rows} rows: pass one seed per row`);
-  seeds.forEach((s, i) => {
-    if (!Number.isSafeInteger(s) || s < 0) fail(`seeds[${i}] = ${String(s)}: each seed must be a non-negative safe integer`);
-  });
-}
-
-function ragged(rows: readonly (Int32Array | readonly number[])[]): { tokens: Tensor; lengths: Tensor } {
-  const lengths = Int32Array.from(rows, (r) => r.length);
-  const flat = new Int32Array(lengths.reduce((a, b) => a + b, 0));
-  let at = 0;
-  for (const r of rows) {
-    flat.set(r, at);
-    at += r.length;
-  }
-  return { tokens: int32Tensor(flat), lengths: int32Tensor(lengths) };
-}
-
-/** Rows of a generate, resume or batch reply (with each token's alternatives when they were asked for). */
-function unragged(result: Record<string, unknown>): GeneratedRow[] {
-  const rows = unraggedRows(result);
-  if (result.top_rows !== undefined) attachAlternatives(rows, result);
-  return rows;
-}
-
-function unraggedRows(result: Record<string, unknown>): GeneratedRow[] {
-  const tokens = toInt32Array(result.tokens as Tensor);
-  const logprobs = toFloat32Array(result.logprobs as Tensor);
-  const lengths = toInt32Array(result.lengths as Tensor);
-  const reasons = result.finish_reasons as FinishReason[];
-  const stops = result.stops as (string | null)[];
-  const rows: GeneratedRow[] = [];
-  let at = 0;
-  lengths.forEach((n, i) => {
-    rows.push({ tokens: tokens.slice(at, at + n), logprobs: logprobs.slice(at, at + n), finishReason: reasons[i], stop: stops[i] });
-    at += n;
-  });
-  return rows;
-}
-
-/** Splits a batch reply's flat top-k arrays into each row's per-token alternatives. */
-function attachAlternatives(rows: GeneratedRow[], result: Record<string, unknown>): void {
-  const perRow = toInt32Array(result.top_rows as Tensor);
-  const counts = toInt32Array(result.top_counts as Tensor);
-  const ids = toInt32Array(result.top_ids as Tensor);
-  const lps = toFloat32Array(result.top_logprobs as Tensor);
-  const ent = toFloat32Array(result.entropy as Tensor);
-  let tok = 0;
-  let at = 0;
-  rows.forEach((row, i) => {
-    if (perRow[i] === 0) return;
-    row.alternatives = [];
-    for (let t = 0; t < perRow[i]!; t++, tok++) {
-      const k = counts[tok]!;
-      row.alternatives.push({ ids: ids.slice(at, at + k), logprobs: lps.slice(at, at + k), entropy: ent[tok]! });
-      at += k;
-    }
-  });
-}
 
 /** A running tensor engine process. Create with `TensorEngine.start()`; end with `close()`. */
 export class TensorEngine {
