@@ -39,10 +39,15 @@ class ScriptedBatchEngine implements BatchEngine {
   }
 }
 
+/** Resolves once `cond` holds (checked after each turn of the event loop). */
+async function until(cond: () => boolean): Promise<void> {
+  while (!cond()) await new Promise((r) => setImmediate(r));
+}
+
 const row = (t: number, extra: Partial<BatchRowSpec> = {}): BatchRowSpec => ({ tokens: [t], seed: t, maxNewTokens: 4, temperature: 1, topP: 1, ...extra });
 const soon = (ms = 30_000): number => performance.now() + ms;
 
-test("concurrent requests share one batch; at once when every open session has asked", async () => {
+test("concurrent requests share one batch; at once when every open session has asked; a request's choices together", async () => {
   const engine = new ScriptedBatchEngine();
   let expected = 3;
   const b = new DecodeBatcher(engine, { eosIds: [], windowMs: 60_000, expected: () => expected });
@@ -57,6 +62,11 @@ test("concurrent requests share one batch; at once when every open session has a
   await Promise.all([4, 5].map((t) => w.submit({ spec: row(t), deadline: soon() })));
   assert.equal(engine.batches.length, 2);
   assert.equal(engine.batches[1]!.length, 2);
+  // Rows submitted in one turn (a request's n choices) go in one batch even with no wait.
+  const now = new DecodeBatcher(engine, { eosIds: [], windowMs: 0 });
+  await Promise.all([6, 7, 8].map((t) => now.submit({ spec: row(t), deadline: soon() })));
+  assert.equal(engine.batches.length, 3);
+  assert.equal(engine.batches[2]!.length, 3);
 });
 
 test("past capacity a request is refused with 429 and Retry-After, never queued", async () => {
@@ -65,6 +75,7 @@ test("past capacity a request is refused with 429 and Retry-After, never queued"
   engine.gate = new Promise((r) => (open = r));
   const b = new DecodeBatcher(engine, { eosIds: [], windowMs: 0, maxRows: 1, maxQueued: 2 });
   const running = b.submit({ spec: row(1), deadline: soon() });
+  await until(() => engine.batches.length === 1);
   const queued = [b.submit({ spec: row(2), deadline: soon() }), b.submit({ spec: row(3), deadline: soon() })];
   const refused = await b.submit({ spec: row(4), deadline: soon() }).then(() => undefined, (e: unknown) => e);
   assert.ok(refused instanceof EndpointError);
@@ -105,7 +116,7 @@ test("a held batcher waits (weights are changing), then runs; a lost source is s
   b.hold(true);
   const p = b.submit({ spec: row(1), deadline: soon() });
   await new Promise((r) => setTimeout(r, 30));
-  assert.equal(engine.batches.length, 0, "no batch while held");
+  assert.equal(engine.batches.length, 0, "no batch while held (the batch would have gone after 0 ms)");
   b.hold(false);
   await p;
   engine.fail = new EngineError({ code: "no_session", message: "gone" }, { op: "batch" });

@@ -226,7 +226,7 @@ test("a burst past capacity is refused with 429 and Retry-After; the requests ta
     const refused = burst.filter((r) => r.status === 429);
     const served = burst.filter((r) => r.status === 200);
     assert.ok(refused.length > 0, "some requests were refused");
-    assert.ok(served.length >= 5, `the running one and the 4 queued were answered (${served.length})`);
+    assert.ok(served.length >= 4, `the 4 a queue of 4 × --max-batch-rows holds were answered (${served.length})`);
     assert.equal(refused.length + served.length, burst.length, "nothing else happened to them");
     for (const r of refused) {
       assert.equal(r.retry, "1");
@@ -267,4 +267,61 @@ test("an agent session of a training step replays exactly from its lease's logge
   } finally {
     run.setAgent(undefined);
   }
+});
+
+test("a step's alarms: tool calls that do not parse and sessions without a call are counted and warned about once, naming a sample", async () => {
+  // An agent that always asks for a tool call, which the random policy cannot write: every reply is unparsed.
+  run.setAgent(async (item, ctx) => {
+    const client = new OpenAI({ baseURL: ctx.baseURL, apiKey: ctx.apiKey, maxRetries: 0 });
+    const r = await client.chat.completions.create({ model: ctx.model, messages: [{ role: "user", content: item.question }], tools: [CALC], tool_choice: "required", max_tokens: 6 }, { signal: ctx.signal });
+    return r.choices[0]!.message.content ?? "";
+  });
+  try {
+    const seen = lines.length;
+    const first = (await run.step()).metrics;
+    assert.equal(first.tool_parse_failures, first.agent_sessions, "every session's reply failed to parse, and was counted");
+    assert.equal(first.sessions_without_calls, first.agent_sessions);
+    assert.equal(first.agent_tool_calls, 0);
+    const warned = lines.slice(seen).filter((l) => /^warning: step \d+: /.test(l));
+    assert.ok(warned.some((l) => /tool_parse_failures: \d+ tool call\(s\) did not parse .*; look at sample \S+#\d+ \(/.test(l)), warned.join("\n"));
+    // Sessions without a call: this run's earlier agent steps (twoTurns never calls) raised it already, once.
+    assert.equal(lines.filter((l) => /^warning: step \d+: sessions_without_calls: \d+ of \d+ sessions never made a tool call/.test(l)).length, 1);
+    // The report shows the counters; the next step counts again but does not warn again.
+    const seen2 = lines.length;
+    const second = (await run.step()).metrics;
+    assert.equal(second.tool_parse_failures, second.agent_sessions);
+    assert.deepEqual(lines.slice(seen2).filter((l) => /tool_parse_failures|sessions_without_calls/.test(l)), [], "each alarm warns once a run");
+  } finally {
+    run.setAgent(undefined);
+  }
+});
+
+test("rewards: the agent's own (returned or posted for its session) is trained on instead of the task's reward on its answer", async () => {
+  const items = run.itemsOf(5).slice(0, 2);
+  // Returned: { answer, reward }.
+  const own = await run.rollout(items, { step: 5, agent: `${AGENTS}#rewardsItself` });
+  const scored = await run.score(own, () => 100);
+  for (const s of scored.samples) {
+    assert.equal(s.agentReward, s.final!.length % 3, "the agent's reward is on the trajectory");
+    assert.equal(s.reward, s.agentReward, "and it is the reward, not the run's reward function's 100");
+  }
+  // Posted by an agent elsewhere for its session; the others fall back to the reward of their answer.
+  const sessions = await run.openSessions(items, { step: 5, groupSize: 2 });
+  const [a, b] = sessions.sessions;
+  for (const s of [a!, b!]) {
+    const client = new OpenAI({ baseURL: s.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    await client.chat.completions.create({ model: s.model, messages: [{ role: "user", content: s.item.question }], max_tokens: 4 });
+  }
+  const post = await fetch(`${a!.baseURL.replace(/\/v1$/, "")}/hearth/v1/session/finish`, { method: "POST", headers: { authorization: `Bearer ${a!.apiKey}`, "content-type": "application/json" }, body: JSON.stringify({ answer: "Paris", reward: 0.7 }) });
+  assert.equal(post.status, 200);
+  const bad = await fetch(`${a!.baseURL.replace(/\/v1$/, "")}/hearth/v1/session/finish`, { method: "POST", headers: { authorization: `Bearer ${b!.apiKey}`, "content-type": "application/json" }, body: JSON.stringify({ reward: "high" }) });
+  assert.equal(bad.status, 400, "a reward that is not a number is refused, naming it");
+  assert.equal(((await bad.json()) as { error: { param: string } }).error.param, "reward");
+  sessions.finish(b!.id, { answer: "London" });
+  const posted = await run.score(await sessions.batch(), (answer) => (answer === "London" ? 0.25 : 0));
+  const bySession = new Map(posted.samples.map((s) => [s.episode!.session, s]));
+  assert.equal(bySession.get(a!.id)!.reward, 0.7, "the posted reward");
+  assert.equal(bySession.get(a!.id)!.final, "Paris");
+  assert.equal(bySession.get(b!.id)!.reward, 0.25, "the run's reward on the answer");
+  assert.ok(posted.samples.filter((s) => s.episode!.session !== a!.id && s.episode!.session !== b!.id).every((s) => s.finish === "error" && /closed before the session finished/.test(s.error ?? "")), "sessions nobody finished fail, never trained");
 });

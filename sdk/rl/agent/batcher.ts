@@ -151,11 +151,15 @@ export class DecodeBatcher {
 
   private kick(): void {
     if (this.running || this.holding || this.queue.length === 0) return;
-    const expected = this.o.expected?.() ?? Number.POSITIVE_INFINITY;
+    // No open session (requests with the run's key only): nobody is expected, the window decides.
+    const expected = this.o.expected?.() || Number.POSITIVE_INFINITY;
     if (this.queue.length >= Math.min(expected, this.maxRows) || this.windowMs <= 0) {
       clearTimeout(this.gather);
-      this.gather = undefined;
-      void this.runBatch();
+      // After this tick: rows submitted together (a request's n choices) go in one batch.
+      this.gather = setTimeout(() => {
+        this.gather = undefined;
+        void this.runBatch();
+      }, 0);
       return;
     }
     this.gather ??= setTimeout(() => {

@@ -37,7 +37,8 @@ export type { CategoryEval, EvalResult, StepMetrics, StepResult } from "../types
 export async function rollouts(svc: StepServices, items: readonly TaskItem[], groupSize: number, temperature: number, step: number, keys?: string): Promise<RolloutParts> {
   // An agent run's episodes are its agent's, on the endpoint (run here, or in the executors); the seeds are the same.
   if (svc.agentFn !== undefined) {
-    const sessions = await openEpisodeSessions(svc, items, { groupSize, temperature, step, keys });
+    // The leases end by themselves shortly after the agents' deadline, should this driver go away mid-step.
+    const sessions = await openEpisodeSessions(svc, items, { groupSize, temperature, step, keys, leaseMs: svc.opts.agentTimeoutMs + 30_000 });
     await sessions.run(svc.agentFn);
     return sessions.collect();
   }

@@ -40,7 +40,8 @@ import { WeightHistory } from "../replay/history.js";
 import type { ReplayOptions } from "../replay/replay.js";
 import type { BranchAsk, EpisodeReplay } from "../replay/replayed.js";
 import type { ReplayJSON } from "../replay/episode.js";
-import { branchEpisode, compareVersions, replayEpisode, type ReplayContext, type VersionComparison } from "../replay/run-replay.js";
+// The replay surface loads its views (tables) only when used: the CLI's training path stays free of them.
+import type { ReplayContext, VersionComparison } from "../replay/run-replay.js";
 import type { Trainers, TrainersAt } from "./trainers.js";
 
 export type { RunOptions } from "./options.js";
@@ -293,17 +294,17 @@ export class AgentRun {
    * `environment: "current"` runs the tools again as loaded now.
    */
   async replay(o: ReplayOptions & { version?: number }): Promise<EpisodeReplay> {
-    return replayEpisode(this.replayContext(), o);
+    return (await import("../replay/run-replay.js")).replayEpisode(this.replayContext(), o);
   }
 
   /** A what-if branch of a held sample (what `EpisodeReplay.at(…).force(…).continue()` runs): its episode and reward. */
   async branch(ask: BranchAsk): Promise<{ episode: ReplayJSON; reward?: number }> {
-    return branchEpisode(this.replayContext(), ask);
+    return (await import("../replay/run-replay.js")).branchEpisode(this.replayContext(), ask);
   }
 
   /** A held sample's episode under several policy versions: each version's logprob of every generated token, and the episode re-sampled at each with the same seed. */
   async compareVersions(o: { step?: number; sample: number }, versions: number[]): Promise<VersionComparison> {
-    return compareVersions(this.replayContext(), o, versions);
+    return (await import("../replay/run-replay.js")).compareVersions(this.replayContext(), o, versions);
   }
 
   /** The policy versions kept for replays beyond the live weights object, and their bytes. */
