@@ -30,7 +30,7 @@ export const AGENT_CALC_REGENERATE = "npm run warmstart -- --env agent-calculato
 const WORLD = { seed: 1, perWeight: 400, heldOut: 200 };
 
 /** Probability that a demonstration goes on to the next operation after its first and its second call (else it answers the result it has). */
-export const AGENT_CALC_EXPLORE: readonly number[] = [0.3, 0.6];
+export const AGENT_CALC_EXPLORE: readonly number[] = [0.15, 0.9];
 
 /** System messages agents send, which demonstrations draw besides none (the environment path sends none). */
 export const AGENT_CALC_SYSTEMS: readonly string[] = [

@@ -62,11 +62,34 @@ export function agentDemonstrations(questions: readonly AgentQuestion[], variant
   });
 }
 
-/** The warm start of an agent task: one supervised phase; its material covers the tokenizer, the questions, the prompts and the first demonstrations. */
+/** First prompts without tools or a system message (~40 tokens instead of ~110): the warm start's first phase. */
+export const SHORT_PROMPTS: PromptVariants = { systems: [], tools: [[]] };
+
+/**
+ * Share of the warm start's steps on short prompts. Copying a number from
+ * the question or a tool result is a circuit the policy must form; behind
+ * the ~70 tokens of a tools block it had not formed after 400 steps (token
+ * NLL of copied numbers stuck at 8.9, log of the numbers' count), on short
+ * prompts it forms by step 400, and it carries over to the long ones
+ * (measured: docs/agents.md).
+ */
+export const SHORT_PROMPT_SHARE = 1 / 3;
+
+/**
+ * The warm start of an agent task: a phase on short prompts, then one on the
+ * first prompts agents send (tools rendered several ways, a system message
+ * or none); its material covers the tokenizer, the questions, the prompts and
+ * the first demonstrations of each phase.
+ */
 export function agentPlan(recipe: string, task: AgentPreparedTask, o: Pick<RunOptions, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">): WarmStartPlan {
   const seed = 1;
   const { train, variants, explore, world } = task.extra;
-  const phases: WarmStartPlan["phases"] = [{ steps: o.bootstrapSteps, demos: (step, n) => agentDemonstrations(train, variants, explore, task.tokenizer, n, seed * 1_000_003 + step) }];
+  const short = Math.round(o.bootstrapSteps * SHORT_PROMPT_SHARE);
+  const demos = (v: PromptVariants) => (step: number, n: number) => agentDemonstrations(train, v, explore, task.tokenizer, n, seed * 1_000_003 + step);
+  const phases: WarmStartPlan["phases"] = [
+    { steps: short, demos: demos(SHORT_PROMPTS) },
+    { steps: o.bootstrapSteps - short, demos: demos(variants) },
+  ];
   const tokenizer = createHash("sha256").update(task.tokenizer.files["tokenizer.json"]!).digest("hex").slice(0, 16);
   return supervisedPlan(
     recipe,
@@ -76,7 +99,9 @@ export function agentPlan(recipe: string, task: AgentPreparedTask, o: Pick<RunOp
       tokenizer,
       task: jsonDigest(train.map((q) => [q.item.question, q.path])),
       prompts: jsonDigest(variants),
-      demos: demosDigest(phases, o.bootstrapBatch),
+      shortShare: SHORT_PROMPT_SHARE,
+      // Both phases' first batches (the first 16 of the plan are all the short phase's).
+      demos: [demosDigest(phases, o.bootstrapBatch), demosDigest(phases.slice(1), o.bootstrapBatch)],
       model: task.model,
       trainer: task.trainer ?? {},
       explore,
