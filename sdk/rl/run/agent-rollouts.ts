@@ -163,9 +163,9 @@ export async function openEpisodeSessions(svc: StepServices, items: readonly Tas
   return new EpisodeSessions(svc, leases.filter((l): l is NonNullable<typeof l> => l !== undefined), o.keys);
 }
 
-/** Where each rollout executor serves the endpoint (each addressed by id). */
-export async function endpointURLs(svc: StepServices): Promise<Array<{ executorId: string; baseURL: string; model: string }>> {
-  return (await svc.rollout.broadcastMembers("endpointInfo", svc.rolloutSetup)).map((m) => m.result);
+/** Where each rollout executor serves the endpoint (each addressed by id), its engine brought to the latest published weights. */
+export async function endpointURLs(svc: StepServices): Promise<Array<{ executorId: string; baseURL: string; model: string; weightsVersion: number }>> {
+  return (await svc.rollout.broadcastMembers("endpointInfo", svc.rolloutSetup, svc.weightsKey)).map((m) => m.result);
 }
 
 /**
@@ -186,8 +186,8 @@ export class RunEndpoint {
     return this.svc().opts.name;
   }
 
-  /** The endpoint of every rollout executor (started where it was not). */
-  urls(): Promise<Array<{ executorId: string; baseURL: string; model: string }>> {
+  /** The endpoint of every rollout executor (started where it was not), each serving the latest published weights (the version it holds). */
+  urls(): Promise<Array<{ executorId: string; baseURL: string; model: string; weightsVersion: number }>> {
     return endpointURLs(this.svc());
   }
 

@@ -225,10 +225,21 @@ export class RolloutService {
     return { executorId: this.ctx.executorId, timings: this.host.current?.timings.summary(clear) ?? null };
   }
 
-  /** Where this executor serves the endpoint (started if need be) and the model's name; requests there with the run's key are recorded nowhere. */
-  async endpointInfo(setup: ObjectRef): Promise<{ executorId: string; baseURL: string; model: string }> {
-    const ep = await this.endpoint(setup);
-    return { executorId: this.ctx.executorId, baseURL: ep.baseURL, model: ep.model };
+  /**
+   * Where this executor serves the endpoint (started if need be) and the
+   * model's name; requests there with the run's key are recorded nowhere.
+   * With `weights`, the engine is brought to that publication first, in this
+   * executor's turn (after the call or lease before it), so the run's key is
+   * served the policy as it now stands, never the engine's initial weights.
+   */
+  async endpointInfo(setup: ObjectRef, weights?: string): Promise<{ executorId: string; baseURL: string; model: string; weightsVersion: number }> {
+    const info = this.turn.then(async () => {
+      const ep = await this.endpoint(setup);
+      if (weights !== undefined) await this.syncWeights(weights);
+      return { executorId: this.ctx.executorId, baseURL: ep.baseURL, model: ep.model, weightsVersion: this.weights.version };
+    });
+    this.turn = info.catch(() => undefined);
+    return info;
   }
 
   /**
