@@ -32,6 +32,8 @@ const layers = [
   { target: "./sdk/rl", from: "./sdk/envs", message: "sdk/rl is generic: it knows the Environment interface and environment packages, never an environment (sdk/envs/...)." },
   { target: "./sdk/envs/searchr1", from: "./sdk/envs/calculator", message: "environments do not import each other." },
   { target: "./sdk/envs/calculator", from: "./sdk/envs/searchr1", message: "environments do not import each other." },
+  // The agent tasks are the calculator's and the chain task's questions and tools in a chat format: they build on both, one way.
+  { target: ["./sdk/envs/calculator", "./sdk/envs/searchr1"], from: "./sdk/envs/agent", message: "sdk/envs/agent builds on the calculator and Search-R1; they never import it." },
   // The error tree and the shared text helpers are the bottom layer: every other layer (wire, cache, tensor,
   // runtime, the head and agents, the kernel) imports them, so they import nothing of hearth's.
   { target: ["./sdk/errors", "./sdk/format.ts"], from: "./sdk", except: ["./errors"], message: "sdk/errors and sdk/format.ts sit below every layer; they import nothing of hearth's." },

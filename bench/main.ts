@@ -2,10 +2,12 @@
  * `npm run bench -- <name> [args]`: runs one benchmark. Benchmarks print
  * ratios against a peer measured in the same run; they never fail on noise.
  */
+import { benchAgent } from "./agent.js";
 import { benchBm25 } from "./bm25.js";
 import { benchCache } from "./cache.js";
 import { benchDistribution } from "./distribution.js";
 import { benchOverlap } from "./overlap.js";
+import { benchReplay } from "./replay.js";
 import { benchRpc } from "./rpc.js";
 import { benchSnapshot } from "./snapshot.js";
 import { benchSoak } from "./soak.js";
@@ -20,6 +22,8 @@ const benches: Record<string, (args: string[]) => Promise<unknown>> = {
   snapshot: benchSnapshot,
   weights: benchWeights,
   distribution: benchDistribution,
+  agent: benchAgent,
+  replay: benchReplay,
 };
 
 const [name, ...args] = process.argv.slice(2);

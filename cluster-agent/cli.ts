@@ -24,7 +24,8 @@ import { runDemo } from "./demo.js";
 import { runTrainCommand, TRAIN_USAGE } from "../sdk/rl/cli/train-cli.js";
 import { POLICIES, WORKLOADS } from "../sdk/envs/registry.js";
 import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/rl/cli/warmstart-cli.js";
-import { RUNS_USAGE, runRunsCommand } from "../sdk/rl/cli/runs-cli.js";
+import { RUNS_USAGE, headOf, runRunsCommand } from "../sdk/rl/cli/runs-cli.js";
+import { REPLAY_USAGE, runReplayCommand } from "../sdk/rl/cli/replay-cli.js";
 import { runKernelCommand } from "../kernel/cli.js";
 import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
 
@@ -73,9 +74,11 @@ commands:
                                                executors run as their app's own user (a \`hearth agent\` run as root, or \`hearth up --executor-uids\`);
                                                where they run as your user (the embedded default, an agent not run as root,
                                                Slurm) the app's code can read the cluster secret
-  demo [--env calculator] [flags]             the main job on the embedded default (Search-R1; --env calculator: the calculator)
-  train   search-r1|calculator [flags]         training of an environment (see below); --detach: the loop runs on the cluster
+  demo [--env calculator] [--agent F#E] [flags] the main job on the embedded default (Search-R1; --env calculator: the calculator; --agent: your agent on the calculator task)
+  train   search-r1|calculator|agent-calculator|agent-chain [flags]  training of an environment (see below); --detach: the loop runs on the cluster
+  train   agent --task calculator|chain --agent FILE#EXPORT [flags]  your agent, trained through the rollouts' OpenAI-compatible endpoint
   ${RUNS_USAGE}
+  ${REPLAY_USAGE}
   warmstart [--env E] [--out DIR] [--steps N] (re)make an environment's shipped starting policy (see below)
   ${MODEL_USAGE}
 
@@ -266,6 +269,8 @@ async function main(argv: string[]): Promise<number> {
     case "stop":
     case "fetch":
       return runRunsCommand(command, rest);
+    case "replay":
+      return runReplayCommand(rest, headOf);
     case "warmstart":
       return runWarmstartCommand(rest, POLICIES, "search-r1");
     case "kernel": return runKernelCommand(rest);

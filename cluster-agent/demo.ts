@@ -27,7 +27,16 @@ export async function runDemo(args: string[]): Promise<number> {
     env = value;
     rest.splice(at, a.includes("=") ? 1 : 2);
   }
+  // With --agent the demo trains that agent on the environment's agent task (default the calculator's).
+  if (rest.some((a) => a === "--agent" || a.startsWith("--agent="))) env = agentTaskOf(at >= 0 ? env : undefined);
   return runTrainCommand([env, ...rest], WORKLOADS);
+}
+
+/** The agent task of `--env` (default the calculator's): agent-calculator for calculator, agent-chain for search-r1. */
+function agentTaskOf(env: string | undefined): string {
+  const named = env === undefined ? "agent-calculator" : env.startsWith("agent-") ? env : env === "search-r1" || env === "searchr1" ? "agent-chain" : `agent-${env}`;
+  if (!(named in WORKLOADS)) throw new HearthError(`--env ${env}: no agent task for it; with --agent use --env ${Object.keys(WORKLOADS).filter((w) => w.startsWith("agent-")).join(" or ")}`);
+  return named;
 }
 
 async function runRuntimeDemo(): Promise<number> {

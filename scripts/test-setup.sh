@@ -20,6 +20,8 @@ dpkg -s libopenblas0-pthread >/dev/null 2>&1 || missing+=(libopenblas0-pthread)
 "$py" -c "import nbconvert" >/dev/null 2>&1 || missing+=(jupyter-nbconvert)
 "$py" -c "import ipykernel" >/dev/null 2>&1 || missing+=(python3-ipykernel)
 "$py" -c "import jupyter_kernel_test" >/dev/null 2>&1 || missing+=(python3-jupyter-kernel-test)
+# The agent endpoint's "any language" test drives it from Python over plain HTTP.
+"$py" -c "import httpx" >/dev/null 2>&1 || missing+=(python3-httpx)
 # Exported notebooks are rendered and screenshotted in headless Chromium; the browser tests open the notebooks
 # in Jupyter Notebook 6 (Debian's; playwright-core, an npm devDependency, drives that Chromium: no browser download).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)

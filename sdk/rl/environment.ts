@@ -63,8 +63,13 @@ export interface EnvTurn {
   callsLeft: number;
 }
 
-/** What a step does: end the episode, or insert an observation (and, when a tool ran, say what it was called with). */
-export type EnvStep = { done: true } | { observation: string; call?: string };
+/**
+ * What a step does: end the episode, or insert an observation (and, when a
+ * tool ran, say what it was called with). `ids`, when given, are the
+ * observation's token ids exactly (a replay inserting what was recorded);
+ * otherwise the observation's text is encoded.
+ */
+export type EnvStep = { done: true } | { observation: string; call?: string; ids?: readonly number[] };
 
 /** An environment on a rollout executor. `State` is one episode's. */
 export interface Environment<State = unknown> {

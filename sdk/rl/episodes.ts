@@ -7,7 +7,7 @@
  * Every generated token has mask bit 1 and its sampler logprob.
  */
 import type { TensorEngine } from "../tensor/index.js";
-import type { GeneratedRow } from "../tensor/types.js";
+import type { GeneratedRow, TokenAlternatives } from "../tensor/types.js";
 import type { Environment, EnvStep } from "./environment.js";
 import { EnvironmentError } from "./errors.js";
 import type { TextTokenizer } from "./text/tokenizer.js";
@@ -25,18 +25,23 @@ export interface EpisodeRow {
   state: unknown;
   /** Names the sample in errors (item id and sample index). */
   label: string;
+  /** Text of the current turn already at the prompt's end (a what-if branch that forced the turn's start): the environment reads the turn as this plus what is generated. */
+  turnPrefix?: string;
 }
 
 /** Options of runEpisodes beyond the limits. */
 export interface EpisodeOptions extends EpisodeLimits {
   /** A tool call that takes longer fails its sample (default TOOL_TIMEOUT_MS). */
   toolTimeoutMs?: number;
+  /** Also return each generated token's k most likely alternatives and entropy (replays; 0: none). */
+  topLogprobs?: number;
 }
 
 interface RowState {
   tokens: number[];
   mask: number[];
   logprobs: number[];
+  alternatives: TokenAlternatives[];
   calls: string[];
   done: boolean;
   finish: Episode["finish"];
@@ -79,9 +84,9 @@ export async function runEpisodes(engine: EpisodeEngine, tokenizer: TextTokenize
   const toolTimeoutMs = opts.toolTimeoutMs ?? TOOL_TIMEOUT_MS;
   const stops = new Set(env.stops);
   // End-of-turn ids (e.g. <|im_end|>) end an episode like the length limit does: the turn is over.
-  const sampling = { temperature: opts.temperature ?? 1, topP: opts.topP ?? 1, stop: [...env.stops], eosTokenIds: tokenizer.eosIds };
+  const sampling = { temperature: opts.temperature ?? 1, topP: opts.topP ?? 1, stop: [...env.stops], eosTokenIds: tokenizer.eosIds, ...(opts.topLogprobs ? { topLogprobs: opts.topLogprobs } : {}) };
   const prompts = rows.map((r) => r.prompt);
-  const states: RowState[] = prompts.map((p) => ({ tokens: [...p], mask: p.map(() => 0), logprobs: p.map(() => 0), calls: [], done: false, finish: "length" }));
+  const states: RowState[] = prompts.map((p) => ({ tokens: [...p], mask: p.map(() => 0), logprobs: p.map(() => 0), alternatives: [], calls: [], done: false, finish: "length" }));
   const perRow = opts.seeds !== undefined;
   const first = await engine.generate(prompts, { ...sampling, maxNewTokens: maxTurn, ...(perRow ? { seeds: opts.seeds } : { seed: opts.seed ?? 0 }) });
   let generated: GeneratedRow[] = first.rows;
@@ -97,12 +102,13 @@ export async function runEpisodes(engine: EpisodeEngine, tokenizer: TextTokenize
         s.tokens.push(...row.tokens);
         s.mask.push(...row.tokens.map(() => 1));
         s.logprobs.push(...row.logprobs);
+        if (row.alternatives) s.alternatives.push(...row.alternatives);
         if (!(row.finishReason === "stop" && row.stop !== null && stops.has(row.stop))) {
           s.done = true;
           s.finish = row.finishReason === "eos" ? "eos" : "length";
           continue;
         }
-        asked.push({ i, text: tokenizer.decode(row.tokens), stop: row.stop });
+        asked.push({ i, text: (turn === 1 ? (rows[i]!.turnPrefix ?? "") : "") + tokenizer.decode(row.tokens), stop: row.stop });
       }
       const answers = await Promise.all(
         asked.map(({ i, text, stop }) =>
@@ -125,7 +131,7 @@ export async function runEpisodes(engine: EpisodeEngine, tokenizer: TextTokenize
           s.finish = "answer";
           continue;
         }
-        const ids = tokenizer.encode(out.observation);
+        const ids = out.ids ? [...out.ids] : tokenizer.encode(out.observation);
         const used = s.tokens.length - prompts[i]!.length;
         if (used + ids.length + 1 > maxResponse) {
           s.done = true;
@@ -157,6 +163,7 @@ export async function runEpisodes(engine: EpisodeEngine, tokenizer: TextTokenize
       calls: s.calls,
       finish: s.finish,
       ...(s.error !== undefined ? { error: s.error } : {}),
+      ...(opts.topLogprobs ? { alternatives: s.alternatives } : {}),
     };
   });
 }

@@ -47,3 +47,12 @@ export class EnvironmentError extends HearthError {
     super(message, { cause: fields.cause }, { environment: fields.environment, sample: fields.sample, call: fields.call });
   }
 }
+
+/** A trajectory is not what its engine sampled (its trained ids differ from the sampled ones): which sample. */
+export class TrajectoryError extends HearthError {
+  override name = "TrajectoryError";
+  declare readonly sample?: string;
+  constructor(message: string, fields: { sample?: string; cause?: unknown } = {}) {
+    super(message, { cause: fields.cause }, { sample: fields.sample });
+  }
+}

@@ -5,7 +5,7 @@
  * every other file may import it without a circle.
  */
 import type { ObjectRef } from "../cache/object-cache.js";
-import type { FilePublication, TrainMetrics } from "../tensor/types.js";
+import type { FilePublication, TokenAlternatives, TrainMetrics } from "../tensor/types.js";
 
 /** One task item: what the policy is asked, and the answers that count as right. */
 export interface TaskItem {
@@ -83,6 +83,48 @@ export interface Episode {
   finish: "answer" | "length" | "eos" | "error";
   /** With finish "error": what failed (the environment's error, naming it, the sample and the call). */
   error?: string;
+  /** Replays that asked for them: each generated token's top-k alternatives and entropy, in order. */
+  alternatives?: TokenAlternatives[];
+}
+
+/** A run of sampled ids in a sequence: where, how many, and the engine's sha256 of them (int32 little-endian). */
+export interface SampledRun {
+  at: number;
+  n: number;
+  digest: string;
+}
+
+/** What a trajectory records of its rollout call, for a replay (see Trajectory.call). */
+export interface CallRecord {
+  id: string;
+  /** Rows of the call (the environment path's batch; the agent lease's sessions). */
+  rows: number;
+  /** The environment path: the call's limits and sampling (row seeds are on each trajectory). */
+  limits?: Omit<EpisodeLimits, "seeds">;
+  /** The environment revision its environment was loaded at (`reloadEnvironment`). */
+  envRevision?: number;
+  /** Agent sessions: the engine batches the endpoint ran for the lease, in order (an object of the step's). */
+  log?: ObjectRef;
+}
+
+/** A chat message as an agent episode's transcript keeps it. */
+export interface TranscriptMessage {
+  role: "system" | "user" | "assistant" | "tool";
+  content: string;
+  tool_calls?: Array<{ id?: string; type: "function"; function: { name: string; arguments: Record<string, unknown> } }>;
+  tool_call_id?: string;
+}
+
+/** What an agent episode's session counted (on the episode's first sequence). */
+export interface AgentEpisodeStats {
+  requests: number;
+  toolCalls: number;
+  /** Tool calls that looked like calls but did not parse, with the first's reason and text. */
+  parseFailures: number;
+  firstParseFailure?: { reason: string; text: string };
+  prefixMismatches: number;
+  /** Requests answered with no tokens because a limit was reached. */
+  lengthCuts: number;
 }
 
 /** One trajectory as stored in the cache. */
@@ -91,6 +133,32 @@ export interface Trajectory extends Episode {
   group: number;
   /** The publication version of the weights that sampled it (the trainers' version then). */
   policyVersion: number;
+  /** Its row seed (per-row sampling; absent when its call sampled from one batch seed) and its row in its rollout call. */
+  seed?: number;
+  row?: number;
+  /**
+   * The rollout call it came from, as a replay rebuilds it: the call's id and
+   * rows, its limits (environment path) or the log of the engine batches
+   * its endpoint ran (agent sessions).
+   */
+  call?: CallRecord;
+  /**
+   * Agent episodes (the endpoint's sessions): the session, and which of its
+   * sequences this is. A rendered prompt that did not extend the session's
+   * tokens split the episode into several sequences; they share the
+   * episode's reward and advantage and each trains on its own tokens.
+   */
+  episode?: { session: string; sample: number; sequence: number; sequences: number };
+  /** The agent's final answer (agent episodes): what the reward scores instead of `response`. */
+  final?: string;
+  /** A reward the agent gave (returned or posted): used instead of the run's reward function. */
+  agentReward?: number;
+  /** Agent episodes: where the sampled ids are and the engine's digest of each run (the trainer checks them). */
+  sampled?: SampledRun[];
+  /** Agent episodes: the conversation as the agent last sent it, and the reply. */
+  messages?: TranscriptMessage[];
+  /** Agent episodes: the session's counters (on the first sequence). */
+  agentStats?: AgentEpisodeStats;
 }
 
 /** One task item to roll out. */
@@ -130,6 +198,25 @@ export interface RolloutResult {
   /** Seconds this executor spent on the call (waiting for an earlier call on it excluded). */
   busySeconds: number;
   tokens: number;
+  /** Agent episodes: what the endpoint counted for this call's sessions. */
+  agent?: AgentRolloutStats;
+}
+
+/** What the endpoint counted over one rollout call's sessions (summed into a step's metrics). */
+export interface AgentRolloutStats {
+  sessions: number;
+  requests: number;
+  toolCalls: number;
+  parseFailures: number;
+  prefixMismatches: number;
+  /** Requests refused for capacity (429) while the call ran. */
+  refused: number;
+  lengthCuts: number;
+  sessionsWithoutCalls: number;
+  /** Sessions that failed (the agent threw, returned nothing usable, or ran past its deadline). */
+  failed: number;
+  /** A sample to look at for each counter that is not 0: its label (item#group) and what happened. */
+  examples: Record<string, { sample: string; text: string }>;
 }
 
 /** A scored sample: a trajectory with its reward and (if kept) advantage. */
@@ -159,6 +246,14 @@ export interface TrainSlice {
   /** One advantage per row (GRPO); ignored by `sft`. */
   advantages: Float32Array;
   oldLogprobs: Float32Array;
+  /**
+   * Per row, where its sampled ids are and the engine's digest of each run
+   * (agent episodes; null for a row without them): the trainer checks that
+   * the ids it trains on are the ids that were sampled.
+   */
+  sampled?: Array<SampledRun[] | null>;
+  /** Per row, the sample it is (item#sample), for errors. */
+  labels?: string[];
 }
 
 /** What one publication wrote. */
@@ -226,6 +321,23 @@ export interface StepMetrics {
   stale_dropped?: number;
   /** Samples the environment failed on this step (absent when none did). */
   env_errors?: number;
+  /** Share of the step's groups whose samples all had the same reward (dropped: they teach nothing). */
+  zero_variance_share?: number;
+  /**
+   * Agent runs (the endpoint's counters, alarms.ts): sessions, requests, tool
+   * calls parsed, tool calls that did not parse, prompts that did not extend
+   * the sampled tokens, requests refused for capacity, requests cut by a
+   * limit, sessions that never called a tool, episodes that failed.
+   */
+  agent_sessions?: number;
+  agent_requests?: number;
+  agent_tool_calls?: number;
+  tool_parse_failures?: number;
+  prefix_mismatches?: number;
+  refused_requests?: number;
+  length_cuts?: number;
+  sessions_without_calls?: number;
+  agent_failures?: number;
   /** Executor-seconds the rollout calls of this step's trajectories took, and the trainers' train calls (summed over ranks). */
   rollout_busy_s?: number;
   trainer_busy_s?: number;
@@ -264,6 +376,8 @@ export interface StepResult {
   trajectories: ObjectRef[];
   /** Scored samples, for inspection. */
   samples: ScoredSample[];
+  /** Agent runs: a sample to look at for each of the endpoint's counters that is not 0 (the alarms name them). */
+  examples?: Record<string, { sample: string; text: string }>;
 }
 
 /** An evaluation's results on the held-out items of one category. */

@@ -165,6 +165,15 @@ export class App {
     return HeadClient.ask(head.endpoint, opts.name, "capacity", {}, { timeoutMs: opts.timeoutMs, curve, credential: opts.credential, home: process.env[SECRET_FILE_ENV] ? undefined : head.home });
   }
 
+  /**
+   * A secret derived from this driver's credential for `purpose` (hex): every
+   * driver of the app derives the same one, its executors cannot (e.g. the
+   * key of a run's agent endpoint).
+   */
+  derivedKey(purpose: string): string {
+    return this.client.deriveKey(purpose);
+  }
+
   /** The head endpoint this app talks to. */
   get endpoint(): string {
     return this.client.endpoint;

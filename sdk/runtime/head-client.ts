@@ -3,7 +3,7 @@
  * (`call` + args frame → `result` + value frame, or `failed`), heartbeats,
  * and detection of a head that stopped answering.
  */
-import { randomUUID } from "node:crypto";
+import { createHmac, randomUUID } from "node:crypto";
 import { DealerChannel } from "../wire/channel.js";
 import { MESSAGE_LIMIT, decode, decodeHeader, encode, num, type Header } from "../wire/codec.js";
 import { ClosedError, HeadRestartedError, HearthError, TimeoutError } from "../errors/index.js";
@@ -80,7 +80,7 @@ export class HeadClient implements Requester {
     readonly endpoint: string,
     private readonly headTimeoutMs: number,
     curve: CurveClientKeys | undefined,
-    credential: Credential,
+    private readonly credential: Credential,
   ) {
     // A random routing id: the head binds it to the proven credential.
     this.channel = new DealerChannel(`d.${randomUUID()}`, {
@@ -93,6 +93,15 @@ export class HeadClient implements Requester {
       },
     });
     this.requests = new PendingRequests(this.channel, `head at ${endpoint}`);
+  }
+
+  /**
+   * A key derived from this connection's credential for `purpose`
+   * (HMAC-SHA256, hex): the same for every driver that proves the same
+   * credential, unknown to anyone without it (executors included).
+   */
+  deriveKey(purpose: string): string {
+    return createHmac("sha256", this.credential.key).update(`hearth-derived:${purpose}`).digest("hex");
   }
 
   /** Connects and says hello for `app`; rejects with ConnectError if no head answers. */

@@ -23,8 +23,9 @@ import { FrameDecoder, decodeValue, encodeFrame, encodeValue } from "./frame.js"
 import { findEngineDir, findPython } from "./python.js";
 import { firstLine, processCpu, reportEngineChange, trackEngine, untrackEngine, type EngineLiveness, type EngineState } from "./liveness.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
+import { checkSeeds, ragged, snake, unragged } from "./engine-codec.js";
 import type {
-  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
+  ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
   InitModelResult, FilePublication, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";
 
@@ -87,55 +88,6 @@ function hangTimeoutFrom(option: number | null | undefined): number | null {
 }
 
 const STDERR_TAIL = 16 * 1024;
-
-function snake(options: object): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(options)) {
-    if (v !== undefined) out[k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = v;
-  }
-  return out;
-}
-
-/** Refuse malformed per-row seeds here, with the row count the caller can see (the engine checks again). */
-function checkSeeds(sampling: SamplingOptions, rows: number | null, op: string): void {
-  const seeds = sampling.seeds;
-  if (seeds === undefined) return;
-  const fail = (message: string): never => {
-    throw new EngineError({ code: "bad_request", message }, { op });
-  };
-  if (!Array.isArray(seeds)) fail("seeds must be an array of integers, one per row");
-  if (sampling.seed !== undefined) fail("pass either seed (one for the call) or seeds (one per row), not both");
-  if (rows !== null && seeds.length !== rows) fail(`seeds has ${seeds.length} entries but the batch has ${rows} rows: pass one seed per row`);
-  seeds.forEach((s, i) => {
-    if (!Number.isSafeInteger(s) || s < 0) fail(`seeds[${i}] = ${String(s)}: each seed must be a non-negative safe integer`);
-  });
-}
-
-function ragged(rows: readonly (Int32Array | readonly number[])[]): { tokens: Tensor; lengths: Tensor } {
-  const lengths = Int32Array.from(rows, (r) => r.length);
-  const flat = new Int32Array(lengths.reduce((a, b) => a + b, 0));
-  let at = 0;
-  for (const r of rows) {
-    flat.set(r, at);
-    at += r.length;
-  }
-  return { tokens: int32Tensor(flat), lengths: int32Tensor(lengths) };
-}
-
-function unragged(result: Record<string, unknown>): GeneratedRow[] {
-  const tokens = toInt32Array(result.tokens as Tensor);
-  const logprobs = toFloat32Array(result.logprobs as Tensor);
-  const lengths = toInt32Array(result.lengths as Tensor);
-  const reasons = result.finish_reasons as FinishReason[];
-  const stops = result.stops as (string | null)[];
-  const rows: GeneratedRow[] = [];
-  let at = 0;
-  lengths.forEach((n, i) => {
-    rows.push({ tokens: tokens.slice(at, at + n), logprobs: logprobs.slice(at, at + n), finishReason: reasons[i], stop: stops[i] });
-    at += n;
-  });
-  return rows;
-}
 
 /** A running tensor engine process. Create with `TensorEngine.start()`; end with `close()`. */
 export class TensorEngine {
@@ -407,9 +359,46 @@ export class TensorEngine {
     return unragged(result);
   }
 
+  /**
+   * Samples rows from different requests in one batch (the agent endpoint's):
+   * new prompts and continuations of kept sessions' rows, whose cached keys and
+   * values are copied so only the appended tokens are computed. The new session
+   * is kept (release it when no row of it will be continued). A row whose
+   * source is gone fails the call with code `no_session` or `stale_row`: send
+   * its whole sequence as a new row.
+   */
+  async batch(rows: readonly BatchRowSpec[], eosTokenIds: readonly number[], options?: RequestOptions & { cudaGraph?: boolean; onTokens?: (rows: number[], tokens: number[]) => void }): Promise<BatchResult> {
+    const onTokens = options?.onTokens;
+    const result = await this.request<Record<string, unknown>>("batch", {
+      ...ragged(rows.map((r) => r.tokens)),
+      sources: rows.map((r) => (r.from ? [r.from.session, r.from.row, r.from.expect] : null)),
+      seeds: rows.map((r) => r.seed),
+      max_new_tokens: rows.map((r) => r.maxNewTokens),
+      temperature: rows.map((r) => r.temperature),
+      top_p: rows.map((r) => r.topP),
+      stop: rows.map((r) => [...(r.stop ?? [])]),
+      top_logprobs: rows.map((r) => r.topLogprobs ?? 0),
+      stream: rows.map((r) => r.stream === true),
+      eos_token_ids: [...eosTokenIds],
+      cuda_graph: options?.cudaGraph ?? true,
+    }, { ...options, onEvent: onTokens ? (e) => { if (e.type === "tokens") onTokens(e.rows as number[], e.tokens as number[]); } : options?.onEvent });
+    const digests = result.digests as string[];
+    return { session: result.session as number, rows: unragged(result).map((r, i): BatchedRow => ({ ...r, digest: digests[i]! })) };
+  }
+
   /** Free a session's KV cache. */
   release(session: number, options?: RequestOptions): Promise<{ released: boolean }> {
     return this.request("release", { session }, options);
+  }
+
+  /**
+   * Teacher-forced top-k next tokens of `rows x cols` tokens from one forward:
+   * at each position t (≥ 1), the k most likely tokens there and their
+   * logprobs (row-major `rows × cols × k`; position 0 is zeros).
+   */
+  async topK(tokens: Int32Array, rows: number, cols: number, k: number, options?: RequestOptions): Promise<{ ids: Int32Array; logprobs: Float32Array }> {
+    const r = await this.request<{ top_ids: Tensor; top_logprobs: Tensor }>("logprobs", { tokens: int32Tensor(tokens, [rows, cols]), top_k: k }, options);
+    return { ids: toInt32Array(r.top_ids), logprobs: toFloat32Array(r.top_logprobs) };
   }
 
   /** Teacher-forced logprobs of `rows x cols` tokens, aligned with them (entry 0 of each row is 0). */

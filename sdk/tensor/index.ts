@@ -37,6 +37,6 @@ export { checkModelFolder, checkConfig, expectedTensorShapes, readSafetensorsSha
 export type { ModelFolderInfo } from "./model-check.js";
 export type { TokenizerJson } from "./vocab.js";
 export type {
-  ApplyResult, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions,
+  ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, TokenAlternatives,
   InitFolderResult, InitModelOptions, InitModelResult, FilePublication, PatchStats, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";

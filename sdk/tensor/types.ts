@@ -54,6 +54,8 @@ export interface SamplingOptions {
   eosTokenIds?: number[];
   /** Capture the decode step in a CUDA graph (CUDA only; default true). */
   cudaGraph?: boolean;
+  /** Also return each generated token's k most likely alternatives and the entropy (0–20; replays ask, training does not). */
+  topLogprobs?: number;
 }
 
 /** Why a row stopped: a stop string, an eos token, the length limit, or it was not continued. */
@@ -67,6 +69,47 @@ export interface GeneratedRow {
   finishReason: FinishReason;
   /** The stop string that ended the row, if any. */
   stop: string | null;
+  /** Each generated token's alternatives, when asked for (`topLogprobs`). */
+  alternatives?: TokenAlternatives[];
+}
+
+/**
+ * One row of `TensorEngine.batch`: a new prompt (`tokens` is all of it), or the
+ * continuation of row `from.row` of a kept session (`tokens` is what is appended
+ * after that row's tokens, of which the caller holds `from.expect`). Each row has
+ * its own seed (it samples the same alone or in any batch) and settings.
+ */
+export interface BatchRowSpec {
+  tokens: readonly number[];
+  from?: { session: number; row: number; expect: number };
+  seed: number;
+  maxNewTokens: number;
+  temperature: number;
+  topP: number;
+  stop?: readonly string[];
+  /** Also return each generated token's k most likely alternatives and the entropy (0–20; default 0). */
+  topLogprobs?: number;
+  /** Report this row's tokens as they are sampled (`batch`'s `onTokens`), for a streamed reply. */
+  stream?: boolean;
+}
+
+/** A generated token's alternatives: the k most likely ids and their logprobs (model distribution), and its entropy (nats). */
+export interface TokenAlternatives {
+  ids: Int32Array;
+  logprobs: Float32Array;
+  entropy: number;
+}
+
+/** One row's output of a batch: a generated row plus the sha256 of the ids it sampled. */
+export interface BatchedRow extends GeneratedRow {
+  /** sha256 (hex) of the sampled ids as int32 little-endian, computed by the engine. */
+  digest: string;
+}
+
+/** Output of batch: the new session holding every row (continue its rows later), and one entry per row. */
+export interface BatchResult {
+  session: number;
+  rows: BatchedRow[];
 }
 
 /** Output of generate: the session (for resume) and one entry per prompt. */

@@ -1,6 +1,6 @@
 /**
  * The notebooks as a person runs them: Debian's Jupyter Notebook 6 serves
- * copies of notebooks 01 and 02 (outside the checkout), headless Chromium
+ * copies of notebooks 01, 02 and 05 (outside the checkout), headless Chromium
  * (driven by playwright-core) opens each through the UI and runs it cell by
  * cell with the Run button, answering `input()` in the page, pressing the stop
  * button during `run.train(40)` and restarting the kernel from the Kernel
@@ -8,8 +8,10 @@
  * (but the interrupted cell's KeyboardInterrupt), plotly figures drawn as
  * SVG with size and traces, progress bars as one output in their final
  * state, the trajectory's spans in three colours, the step card with its
- * metrics behind one click, and the run usable after the stop. Screenshots
- * are kept in test-output/browser/.
+ * metrics behind one click, and the run usable after the stop; notebook 05's
+ * replay coloured by probability with each token's alternatives on hover, and
+ * its what-if branch beside the original. Screenshots are kept in
+ * test-output/browser/.
  */
 import assert from "node:assert/strict";
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -44,6 +46,7 @@ before(async () => {
   mkdirSync(folder, { recursive: true });
   copyNotebook("01-search-r1.ipynb", folder);
   copyNotebook("02-runtime-tour.ipynb", folder);
+  copyNotebook("05-debug-an-episode.ipynb", folder);
   cpSync(path.join(REPO_ROOT, "notebooks", "services"), path.join(folder, "services"), { recursive: true });
   server = await NotebookServer.start(folder, rig.spec.jupyterPath, rig.kernelEnv());
   browser = await launchChromium();
@@ -184,5 +187,27 @@ test("notebook 01 in Jupyter Notebook 6 and Chromium: the stop button ends run.t
   assert.equal(await table.locator("tbody tr").count(), count, `all ${count} metrics`);
   await nb.screenshot(path.join(SHOTS, "01-search-r1-card-open.png"));
   assertDrawn(path.join(SHOTS, "01-search-r1.png"));
+  await nb.page.close();
+});
+
+test("notebook 05 in Jupyter Notebook 6 and Chromium: the replay coloured by probability, alternatives on hover, the branch beside the original", { skip, timeout: 420_000 }, async () => {
+  const nb = await ClassicNotebook.open(browser!.context, server!.notebookUrl("05-debug-an-episode.ipynb"));
+  const cells = await nb.cells();
+  for (let i = 0; i < cells.length; i++) await nb.run(i, { timeoutMs: 240_000 });
+  await nb.screenshot(path.join(SHOTS, "05-debug-an-episode.png"));
+  assert.deepEqual(await nb.errorOutputs(), [], "no cell shows an error or stderr");
+  const replay = nb.cell(find(cells, "const ep = await run.replay"));
+  // Generated tokens are drawn in more than one probability colour, observations apart.
+  const colours = await replay.evaluate((el: any) => [...new Set(Array.from(el.querySelectorAll(".hearth-generated")).map((t: any) => getComputedStyle(t).backgroundColor as string))]);
+  assert.ok(colours.length >= 2, `generated tokens in ${colours.length} colours: ${colours.join(", ")}`);
+  assert.ok((await replay.locator(".hearth-observation").count()) > 0, "the calculator's results marked as inserted");
+  // Hovering a generated token shows its probability and alternatives.
+  const token = replay.locator(".hearth-generated").first();
+  await token.hover();
+  assert.match((await token.getAttribute("title")) ?? "", /p \d\.\d{4}, entropy [\d.]+\nalternatives: ".*" \d\.\d{3}/);
+  const branch = nb.cell(find(cells, "const again ="));
+  assert.equal(await branch.locator(".hearth-branch > div[style*='display:flex'] > div").count(), 2, "the original and the branch side by side");
+  assert.ok((await branch.locator(".hearth-forced").count()) >= 1, "the forced text marked");
+  assertDrawn(path.join(SHOTS, "05-debug-an-episode.png"));
   await nb.page.close();
 });

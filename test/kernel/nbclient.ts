@@ -74,6 +74,12 @@ export function htmlRows(html: string): Array<Record<string, string>> {
   return body.map((r) => Object.fromEntries((head ?? []).map((h, i) => [h, r[i] ?? ""])));
 }
 
+/** A step card's metrics: the full table behind its "all N metrics" click (the HTML's one table). */
+export function cardMetrics(html: string): Record<string, number> {
+  assert.match(html, /<details class="hearth-all-metrics"/, "the card holds every metric behind a click");
+  return Object.fromEntries(htmlRows(html).map((r) => [r[""]!, Number(r.value)]));
+}
+
 /** The HTML of the outputs of one cell, found by a line of its source. */
 export function cellHtml(cells: CellSummary[], sourceStart: string): string[] {
   const cell = cells.find((c) => c.source.startsWith(sourceStart));

@@ -15,7 +15,7 @@ import { test } from "node:test";
 import { readManifest } from "../../sdk/rl/run/warm-start.js";
 import { shippedPolicy } from "../../sdk/envs/searchr1/recipes/chain.js";
 import { REPO_ROOT } from "./bridge.js";
-import { cellHtml, cellText, htmlRows, textRows } from "./nbclient.js";
+import { cellHtml, cellText, cardMetrics, htmlRows, textRows } from "./nbclient.js";
 import { assertDrawn, useNotebookRig } from "./notebook-rig.js";
 import { CHROMIUM, exportHtml, renderedDom, screenshot } from "./render.js";
 
@@ -27,12 +27,6 @@ let executed: string | undefined;
 /** A rescore summary's numbers (its text table: metric, value). */
 function summaryMetrics(text: string): Record<string, number> {
   return Object.fromEntries(textRows(text, 1).map((r) => [r.key!, Number(r.value)]));
-}
-
-/** A step card's metrics: the full table behind its "all N metrics" click (the HTML's one table). */
-function cardMetrics(html: string): Record<string, number> {
-  assert.match(html, /<details class="hearth-all-metrics"/, "the card holds every metric behind a click");
-  return Object.fromEntries(htmlRows(html).map((r) => [r[""]!, Number(r.value)]));
 }
 
 

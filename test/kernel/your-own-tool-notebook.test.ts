@@ -11,17 +11,11 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import { REPO_ROOT } from "./bridge.js";
-import { htmlRows } from "./nbclient.js";
+import { cardMetrics } from "./nbclient.js";
 import { useNotebookRig } from "./notebook-rig.js";
 
 const PLOTLY = "application/vnd.plotly.v1+json";
 const rig = useNotebookRig("tool-nb-agent", "hearth-nb03-home-");
-
-/** A step card's metrics: the full table behind its "all N metrics" click. */
-function cardMetrics(html: string): Record<string, number> {
-  assert.match(html, /<details class="hearth-all-metrics"/);
-  return Object.fromEntries(htmlRows(html).map((r) => [r[""]!, Number(r.value)]));
-}
 
 test("03-your-own-tool.ipynb: a tool of one's own, a step, its masked results, the tool fixed and reloaded warm, training and curves", { timeout: 600_000 }, async () => {
   await rig.ready();

@@ -22,7 +22,8 @@ from torch import Tensor
 
 from . import __version__, checkpoint, config as config_mod, randinit, state as trainer_state
 from .errors import EngineError
-from .generate import RowResult, SamplingParams, Session, generate, resume
+from .batch import BatchRow, batch
+from .generate import RowParams, RowResult, SamplingParams, Session, generate, resume
 from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_logprobs, shutdown_distributed
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
@@ -34,8 +35,9 @@ from .weights import Publisher, apply_blob, apply_file, model_tensors, perturb_b
 # gang within seconds from its executors' heartbeats; this is the backstop inside the engine.
 DEFAULT_COLLECTIVE_TIMEOUT_MS = 300_000
 
-# Kept generation sessions (each holds a KV cache); older ones are released first.
-MAX_SESSIONS = 8
+# Kept generation sessions (each holds a KV cache); older ones are released first. The
+# agent endpoint keeps one per batch it ran while a row of it may still be continued.
+MAX_SESSIONS = 32
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -51,13 +53,21 @@ def _ragged(flat: Any, lengths: Any) -> List[List[int]]:
 
 
 def _rows_result(results: List[RowResult]) -> Dict[str, Any]:
-    return {
+    out = {
         "tokens": torch.tensor([t for r in results for t in r.tokens], dtype=torch.int32),
         "logprobs": torch.tensor([p for r in results for p in r.logprobs], dtype=torch.float32),
         "lengths": torch.tensor([len(r.tokens) for r in results], dtype=torch.int32),
         "finish_reasons": [r.finish_reason for r in results],
         "stops": [r.stop for r in results],
     }
+    if any(r.top for r in results):
+        # Each generated token's alternatives (asked for with top_logprobs), flat: counts per token, tokens per row.
+        out["top_counts"] = torch.tensor([len(t[0]) for r in results for t in r.top], dtype=torch.int32)
+        out["top_ids"] = torch.tensor([i for r in results for t in r.top for i in t[0]], dtype=torch.int32)
+        out["top_logprobs"] = torch.tensor([v for r in results for t in r.top for v in t[1]], dtype=torch.float32)
+        out["entropy"] = torch.tensor([t[2] for r in results for t in r.top], dtype=torch.float32)
+        out["top_rows"] = torch.tensor([len(r.top) for r in results], dtype=torch.int32)
+    return out
 
 
 def _params(args: Dict[str, Any], cls: Any) -> Any:
@@ -186,6 +196,54 @@ class Engine:
                          self.vocab)
         return _rows_result(results)
 
+    def op_batch(self, args: Dict[str, Any]) -> Any:
+        """Rows from different requests in one batch (generate.batch): new prompts and
+        continuations of rows of kept sessions, each with its own sampling settings. The
+        reply adds, per row, the sha256 of the ids it sampled (int32 little-endian) and,
+        where asked, each token's top-k alternatives and entropy."""
+        model = self.need_model()
+        model.eval()
+        feeds = _ragged(args["tokens"], args["lengths"])
+        n = len(feeds)
+        per_row = {k: list(args.get(k) or []) for k in ("sources", "seeds", "max_new_tokens", "temperature", "top_p",
+                                                       "stop", "top_logprobs")}
+        streams = list(args.get("stream") or [False] * n)
+        for k, v in per_row.items():
+            if len(v) != n:
+                raise EngineError("bad_request", f"{k} has {len(v)} entries for {n} rows")
+        rows: List[BatchRow] = []
+        for i in range(n):
+            src = per_row["sources"][i]
+            source, expect = None, 0
+            if src is not None:
+                sid, row, expect = (int(x) for x in src)
+                session = self.sessions.get(sid)
+                if session is None:
+                    raise EngineError("no_session", f"row {i}: no session {sid} (released or evicted): send the "
+                                                    "whole sequence as a new row")
+                source = (session, row)
+            rows.append(BatchRow(feed=feeds[i], source=source, expect=expect, seed=int(per_row["seeds"][i]),
+                                 params=RowParams(max_new_tokens=int(per_row["max_new_tokens"][i]),
+                                                  temperature=float(per_row["temperature"][i]),
+                                                  top_p=float(per_row["top_p"][i]),
+                                                  stop=tuple(per_row["stop"][i] or ()),
+                                                  top_logprobs=int(per_row["top_logprobs"][i]),
+                                                  stream=bool(streams[i]) if i < len(streams) else False)))
+        params = SamplingParams(eos_token_ids=tuple(args.get("eos_token_ids") or ()),
+                                cuda_graph=bool(args.get("cuda_graph", True)))
+        # Rows that stream get their tokens as events, step by step, before the reply.
+        on_step = (lambda rs, ts: self.emit({"type": "tokens", "rows": rs, "tokens": ts})) if any(streams) else None
+        session, results = batch(model, rows, params, self.vocab, on_step)
+        sid = self.next_session
+        self.next_session += 1
+        if args.get("keep", True):
+            self.sessions[sid] = session
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.pop(next(iter(self.sessions)))
+        return {"session": sid, **_rows_result(results),
+                "digests": [hashlib.sha256(torch.tensor(r.tokens, dtype=torch.int32).numpy().astype("<i4").tobytes())
+                            .hexdigest() for r in results]}
+
     def op_release(self, args: Dict[str, Any]) -> Any:
         return {"released": self.sessions.pop(int(args["session"]), None) is not None}
 
@@ -199,7 +257,24 @@ class Engine:
             chunks = [sequence_logprobs(model, tokens[i: i + rows].to(model.lm_head.weight.device))[0].cpu()
                       for i in range(0, tokens.shape[0], rows)]
         parts.append(torch.cat(chunks) if chunks else torch.zeros(0, max(tokens.shape[1] - 1, 0)))
-        return {"logprobs": torch.cat(parts, dim=1)}
+        out = {"logprobs": torch.cat(parts, dim=1)}
+        k = int(args.get("top_k") or 0)
+        if k > 0:
+            # The k most likely next tokens at each position of each row, from the same forward: what a replay's
+            # alternatives are checked against. (N, T, k), position t predicting token t (position 0: nothing).
+            if not 0 < k <= 20:
+                raise EngineError("bad_request", "top_k must be in [1, 20]")
+            ids, lps = [], []
+            with torch.no_grad():
+                for i in range(0, tokens.shape[0], rows):
+                    logits = model(tokens[i: i + rows].to(model.lm_head.weight.device))[:, :-1].float()
+                    v, t = torch.log_softmax(logits, dim=-1).topk(k, dim=-1)  # (n, T-1, k)
+                    pad = torch.zeros(v.shape[0], 1, k)
+                    lps.append(torch.cat([pad, v.cpu()], dim=1))
+                    ids.append(torch.cat([pad.to(torch.long), t.cpu()], dim=1))
+            out["top_ids"] = torch.cat(ids).to(torch.int32)
+            out["top_logprobs"] = torch.cat(lps)
+        return out
 
     def op_train_init(self, args: Dict[str, Any]) -> Any:
         model = self.need_model()

@@ -25,7 +25,7 @@ export const RUNS_USAGE = `runs    [--head ENDPOINT] [--json]            every d
   fetch   NAME --out DIR [--head ENDPOINT]      write a finished run's outputs (metrics.jsonl, report, checkpoint) into DIR`;
 
 /** The head: --head, HEARTH_HEAD, the local cluster's, or the Slurm head of this HEARTH_HOME (whose CURVE keys this process then uses). */
-function headOf(given: string | undefined): string {
+export function headOf(given: string | undefined): string {
   const endpoint = given ?? process.env.HEARTH_HEAD ?? findLocalCluster()?.endpoint;
   if (endpoint) return endpoint;
   const slurm = findSlurmHead(hearthHome());

@@ -50,6 +50,11 @@ const NUMERIC = {
   "max-lag": "maxLag",
   "keep-steps": "keepSteps",
   "snapshot-every": "snapshotEvery",
+  "agent-timeout-ms": "agentTimeoutMs",
+  "batch-window-ms": "batchWindowMs",
+  "max-batch-rows": "maxBatchRows",
+  "endpoint-timeout-ms": "endpointTimeoutMs",
+  "replay-versions": "replayVersions",
 } as const satisfies Record<string, keyof RunOptions>;
 
 /** Text flags and the option each sets. */
@@ -70,6 +75,10 @@ const TEXT = {
   partition: "partition",
   account: "account",
   bind: "bind",
+  agent: "agent",
+  "agent-sampling": "agentSampling",
+  "tool-parser": "toolParser",
+  "endpoint-host": "endpointHost",
 } as const satisfies Record<string, keyof RunOptions>;
 
 const FLAGS = {
@@ -78,10 +87,11 @@ const FLAGS = {
   "no-checkpoint": { type: "boolean" as const },
   detach: { type: "boolean" as const },
   help: { type: "boolean" as const },
+  task: { type: "string" as const },
 };
 
 /** Usage text of `hearth train`. */
-export const TRAIN_USAGE = `usage: hearth train search-r1|calculator [--model tiny|HF_DIR] [--data synthetic|hotpotqa.json] [--steps N]
+export const TRAIN_USAGE = `usage: hearth train search-r1|calculator|agent-calculator|agent-chain [--model tiny|HF_DIR] [--data synthetic|hotpotqa.json] [--steps N]
   [--prompts-per-step N] [--prompts-per-task N] [--group-size G] [--rollouts N] [--trainers N]
   [--out DIR] [--eval-every N] [--eval-size N] [--lr X] [--kl-coef X] [--grad-clip X] [--micro-batch N]
   [--max-tool-calls N (alias --max-searches)] [--top-k N] [--tool-timeout-ms MS] [--max-turn-tokens N] [--max-response-tokens N] [--seed N] [--temperature T]
@@ -89,6 +99,11 @@ export const TRAIN_USAGE = `usage: hearth train search-r1|calculator [--model ti
   [--rollout-dtype auto|bfloat16|float32] [--threads N] [--backend auto|gloo|nccl] [--model-transfer auto|in-place|objects] [--logprob-gap-warn X] [--rebase-every N] [--rebase-share X]
   [--max-lag K] [--keep-steps N] [--snapshot-every N] [--policy WARMSTART_DIR] [--resume CHECKPOINT_DIR] [--no-checkpoint] [--head tcp://HOST:PORT] [--name APP] [--detach]
   [--engine local|slurm] [--partition P] [--account A] [--sbatch-arg=ARG]... [--bind tcp://ADDRESS:PORT]
+  [--agent FILE#EXPORT] [--agent-timeout-ms MS] [--agent-sampling run|agent] [--tool-parser auto|hermes|llama3-json] [--endpoint-host 127.0.0.1]
+  [--batch-window-ms MS] [--max-batch-rows N] [--endpoint-timeout-ms MS] [--replay-versions N]
+       hearth train agent --task calculator|chain --agent FILE#EXPORT [the flags above]
+With --agent the episodes are the agent's: an async function (item, { baseURL, apiKey, model, signal }) using any OpenAI-compatible
+client against the rollout executors' endpoint, run warm beside the model; its answer is scored (docs/agents.md).
 With --detach the loop runs on the cluster as a service of the run's app and the command returns at once (hearth runs|attach|pause|resume|stop|fetch; docs/searchr1.md).
 With --engine slurm each rollout executor is a Slurm job and the trainers one job of --trainers tasks; --bind is an address the compute nodes reach (docs/slurm.md).
 Defaults come from the task recipe: the tiny preset's for --model tiny, the reference recipe for a model folder (docs/searchr1.md).`;
@@ -108,6 +123,7 @@ export function parseTrainFlags(args: string[]): Partial<RunOptions> {
     throw new HearthError(`${(err as Error).message}\n${TRAIN_USAGE}`);
   }
   const out: Record<string, unknown> = {};
+  if (values.task !== undefined) throw new HearthError(`--task goes with 'hearth train agent' only (hearth train agent --task calculator|chain --agent FILE#EXPORT)\n${TRAIN_USAGE}`);
   if (values["no-checkpoint"]) out.checkpoint = false;
   if (values.detach) out.detach = true;
   if (values["sbatch-arg"] !== undefined) out.sbatchArgs = values["sbatch-arg"];
@@ -119,12 +135,33 @@ export function parseTrainFlags(args: string[]): Partial<RunOptions> {
   return out as Partial<RunOptions>;
 }
 
+/**
+ * `hearth train agent --task T --agent FILE#EXPORT …`: the agent task T's
+ * package (`agent-T`), the agent required; the other flags as they are.
+ */
+function agentWorkload(args: string[], workloads: Workloads): { workload: string; rest: string[] } {
+  const tasks = Object.keys(workloads).filter((w) => w.startsWith("agent-")).map((w) => w.slice("agent-".length));
+  const rest: string[] = [];
+  let task: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === "--task") task = args[++i];
+    else if (a.startsWith("--task=")) task = a.slice("--task=".length);
+    else rest.push(a);
+  }
+  if (args.includes("--help")) return { workload: `agent-${task ?? tasks[0]}`, rest };
+  if (task === undefined || !tasks.includes(task)) throw new HearthError(`hearth train agent needs --task ${tasks.join("|")} (got ${task === undefined ? "none" : `'${task}'`})\n${TRAIN_USAGE}`);
+  if (!rest.some((a) => a === "--agent" || a.startsWith("--agent="))) throw new HearthError(`hearth train agent needs --agent FILE#EXPORT: your agent, an async function (item, { baseURL, apiKey, model, signal }) returning its final answer\n${TRAIN_USAGE}`);
+  return { workload: `agent-${task}`, rest };
+}
+
 /** The environment packages `hearth train WORKLOAD` knows, by workload name. */
 export type Workloads = Readonly<Record<string, EnvironmentPackage>>;
 
 /** Runs `hearth train WORKLOAD` with the package `workloads` names for it; returns the exit code. */
 export async function runTrainCommand(args: string[], workloads: Workloads): Promise<number> {
-  const [workload, ...rest] = args;
+  const [named, ...given_] = args;
+  const { workload, rest } = named === "agent" ? agentWorkload(given_, workloads) : { workload: named, rest: given_ };
   const pkg = workload === undefined ? undefined : workloads[workload];
   if (!pkg) throw new HearthError(`unknown workload '${workload ?? ""}': hearth trains ${Object.keys(workloads).join(", ")}\n${TRAIN_USAGE}`);
   if (rest.includes("--help")) {

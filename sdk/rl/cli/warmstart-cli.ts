@@ -18,7 +18,7 @@ import { TRAINER_CLASS } from "../services/modules.js";
 import type { TrainerService } from "../services/trainer-service.js";
 
 /** Usage of `hearth warmstart`. */
-export const WARMSTART_USAGE = `usage: hearth warmstart [--env search-r1|calculator] [--out DIR] [--steps N] [--cpus N] [--head tcp://HOST:PORT]
+export const WARMSTART_USAGE = `usage: hearth warmstart [--env search-r1|calculator|agent-calculator|agent-chain] [--out DIR] [--steps N] [--cpus N] [--head tcp://HOST:PORT]
   (re)makes an environment's starting policy (default: Search-R1's tiny chain task, over the shipped one in policies/tiny-chain;
   --steps other than the recipe's makes a policy runs accept only with the same --bootstrap-steps)`;
 

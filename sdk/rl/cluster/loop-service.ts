@@ -38,7 +38,10 @@ import { LoopLogWriter, loopOutputsKey, loopStatusKey, readLoopStatus, throughHe
 import { AgentRun, type RunOptions, type StepMetrics } from "../run/run.js";
 import type { EnvWords, RewardFn, ScoredSample } from "../types.js";
 import type { EnvironmentPackage } from "../run/recipe.js";
-import { runKeys } from "../state/run-objects.js";
+import { replayKeys, runKeys } from "../state/run-objects.js";
+import type { ObjectRef } from "../../cache/object-cache.js";
+import type { ReplayOptions } from "../replay/replay.js";
+import type { BranchAsk } from "../replay/replayed.js";
 import { dropTree, fetchTree, shipTree, type ShippedTree } from "../state/tree.js";
 import { loadPackage, loadReward, type PackageRef } from "./loop-modules.js";
 
@@ -198,6 +201,25 @@ export class RunLoopService {
     const run = this.need();
     const r = run.result(step);
     return { step: r.metrics.step, samples: r.samples, words: run.task.environment.words };
+  }
+
+  /**
+   * Replays a held sample on the run's rollout executors (AgentRun.replay)
+   * and puts the episode (tokens, probabilities, alternatives) in the cache
+   * for the caller, who reads and deletes it: an episode outgrows a call's
+   * reply.
+   */
+  async replay(o: ReplayOptions & { version?: number }): Promise<{ episode: ObjectRef }> {
+    const run = this.need();
+    const ep = await run.replay(o);
+    return { episode: await run.app.objects.put(ep.toJSON(), { key: `${replayKeys(this.ctx.app)}loop-${Date.now()}-${Math.random().toString(36).slice(2)}`, scratch: true }) };
+  }
+
+  /** A what-if branch of a held sample (see EpisodeReplay), put in the cache like `replay`'s episode. */
+  async branch(ask: BranchAsk): Promise<{ episode: ObjectRef; reward?: number }> {
+    const run = this.need();
+    const b = await run.branch(ask);
+    return { episode: await run.app.objects.put(b.episode, { key: `${replayKeys(this.ctx.app)}loop-${Date.now()}-${Math.random().toString(36).slice(2)}`, scratch: true }), ...(b.reward !== undefined ? { reward: b.reward } : {}) };
   }
 
   /**

@@ -35,6 +35,10 @@ import { LOG_KEEP, LoopLogReader, readLoopStatus, type LoopEvent, type LoopStatu
 import { readRunState } from "../state/run-state.js";
 import type { EnvWords, RewardFn, ScoredSample, StepMetrics } from "../types.js";
 import { rescoreSamples, trajectoryTable, type RescoreView } from "./views.js";
+import type { ObjectRef } from "../../cache/object-cache.js";
+import type { ReplayOptions } from "../replay/replay.js";
+import type { ReplayJSON } from "../replay/episode.js";
+import { EpisodeReplay } from "../replay/replayed.js";
 
 /** Options of `follow()`. */
 export interface FollowOptions {
@@ -148,6 +152,28 @@ export class AttachedRun {
     const r = await this.samples(step);
     const groupSize = this.last.options?.groupSize;
     return rescoreSamples(r.step, r.samples, fn, typeof groupSize === "number" ? groupSize : undefined);
+  }
+
+  /**
+   * Replays a held sample exactly on the run's rollout executors (see
+   * AgentRun.replay): its tokens with their probabilities and alternatives,
+   * and what-if branches from any point.
+   */
+  async replay(o: ReplayOptions & { version?: number }): Promise<EpisodeReplay> {
+    const json = await this.take<ReplayJSON>((await this.loop.call("replay", o)).episode);
+    return new EpisodeReplay(json, async (ask) => {
+      const b = await this.loop.call("branch", ask);
+      return { episode: await this.take<ReplayJSON>(b.episode), ...(b.reward !== undefined ? { reward: b.reward } : {}) };
+    });
+  }
+
+  /** Reads an object the loop put for this handle, and deletes it. */
+  private async take<T>(ref: ObjectRef): Promise<T> {
+    try {
+      return await this.app.objects.get<T>(ref);
+    } finally {
+      await this.app.objects.delete(ref.key);
+    }
   }
 
   /** Holds the run after its step in flight; resolves once it holds (or has ended). */

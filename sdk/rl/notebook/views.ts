@@ -12,6 +12,7 @@ import { regroup } from "../run/interactive.js";
 import type { EnvWords, RewardFn, ScoredSample } from "../types.js";
 import { SummaryView } from "../report/step-summary.js";
 import { SPAN_STYLE, spanCounts, trajectorySpans, type Span, type SpanDecoder, type SpanKind } from "./spans.js";
+import { conversationHtml, conversationText } from "./conversation.js";
 
 export { trajectorySpans, type Span, type SpanDecoder, type SpanKind } from "./spans.js";
 
@@ -100,7 +101,8 @@ export class TrajectoryView {
   private header(): string {
     const s = this.sample;
     const where = `trajectory ${this.index}${this.step !== undefined ? ` of step ${this.step}` : ""}`;
-    return `${where}: reward ${fmt(s.reward)}, advantage ${fmt(s.advantage)}${s.kept ? "" : " (group dropped)"}, answer ${JSON.stringify(s.answer)}, golds ${JSON.stringify(s.golds)}, ${s.calls.length} ${s.calls.length === 1 ? this.words.call : this.words.calls}, finish ${s.finish}${s.error ? ` (${s.error})` : ""}`;
+    const seq = s.episode && s.episode.sequences > 1 ? `, sequence ${s.episode.sequence + 1} of ${s.episode.sequences} of its episode` : "";
+    return `${where}: reward ${fmt(s.reward)}, advantage ${fmt(s.advantage)}${s.kept ? "" : " (group dropped)"}, answer ${JSON.stringify(s.answer)}, golds ${JSON.stringify(s.golds)}, ${s.calls.length} ${s.calls.length === 1 ? this.words.call : this.words.calls}, finish ${s.finish}${s.error ? ` (${s.error})` : ""}${seq}`;
   }
 
   [JUPYTER_DISPLAY](): MimeBundle {
@@ -111,10 +113,13 @@ export class TrajectoryView {
     const body = this.spans
       .map((s) => `<span class="hearth-span hearth-${s.kind}" title="${s.kind} tokens ${s.start}-${s.end}" style="${SPAN_STYLE[s.kind]}">${escapeHtml(s.text)}</span>`)
       .join(" ");
+    // An agent episode: its conversation as the agent saw it, above the tokens the loss sees.
+    const messages = this.sample.messages;
+    const convo = messages && messages.length > 0 ? `<p><b>the conversation</b> (the agent's messages; only sampled replies train)</p>${conversationHtml(messages)}<p><b>the tokens</b></p>` : "";
     const html =
-      `<div class="hearth-trajectory"><p><b>${escapeHtml(this.header())}</b></p><p>${chips}</p>` +
+      `<div class="hearth-trajectory"><p><b>${escapeHtml(this.header())}</b></p>${convo}<p>${chips}</p>` +
       `<div style="font-family: monospace; white-space: pre-wrap; line-height: 1.6">${body}</div></div>`;
-    return { "text/plain": text, "text/html": html };
+    return { "text/plain": messages && messages.length > 0 ? `${text}\n${conversationText(messages)}` : text, "text/html": html };
   }
 }
 

@@ -105,6 +105,12 @@ const CHECKS: CheckRow[] = [
   { name: "policy lag (max)", get: (m) => m.policy_lag_max, fmt: (x) => x.toFixed(0), note: "versions the trained trajectories lag behind the trainers (0 in sync)" },
   { name: "rollout utilisation", get: (m) => m.rollout_util, fmt: pct, note: "rollout executors' busy seconds over step time × executors" },
   { name: "trainer utilisation", get: (m) => m.trainer_util, fmt: pct, note: "trainers' busy seconds over step time × ranks" },
+  { name: "zero-variance groups", get: (m) => m.zero_variance_share, fmt: pct, note: "groups whose samples all earned the same reward: dropped, they teach nothing" },
+  // Agent runs (the endpoint's counters; "not reported" for environment runs).
+  { name: "tool calls unparsed", get: (m) => m.tool_parse_failures, fmt: (x) => x.toFixed(0), note: "replies that looked like a tool call but did not parse: returned to the agent as content" },
+  { name: "prefix mismatches", get: (m) => m.prefix_mismatches, fmt: (x) => x.toFixed(0), note: "requests whose rendered prompt did not extend the episode's sampled tokens: a new training sequence" },
+  { name: "requests refused", get: (m) => m.refused_requests, fmt: (x) => x.toFixed(0), note: "requests refused for capacity (429)" },
+  { name: "sessions without a call", get: (m) => m.sessions_without_calls, fmt: (x) => x.toFixed(0), note: "agent episodes that never called a tool" },
 ];
 
 /** The agreement checks and utilisation over the run. */

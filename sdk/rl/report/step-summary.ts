@@ -59,7 +59,7 @@ const pct = (v: number): string => `${(v * 100).toFixed(1)}%`;
 const small = (v: number): string => (v !== 0 && Math.abs(v) < 0.01 ? v.toExponential(1) : v.toFixed(4));
 
 /** The card's facts, as label/value pairs (the same for HTML and text). */
-function facts(m: Record<string, unknown>): { headline: Array<[string, string]>; phases: StepPhases; sync: string; checks: string; evaluation?: string } {
+function facts(m: Record<string, unknown>): { headline: Array<[string, string]>; phases: StepPhases; sync: string; checks: string; evaluation?: string; agent?: string } {
   const num = (k: string): number | undefined => (typeof m[k] === "number" ? (m[k] as number) : undefined);
   const calls = callsOf(m);
   const kept = num("groups_kept") ?? 0;
@@ -80,7 +80,15 @@ function facts(m: Record<string, unknown>): { headline: Array<[string, string]>;
   const evalEm = num("eval_em");
   const by = m.eval_em_by as Record<string, number> | undefined;
   const evaluation = evalEm === undefined ? undefined : `held-out EM ${pct(evalEm)}${by ? ` (${Object.entries(by).map(([c, v]) => `${c} ${pct(v)}`).join(" · ")})` : ""}, ${calls.word} ${(calls.eval ?? 0).toFixed(2)}`;
-  return { headline, phases: stepPhases(m), sync, checks, evaluation };
+  return { headline, phases: stepPhases(m), sync, checks, evaluation, agent: agentLine(num) };
+}
+
+/** An agent run's endpoint counters as one line (undefined for environment runs): the silent failures, counted. */
+function agentLine(num: (k: string) => number | undefined): string | undefined {
+  const sessions = num("agent_sessions");
+  if (sessions === undefined) return undefined;
+  const zv = num("zero_variance_share");
+  return `agent: ${sessions} sessions, ${num("agent_requests") ?? 0} requests · tool calls ${num("agent_tool_calls") ?? 0}, unparsed ${num("tool_parse_failures") ?? 0} · prefix mismatches ${num("prefix_mismatches") ?? 0} · refused ${num("refused_requests") ?? 0} · sessions without a call ${num("sessions_without_calls") ?? 0} · zero-variance groups ${zv !== undefined ? pct(zv) : "–"}${num("agent_failures") ? ` · failed ${num("agent_failures")}` : ""}`;
 }
 
 /** The phases as one line of text: "3.20 s: rollout 1.50 (sync 0.020) · update 0.750 · publish 0.050 · other 0.900". */
@@ -119,6 +127,7 @@ export class StepCard {
       `time ${phaseText(f.phases)}`,
       f.sync,
       f.checks,
+      ...(f.agent ? [f.agent] : []),
       ...(f.evaluation ? [f.evaluation] : []),
       `(all ${all.entries.length} metrics: result.metrics, or metricsView(result.metrics))`,
     ].join("\n");
@@ -133,6 +142,7 @@ export class StepCard {
       line("hearth-card-time", `time ${phaseText(f.phases)}`) +
       line("hearth-card-sync", f.sync) +
       line("hearth-card-checks", f.checks) +
+      (f.agent ? line("hearth-card-agent", f.agent) : "") +
       (f.evaluation ? line("hearth-card-eval", f.evaluation) : "") +
       `<details class="hearth-all-metrics" style="margin-top:4px"><summary style="cursor:pointer;font-size:12px;color:#1c7ed6">all ${all.entries.length} metrics</summary>${all[JUPYTER_DISPLAY]()["text/html"] as string}</details>` +
       `</div>`;

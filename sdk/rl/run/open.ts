@@ -23,6 +23,10 @@ import { readRunState, runFingerprint, type RunState } from "../state/run-state.
 import { backendFor, layerOptions, threadsFor, validateOptions, type RunOptions } from "./options.js";
 import type { EnvironmentPackage, PreparedTask, TaskRecipe } from "./recipe.js";
 import { declareTrainers, Trainers } from "./trainers.js";
+import { endpointSetup } from "./agent-rollouts.js";
+
+/** Calls one rollout executor takes at once when it serves the agent endpoint. */
+const ENDPOINT_CONCURRENCY = 8;
 
 /** A run opened: what AgentRun is made of. */
 export interface OpenedRun {
@@ -93,7 +97,9 @@ async function openServices(app: App, opts: RunOptions, task: PreparedTask, reci
   const rolloutSetup = same ? same.rolloutSetup : await putRolloutSetup(app, opts, task);
   // Asking for more than the cluster has is said at once and again while it waits (the head explains it).
   const onPending = (p: PendingReport): void => log(`waiting: ${p.text}`);
-  const rollout = await app.service<RolloutService>(opts.serviceModules?.rollout ?? ROLLOUT_CLASS, { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts, replace: opts.replace, onPending });
+  // An executor serving agent sessions takes calls beside an open lease (closing it is one): calls queue on its turn inside, not at the head.
+  const concurrency = task.tokenizer.template ? ENDPOINT_CONCURRENCY : undefined;
+  const rollout = await app.service<RolloutService>(opts.serviceModules?.rollout ?? ROLLOUT_CLASS, { name: "rollout", resreq: opts.rolloutResreq, warmup: opts.rollouts, max: opts.rollouts, replace: opts.replace, onPending, concurrency });
   const gang = await declareTrainers(app, opts, opts.replace, onPending);
   log(`services ready: ${opts.rollouts} rollout executor(s) (${opts.rolloutResreq}), a gang of ${opts.trainers} trainer(s) (${opts.trainerResreq}, ${backendFor(opts)})`);
   const trainers = new Trainers({ app, opts, task, recipe, weightsKey: weightsKey(opts.name) }, gang);
@@ -118,6 +124,8 @@ export async function putRolloutSetup(app: App, opts: RunOptions, task: Prepared
     ...(envRevision > 0 ? { envRevision } : {}),
     threads: threadsFor(opts, opts.rolloutResreq),
     dtype: opts.rolloutDtype,
+    // A policy with a chat template is served to agents too (the endpoint starts on first use).
+    ...(task.tokenizer.template ? { endpoint: endpointSetup(app, opts) } : {}),
   };
   return putOrUpdate(app, rolloutSetupKey(opts.name), setup);
 }

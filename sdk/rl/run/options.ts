@@ -133,6 +133,33 @@ export interface RunOptions {
    * (`local: { home }`).
    */
   connectOptions?: Omit<ConnectOptions, "name" | "head" | "engine" | "partition" | "account" | "extraArgs">;
+  /**
+   * An agent (`FILE#EXPORT`: an async function `(item, { baseURL, apiKey,
+   * model, signal })` returning the final answer) that the built-in step runs
+   * warm in the rollout executors against their OpenAI-compatible endpoint,
+   * instead of the task's environment (docs/agents.md).
+   */
+  agent?: string;
+  /** The longest one agent episode may take before its sample fails. */
+  agentTimeoutMs: number;
+  /** Sampling in an episode session: the run's temperature, top-p and row seed ("run"), or the agent's temperature and top-p ("agent"). */
+  agentSampling: "run" | "agent";
+  /** How tool calls are parsed from the policy's output: "auto" (from its chat template) or a parser's name ("hermes", "llama3-json"). */
+  toolParser: string;
+  /** The interface the rollout executors' endpoints bind (default 127.0.0.1: loopback only). */
+  endpointHost: string;
+  /** How long the endpoint's shared decode waits to gather a batch, and the widest batch. */
+  batchWindowMs: number;
+  maxBatchRows: number;
+  /** The longest one endpoint request may take (504 past it). */
+  endpointTimeoutMs: number;
+  /**
+   * Policy versions kept for replays beyond the live weights object (which
+   * holds those since its last re-base): the driver mirrors each publication
+   * into chains of its own and drops those more than this many versions old
+   * (0: none; each version kept costs its patch in the cache).
+   */
+  replayVersions: number;
   /** App name (reattach to warm executors). */
   name: string;
   /** Progress lines. */
@@ -154,7 +181,7 @@ export interface ServiceSource {
 }
 
 /** What a task recipe may set. */
-export type RecipeDefaults = Partial<Omit<RunOptions, "env" | "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules" | "engine" | "partition" | "account" | "sbatchArgs" | "bind" | "connectOptions">>;
+export type RecipeDefaults = Partial<Omit<RunOptions, "env" | "model" | "data" | "log" | "name" | "out" | "resume" | "policy" | "head" | "replace" | "checkpoint" | "onEvent" | "serviceModules" | "engine" | "partition" | "account" | "sbatchArgs" | "bind" | "connectOptions" | "agent">>;
 
 /** The generic defaults, sized for the tiny preset on 2 CPU cores (a recipe's own override them). */
 export const BASE_OPTIONS: RunOptions = {
@@ -201,6 +228,14 @@ export const BASE_OPTIONS: RunOptions = {
   checkpoint: true,
   engine: "local",
   sbatchArgs: [],
+  agentTimeoutMs: 120_000,
+  agentSampling: "run",
+  toolParser: "auto",
+  endpointHost: "127.0.0.1",
+  batchWindowMs: 4,
+  maxBatchRows: 256,
+  endpointTimeoutMs: 120_000,
+  replayVersions: 0,
   name: "search-r1",
   log: (line) => console.log(line),
 };
@@ -239,11 +274,17 @@ const WHOLE: Record<string, number> = {
   maxLag: 0,
   keepSteps: 1,
   snapshotEvery: 0,
+  agentTimeoutMs: 1,
+  batchWindowMs: 0,
+  maxBatchRows: 1,
+  endpointTimeoutMs: 1,
+  replayVersions: 0,
 };
 const CHOICES: Record<string, readonly string[]> = {
   rolloutDtype: ["auto", "bfloat16", "float32"],
   backend: ["auto", "gloo", "nccl"],
   modelTransfer: ["auto", "in-place", "objects"],
+  agentSampling: ["run", "agent"],
 };
 
 /** Checks every option; the error names the flag, what it got and what is accepted. */
@@ -275,8 +316,24 @@ export function validateOptions(o: RunOptions): void {
   if (o.resume && !existsSync(path.join(o.resume, "driver-state.json"))) {
     throw new OptionError(`--resume ${o.resume}: no driver-state.json there (expected a folder written by a previous run's checkpoint)`, { flag: "--resume" });
   }
+  checkAgent(o);
   checkEngine(o);
   checkOut(o.out);
+}
+
+/** `--agent FILE#EXPORT` names a file that exists (made absolute: the executors import it); the endpoint's host is an address. */
+function checkAgent(o: RunOptions): void {
+  if (o.agent !== undefined) {
+    const at = o.agent.lastIndexOf("#");
+    const file = at > 0 ? o.agent.slice(0, at) : o.agent;
+    const exp = at > 0 ? o.agent.slice(at + 1) : "default";
+    if (file === "" || exp === "" || !/^[A-Za-z_$][\w$]*$/.test(exp)) throw new OptionError(`--agent ${o.agent}: expected FILE#EXPORT (e.g. ./my-agent.js#solve)`, { flag: "--agent" });
+    const abs = file.startsWith("file:") ? file : path.resolve(file);
+    if (!abs.startsWith("file:") && !existsSync(abs)) throw new OptionError(`--agent ${o.agent}: no file ${abs}`, { flag: "--agent" });
+    o.agent = `${abs}#${exp}`;
+  }
+  if (typeof o.endpointHost !== "string" || !/^[A-Za-z0-9.:-]+$/.test(o.endpointHost)) throw new OptionError(`--endpoint-host must be an address to bind (127.0.0.1, 0.0.0.0, a host name); got ${JSON.stringify(o.endpointHost)}`, { flag: "--endpoint-host" });
+  if (typeof o.toolParser !== "string" || o.toolParser === "") throw new OptionError(`--tool-parser must name a parser (auto, hermes, llama3-json); got ${JSON.stringify(o.toolParser)}`, { flag: "--tool-parser" });
 }
 
 /** sbatch options hearth writes itself for every job (docs/slurm.md, "What becomes a job"), and what to use instead. */

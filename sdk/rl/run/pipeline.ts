@@ -11,43 +11,21 @@
  * the task names its calls (EnvWords) and says what counts as right.
  */
 import type { ObjectRef } from "../../cache/object-cache.js";
-import type { App } from "../../runtime/app.js";
 import { deriveSeed } from "../../tensor/seeds.js";
-import type { GangHandle, PoolHandle } from "../../runtime/handles.js";
 import { buildSlices, scoreSamples } from "../scoring/batch.js";
 import { rng } from "../random.js";
 import type { RunOptions } from "./options.js";
 import type { PreparedTask } from "./recipe.js";
-import { lagOf, lagStats, type RolloutsAhead } from "./overlap.js";
-import type { RolloutService } from "../services/rollout-service.js";
-import type { TrainerService } from "../services/trainer-service.js";
+import { lagOf, lagStats } from "./overlap.js";
+import { limitsOf, type RolloutParts, type StepServices } from "./step-services.js";
+import { agentRollouts, openEpisodeSessions } from "./agent-rollouts.js";
+import { agentExamples, agentMetrics } from "./alarms.js";
+
+export { limitsOf, type RolloutParts, type StepServices } from "./step-services.js";
 import { evalKeys, stepKeys } from "../state/run-objects.js";
-import type { CategoryEval, EpisodeLimits, EvalResult, PublishStats, RewardFn, RolloutItem, RolloutResult, Scored, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult, Trajectory } from "../types.js";
+import type { CategoryEval, EvalResult, PublishStats, RewardFn, RolloutItem, Scored, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult, Trajectory } from "../types.js";
 
 export type { CategoryEval, EvalResult, StepMetrics, StepResult } from "../types.js";
-
-/** What the pipeline runs on. */
-export interface StepServices {
-  app: App;
-  opts: RunOptions;
-  task: PreparedTask;
-  rollout: PoolHandle<RolloutService>;
-  trainer: GangHandle<TrainerService>;
-  rolloutSetup: ObjectRef;
-  weightsKey: string;
-  /** The rollouts started ahead of their steps and the trainers' policy version. */
-  ahead: RolloutsAhead<RolloutParts>;
-  /** The RL updates the trainers have taken in this run (every trainOn that trained). */
-  updates: number;
-}
-
-/** The rollout calls of one batch of task items (each call's items, and what it returned). */
-export type RolloutParts = Array<{ q: TaskItem[]; r: RolloutResult }>;
-
-/** The layer's limits a run's rollouts use, at `temperature` with batch seed `seed`. */
-export function limitsOf(o: RunOptions, temperature: number, seed: number): EpisodeLimits {
-  return { maxToolCalls: o.maxToolCalls, maxTurnTokens: o.maxTurnTokens, maxResponseTokens: o.maxResponseTokens, temperature, seed };
-}
 
 /**
  * Rolls out task items (G samples each) across the pool, `promptsPerTask`
@@ -57,6 +35,14 @@ export function limitsOf(o: RunOptions, temperature: number, seed: number): Epis
  * goes under the key prefix `keys` (run-objects.ts), whose owner deletes it.
  */
 export async function rollouts(svc: StepServices, items: readonly TaskItem[], groupSize: number, temperature: number, step: number, keys?: string): Promise<RolloutParts> {
+  // An agent run's episodes are its agent's, on the endpoint (run here, or in the executors); the seeds are the same.
+  if (svc.agentFn !== undefined) {
+    // The leases end by themselves shortly after the agents' deadline, should this driver go away mid-step.
+    const sessions = await openEpisodeSessions(svc, items, { groupSize, temperature, step, keys, leaseMs: svc.opts.agentTimeoutMs + 30_000 });
+    await sessions.run(svc.agentFn);
+    return sessions.collect();
+  }
+  if (svc.opts.agent !== undefined) return agentRollouts(svc, svc.opts.agent, items, groupSize, temperature, step, keys, svc.agentRevision ?? 0);
   const per = svc.opts.promptsPerTask;
   const chunks: TaskItem[][] = [];
   for (let i = 0; i < items.length; i += per) chunks.push(items.slice(i, i + per));
@@ -101,7 +87,7 @@ export async function collect(svc: Pick<StepServices, "app" | "task">, parts: Ro
  */
 export async function trainOn(svc: StepServices, kept: readonly ScoredSample[], keys?: string): Promise<TrainResult[]> {
   if (kept.length === 0) return [];
-  const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage })), svc.opts.trainers);
+  const slices = buildSlices(kept.map((s) => ({ tokens: s.tokens, mask: s.mask, logprobs: s.logprobs, advantage: s.advantage, ...(s.sampled ? { sampled: s.sampled, label: `${s.itemId}#${s.episode?.sample ?? "?"}` } : {}) })), svc.opts.trainers);
   const refs = await Promise.all(slices.map((s, rank) => svc.app.objects.put(s, { key: keys === undefined ? undefined : `${keys}slice-${rank}`, scratch: true })));
   try {
     const res = await svc.trainer.broadcast("train", refs.map((ref) => [ref, false] as [ObjectRef, boolean]));
@@ -117,6 +103,8 @@ export async function publish(svc: StepServices): Promise<{ publish?: PublishSta
   const res = await svc.trainer.broadcast("publish", Array.from({ length: svc.opts.trainers }, () => [] as []));
   const r0 = res.find((r) => r.rank === 0);
   if (r0?.publish) svc.ahead.policyVersion = r0.publish.version;
+  // Replays of earlier versions: the publication is mirrored into the kept chains (--replay-versions).
+  if (r0?.publish) await svc.history?.record(r0.publish.version);
   return { publish: r0?.publish, publishSeconds: r0?.publishSeconds };
 }
 
@@ -153,7 +141,8 @@ export async function runStep(svc: StepServices, step: number, reward: RewardFn)
   const { publish: published, publishSeconds } = trained.length > 0 ? await publish(svc) : { publish: undefined, publishSeconds: undefined };
   const t2 = performance.now();
   const metrics = stepMetrics(svc, step, { parts, scored, kept, trained, published, publishSeconds, version, t0, t1, t2 });
-  return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples };
+  const examples = agentExamples(parts.map((p) => p.r.agent));
+  return { metrics, trajectories: parts.map((p) => p.r.trajectories), samples: scored.samples, ...(Object.keys(examples).length > 0 ? { examples } : {}) };
 }
 
 /** A step's metrics from its parts (the environment names the tool-call field). */
@@ -165,7 +154,10 @@ function stepMetrics(
   const env = svc.task.environment;
   const { parts, scored, trained, published } = s;
   const lag = lagStats(scored.samples, s.version);
-  const errors = scored.samples.filter((x) => x.finish === "error").length;
+  const agent = agentMetrics(parts.map((p) => p.r.agent));
+  // Agent failures are counted per episode (agent_failures), not per sequence.
+  const errors = agent.agent_sessions !== undefined ? 0 : scored.samples.filter((x) => x.finish === "error").length;
+  const groups = scored.groupsKept + scored.groupsDropped;
   const metrics: StepMetrics = {
     step,
     reward_mean: mean(scored.samples.map((x) => x.reward)),
@@ -190,6 +182,8 @@ function stepMetrics(
     policy_lag_mean: lag.mean,
     stale_dropped: scored.staleDropped,
     ...(errors > 0 ? { env_errors: errors } : {}),
+    zero_variance_share: groups === 0 ? 0 : scored.groupsDropped / groups,
+    ...agent,
     rollout_busy_s: parts.reduce((n, p) => n + p.r.busySeconds, 0),
     trainer_busy_s: trained.reduce((n, t) => n + t.seconds, 0),
     rollout_util: 0,

@@ -23,7 +23,7 @@ import { withStepDisplay } from "../report/step-summary.js";
 import type { RolloutService } from "../services/rollout-service.js";
 import type { TrainerService } from "../services/trainer-service.js";
 import { writeCheckpointJson, writeStandaloneCheckpoint } from "../state/checkpoint.js";
-import { batchKeys, dropSessionObjects, stepKeys, weightsKey } from "../state/run-objects.js";
+import { batchKeys, dropSessionObjects, replayKeys, stepKeys, weightsKey } from "../state/run-objects.js";
 import { runFingerprint, RunStateWriter, type RunState } from "../state/run-state.js";
 import { dropSnapshot, readSnapshot, type TrainerSnapshot } from "../state/snapshot.js";
 import type { EvalResult, PublishStats, RewardFn, ScoredSample, StepMetrics, StepResult, TaskItem, TrainResult } from "../types.js";
@@ -33,6 +33,15 @@ import type { RunOptions } from "./options.js";
 import { RolloutsAhead } from "./overlap.js";
 import { collect, emByCategory, evaluate, publish, rollouts, runStep, setUtilisation, stepItems, stepRollouts, trainOn, type Collected, type RolloutParts, type StepServices } from "./pipeline.js";
 import type { EnvironmentPackage, PreparedTask, TaskRecipe } from "./recipe.js";
+import type { AgentFn } from "../agent/agents.js";
+import { runEndpointKey, RunEndpoint, type EpisodeSessions } from "./agent-rollouts.js";
+import { newAlarms } from "./alarms.js";
+import { WeightHistory } from "../replay/history.js";
+import type { ReplayOptions } from "../replay/replay.js";
+import type { BranchAsk, EpisodeReplay } from "../replay/replayed.js";
+import type { ReplayJSON } from "../replay/episode.js";
+// The replay surface loads its views (tables) only when used: the CLI's training path stays free of them.
+import type { ReplayContext, VersionComparison } from "../replay/run-replay.js";
 import type { Trainers, TrainersAt } from "./trainers.js";
 
 export type { RunOptions } from "./options.js";
@@ -47,6 +56,13 @@ export interface Rollouts {
 
 /** Options of `run.rollout`. */
 export interface RolloutOptions {
+  /**
+   * An agent to run the episodes instead of the task's environment: a
+   * function (run here, in this process, against the executors' endpoint) or
+   * `FILE#EXPORT` (run warm in the rollout executors). Default: the run's
+   * `--agent`, if any.
+   */
+  agent?: AgentFn | string;
   /** Samples per item (default the run's groupSize). */
   groupSize?: number;
   /** Default the run's temperature; 0 is greedy. */
@@ -69,7 +85,11 @@ export class AgentRun {
   /** Evaluations and hand-rolled batches run so far (each one's objects live under its number's keys until read). */
   private evals = 0;
   private batches = 0;
+  private replays = 0;
   private envRevision = 0;
+  private endpoint_?: RunEndpoint;
+  /** Alarms already raised in this run (each warns once). */
+  private readonly alarmsRaised = new Set<string>();
   /** Where the trainers were when the run last recorded its state. */
   private recorded!: TrainersAt;
   readonly app: App;
@@ -86,7 +106,8 @@ export class AgentRun {
     this.state = new RunStateWriter(this.app, this.opts.name);
     const svc: Omit<StepServices, "ahead" | "updates"> = { app: this.app, opts: this.opts, task: this.task, rollout: this.rollout_, trainer: o.trainers.gang, rolloutSetup: o.rolloutSetup, weightsKey: weightsKey(this.opts.name) };
     const ahead: RolloutsAhead<RolloutParts> = new RolloutsAhead((step) => stepRollouts(this.svc, step), this.opts.maxLag);
-    this.svc = { ...svc, ahead, updates: 0 };
+    const history = new WeightHistory(this.app, this.opts.name, svc.weightsKey, this.opts.replayVersions);
+    this.svc = { ...svc, ahead, updates: 0, history };
   }
 
   /**
@@ -136,6 +157,8 @@ export class AgentRun {
       }
       this.svc.ahead.policyVersion = await this.trainers.start(this.runId, o.resume);
     }
+    // The first publication (or the live object of a reattached run) starts the kept chains.
+    await this.svc.history?.record(this.svc.ahead.policyVersion);
     await this.saveState();
     if (opts.snapshotEvery > 0 && !(await readSnapshot(app, opts.name))) await this.snapshot();
   }
@@ -213,8 +236,91 @@ export class AgentRun {
    */
   async rollout(items: readonly TaskItem[], o: RolloutOptions = {}): Promise<Rollouts> {
     const keys = batchKeys(this.opts.name, ++this.batches);
-    const parts = await rollouts(this.svc, items, o.groupSize ?? this.opts.groupSize, o.temperature ?? this.opts.temperature, o.step ?? this.stepNo + 1, keys);
+    const groupSize = o.groupSize ?? this.opts.groupSize;
+    const temperature = o.temperature ?? this.opts.temperature;
+    const step = o.step ?? this.stepNo + 1;
+    if (typeof o.agent === "function") {
+      const sessions = await this.endpoint.open(items, { groupSize, temperature, step, keys });
+      await sessions.run(o.agent);
+      return { parts: await sessions.collect(), keys };
+    }
+    const svc = typeof o.agent === "string" ? { ...this.svc, opts: { ...this.opts, agent: o.agent } } : this.svc;
+    const parts = await rollouts(svc, items, groupSize, temperature, step, keys);
     return { parts, keys };
+  }
+
+  /**
+   * Opens episode sessions for agents that run elsewhere (any process, any
+   * language): G per item, with each session's `baseURL` and `apiKey`; end
+   * them with `finish` (or the agent's `POST /hearth/v1/session/finish`),
+   * then `collect()` and `score` the batch like any other.
+   */
+  async openSessions(items: readonly TaskItem[], o: Omit<RolloutOptions, "agent"> & { leaseMs?: number } = {}): Promise<EpisodeSessions & { batch(): Promise<Rollouts> }> {
+    const keys = batchKeys(this.opts.name, ++this.batches);
+    const sessions = await this.endpoint.open(items, { groupSize: o.groupSize, temperature: o.temperature, step: o.step ?? this.stepNo + 1, keys, leaseMs: o.leaseMs });
+    return Object.assign(sessions, { batch: async (): Promise<Rollouts> => ({ parts: await sessions.collect(), keys }) });
+  }
+
+  /** The run's agent endpoint: its model name, key and each rollout executor's address (docs/agents.md). */
+  get endpoint(): RunEndpoint {
+    if (!this.task.tokenizer.template) throw new RunError(`run '${this.opts.name}' serves no agent endpoint: its policy's tokenizer has no chat template (use a task whose policy has one, e.g. agent-calculator, or a model folder with a chat_template)`, { run: this.opts.name });
+    this.endpoint_ ??= new RunEndpoint(() => this.svc, runEndpointKey(this.app, this.opts.name));
+    return this.endpoint_;
+  }
+
+  /**
+   * Makes `agent` (a function) run every episode from the next step on: the
+   * built-in step, evaluations and `rollout` open G sessions per item on the
+   * executors' endpoint and run it here, in this process (a notebook cell's
+   * agent). `undefined` goes back to the run's `--agent` or environment.
+   */
+  setAgent(agent: AgentFn | undefined): void {
+    if (agent !== undefined && typeof agent !== "function") throw new OptionError("setAgent needs an async function (item, { baseURL, apiKey, model, signal }) returning the final answer, or undefined", { flag: "agent" });
+    if (agent !== undefined) void this.endpoint; // a clear error now when the run serves no endpoint
+    this.svc.agentFn = agent;
+  }
+
+  // ── debugging an episode ───────────────────────────────────────────
+
+  /**
+   * Replays sample `sample` of a held step (the trajectory table's `i`)
+   * exactly: its rollout call runs again at the policy version it was
+   * sampled with, its row seed and what its environment inserted, on a
+   * rollout executor's replay engine, and every token and logprob is
+   * checked equal to the recording (ReplayMismatchError names the first
+   * that is not). The episode shows each token's probability, entropy and
+   * alternatives, and branches from any point (`ep.at(turn, token).force(…)
+   * .continue()`). `version` replays it at another version (not compared);
+   * `environment: "current"` runs the tools again as loaded now.
+   */
+  async replay(o: ReplayOptions & { version?: number }): Promise<EpisodeReplay> {
+    return (await import("../replay/run-replay.js")).replayEpisode(this.replayContext(), o);
+  }
+
+  /** A what-if branch of a held sample (what `EpisodeReplay.at(…).force(…).continue()` runs): its episode and reward. */
+  async branch(ask: BranchAsk): Promise<{ episode: ReplayJSON; reward?: number }> {
+    return (await import("../replay/run-replay.js")).branchEpisode(this.replayContext(), ask);
+  }
+
+  /** A held sample's episode under several policy versions: each version's logprob of every generated token, and the episode re-sampled at each with the same seed. */
+  async compareVersions(o: { step?: number; sample: number }, versions: number[]): Promise<VersionComparison> {
+    return (await import("../replay/run-replay.js")).compareVersions(this.replayContext(), o, versions);
+  }
+
+  /** The policy versions kept for replays beyond the live weights object, and their bytes. */
+  keptVersions(): { ranges: Array<[number, number]>; bytes: number } {
+    return { ranges: this.svc.history?.ranges() ?? [], bytes: this.svc.history?.bytes() ?? 0 };
+  }
+
+  private replayContext(): ReplayContext {
+    return { svc: this.svc, results: this.results, reward: () => this.reward, nextKeys: () => replayKeys(this.opts.name, ++this.replays) };
+  }
+
+  /** Makes the rollout executors import the run's agent module afresh from the next rollout (an edited agent). */
+  reloadAgent(): { revision: number } {
+    if (this.busy) throw new RunError("a step is running on this run; reload the agent between steps", { run: this.opts.name, step: this.stepNo + 1 });
+    this.svc.agentRevision = (this.svc.agentRevision ?? 0) + 1;
+    return { revision: this.svc.agentRevision };
   }
 
   /** Scores a batch with `reward` (default the run's) and computes group advantages; its trajectories are deleted once read. */
@@ -297,6 +403,11 @@ export class AgentRun {
       emit?.({ type: "warning", step, text });
     }
     if (m.env_errors) o.log(`warning: step ${step}: the environment failed on ${m.env_errors} sample(s), left out of training; the first: ${result.samples.find((s) => s.error)?.error ?? "?"}`);
+    if (m.agent_failures) o.log(`warning: step ${step}: the agent failed on ${m.agent_failures} episode(s), left out of training; the first: ${result.samples.find((s) => s.error)?.error ?? "?"}`);
+    for (const text of newAlarms(m, result.examples ?? {}, this.alarmsRaised)) {
+      o.log(`warning: step ${step}: ${text}`);
+      emit?.({ type: "warning", step, text });
+    }
     if (o.evalEvery > 0 && step % o.evalEvery === 0) {
       const ev = await this.evaluate();
       m.eval_em = ev.em;

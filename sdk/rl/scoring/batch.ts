@@ -5,8 +5,9 @@
  * token count.
  */
 import { groupAdvantages } from "./advantages.js";
-import { RewardError } from "../errors.js";
-import type { RewardFn, Scored, ScoredSample, Trajectory, TrainSlice } from "../types.js";
+import { RewardError, TrajectoryError } from "../errors.js";
+import { createHash } from "node:crypto";
+import type { RewardFn, SampledRun, Scored, ScoredSample, Trajectory, TrainSlice } from "../types.js";
 
 export type { Scored, ScoredSample } from "../types.js";
 
@@ -31,25 +32,42 @@ export interface ScoreOptions {
  * scored: reward 0, never trained on, and its group's advantages are
  * computed over the other samples. A reward that throws or is not finite is
  * a RewardError naming the step, the sample and its question.
+ *
+ * Agent episodes: an episode split into several sequences (`episode`) is one
+ * sample of its group, scored once (the agent's own reward when it gave
+ * one, else the reward of its final answer, `final`); every sequence of it
+ * gets that reward and advantage. A sequence with no sampled token is never
+ * trained on.
  */
 export function scoreSamples(groups: SampleGroup[], reward: RewardFn, opts: ScoreOptions = {}): Scored {
   const at = opts.step === undefined ? "" : ` at step ${opts.step}`;
-  const rewards = groups.map((g) =>
-    g.samples.map((s, i) => {
+  // Each group's episodes: the indices of their samples (one each, unless an agent episode was split).
+  const episodes = groups.map((g) => {
+    const byKey = new Map<string, number[]>();
+    g.samples.forEach((s, i) => {
+      const key = s.episode ? `s:${s.episode.session}` : `i:${i}`;
+      byKey.set(key, [...(byKey.get(key) ?? []), i]);
+    });
+    return [...byKey.values()];
+  });
+  const rewards = groups.map((g, gi) =>
+    episodes[gi]!.map((idx, e) => {
+      const s = g.samples[idx[0]!]!;
       if (s.finish === "error") return undefined;
+      if (s.agentReward !== undefined) return s.agentReward;
       let r: number;
       try {
-        r = reward(s.response, g.golds);
+        r = reward(s.final ?? s.response, g.golds);
       } catch (err) {
-        throw new RewardError(`the reward function threw on sample ${i} of '${g.question}'${at}: ${(err as Error)?.message ?? String(err)}`, { step: opts.step, sample: i, question: g.question, cause: err });
+        throw new RewardError(`the reward function threw on sample ${e} of '${g.question}'${at}: ${(err as Error)?.message ?? String(err)}`, { step: opts.step, sample: e, question: g.question, cause: err });
       }
       if (typeof r !== "number" || !Number.isFinite(r)) {
-        throw new RewardError(`the reward function returned ${String(r)} for sample ${i} of '${g.question}'${at}; it must return a finite number`, { step: opts.step, sample: i, question: g.question });
+        throw new RewardError(`the reward function returned ${String(r)} for sample ${e} of '${g.question}'${at}; it must return a finite number`, { step: opts.step, sample: e, question: g.question });
       }
       return r;
     }),
   );
-  // Advantages over the samples the environment did not fail on (a group left with none, or with equal rewards, is dropped).
+  // Advantages over the episodes the environment did not fail on (a group left with none, or with equal rewards, is dropped).
   const valid = rewards.map((rs) => rs.filter((r): r is number => r !== undefined));
   const scorable = valid.map((rs, gi) => ({ rs, gi })).filter((x) => x.rs.length > 0);
   const adv = groupAdvantages(scorable.map((x) => x.rs));
@@ -57,19 +75,24 @@ export function scoreSamples(groups: SampleGroup[], reward: RewardFn, opts: Scor
   const samples: ScoredSample[] = [];
   groups.forEach((g, gi) => {
     const k = keptAt.get(gi);
+    const perSample = new Array<{ r: number | undefined; a: number }>(g.samples.length);
     let v = 0;
-    g.samples.forEach((s, i) => {
-      const r = rewards[gi]![i];
-      const advantage = r === undefined || k === undefined ? 0 : adv.advantages[k]![v]!;
+    episodes[gi]!.forEach((idx, e) => {
+      const r = rewards[gi]![e];
+      const a = r === undefined || k === undefined ? 0 : adv.advantages[k]![v]!;
       if (r !== undefined) v++;
+      for (const i of idx) perSample[i] = { r, a };
+    });
+    g.samples.forEach((s, i) => {
+      const { r, a } = perSample[i]!;
       samples.push({
         ...s,
         question: g.question,
         golds: g.golds,
-        answer: opts.answerOf ? opts.answerOf(s.response) : ((s as Partial<ScoredSample>).answer ?? null),
+        answer: opts.answerOf ? opts.answerOf(s.final ?? s.response) : ((s as Partial<ScoredSample>).answer ?? null),
         reward: r ?? 0,
-        advantage,
-        kept: k !== undefined && r !== undefined,
+        advantage: a,
+        kept: k !== undefined && r !== undefined && s.mask.some((m) => m === 1),
       });
     });
   });
@@ -82,6 +105,46 @@ export interface TrainRow {
   mask: ArrayLike<number>;
   logprobs?: ArrayLike<number>;
   advantage: number;
+  /** Where the sampled ids are and the engine's digests of them (agent episodes): the trainer checks them. */
+  sampled?: SampledRun[];
+  label?: string;
+}
+
+/** sha256 (hex) of ids as int32 little-endian: what the engine computes of the ids it sampled. */
+export function idsDigest(ids: ArrayLike<number>, from = 0, n = ids.length - from): string {
+  const buf = Buffer.alloc(4 * n);
+  for (let i = 0; i < n; i++) buf.writeInt32LE(ids[from + i]!, 4 * i);
+  return createHash("sha256").update(buf).digest("hex");
+}
+
+/**
+ * Checks a slice's rows against their sampled runs: every run's ids have
+ * mask 1 and the engine's digest, and no other id has mask 1. Throws naming
+ * the sample and the run that differs (a sample whose trained ids are not
+ * the sampled ones must not train).
+ */
+export function checkSampled(slice: TrainSlice): void {
+  if (!slice.sampled) return;
+  for (let r = 0; r < slice.rows; r++) {
+    const runs = slice.sampled[r];
+    if (!runs) continue;
+    const label = slice.labels?.[r] ?? `row ${r}`;
+    const row = slice.tokens.subarray(r * slice.cols, (r + 1) * slice.cols);
+    const mask = slice.mask.subarray(r * slice.cols, (r + 1) * slice.cols);
+    let covered = 0;
+    runs.forEach((run, k) => {
+      if (run.at + run.n > slice.cols) throw new TrajectoryError(`sample ${label}: its sampled run ${k} (${run.n} ids at ${run.at}) lies past its ${slice.cols} columns: the trained ids are not the sampled ones`, { sample: label });
+      for (let t = run.at; t < run.at + run.n; t++) {
+        if (mask[t] !== 1) throw new TrajectoryError(`sample ${label}: id ${t} of sampled run ${k} has mask ${mask[t]}, not 1`, { sample: label });
+      }
+      const d = idsDigest(row, run.at, run.n);
+      if (d !== run.digest) throw new TrajectoryError(`sample ${label}: the ids of sampled run ${k} (${run.n} at ${run.at}) differ from those its engine sampled (digest ${d.slice(0, 12)} ≠ ${run.digest.slice(0, 12)}): refusing to train on them`, { sample: label });
+      covered += run.n;
+    });
+    let ones = 0;
+    for (let t = 0; t < slice.cols; t++) ones += mask[t] === 1 ? 1 : 0;
+    if (ones !== covered) throw new TrajectoryError(`sample ${label}: ${ones} ids have mask 1 but its engine sampled ${covered}: only sampled ids may be trained`, { sample: label });
+  }
 }
 
 /**
@@ -98,6 +161,7 @@ export function buildSlices(rows: TrainRow[], ranks: number): TrainSlice[] {
     buckets[best]!.push(i);
     load[best]! += rows[i]!.tokens.length;
   }
+  const withSampled = rows.some((r) => r.sampled !== undefined);
   return buckets.map((idx) => {
     const cols = Math.max(1, ...idx.map((i) => rows[i]!.tokens.length));
     const n = idx.length;
@@ -116,6 +180,10 @@ export function buildSlices(rows: TrainRow[], ranks: number): TrainSlice[] {
       if (r.logprobs) slice.oldLogprobs.set(Array.from(r.logprobs), row * cols);
       slice.advantages[row] = r.advantage;
     });
+    if (withSampled) {
+      slice.sampled = idx.map((i) => rows[i]!.sampled ?? null);
+      slice.labels = idx.map((i) => rows[i]!.label ?? `row ${i}`);
+    }
     return slice;
   });
 }

@@ -20,6 +20,7 @@ import type { TrainMetrics, TrainerOptions } from "../../tensor/types.js";
 import { HearthError } from "../../errors/index.js";
 import type { ModelShape, PublishStats, TrainResult, TrainSlice } from "../types.js";
 import { WeightPublisher, type RebasePolicy } from "./weights.js";
+import { checkSampled } from "../scoring/batch.js";
 
 /** How a trainer gang sets itself up. */
 export interface TrainerSetup {
@@ -142,11 +143,23 @@ export class TrainerService {
     const t0 = performance.now();
     const engine = this.need();
     const b = await this.ctx.objects.get<TrainSlice>(slice);
+    // Agent episodes: the ids trained on must be the ids their engine sampled (digests from the engine).
+    checkSampled(b);
     const metrics = await engine.trainStep(b);
     this.updates++;
     this.ctx.objects.forget(slice);
     const p = publish ? await this.publishNow() : {};
     return { rank: this.ctx.rank!, metrics, ...p, seconds: (performance.now() - t0) / 1000 };
+  }
+
+  /**
+   * The trainer's own forward pass over `tokens`: at each position, the k
+   * most likely next tokens and their logprobs (what a replay's alternatives
+   * are checked against; this rank's current weights).
+   */
+  async topK(tokens: number[], k: number): Promise<{ rank: number; ids: Int32Array; logprobs: Float32Array }> {
+    const r = await this.need().topK(Int32Array.from(tokens), 1, tokens.length, k);
+    return { rank: this.ctx.rank!, ...r };
   }
 
   /** Rank 0 publishes the weights it holds (a patch against the last publication, or a fresh base); other ranks have nothing to publish. */

@@ -19,6 +19,9 @@
  * | a step's training slices | `steps/<n>/slice-<rank>`     | step n's update| once the trainers have trained on them            |
  * | an evaluation's answers  | `eval/<k>/traj-…`            | evaluation k   | once read                                         |
  * | a hand-rolled batch      | `batches/<n>/traj-…`         | `run.rollout`  | by `run.score`, or when the driver leaves         |
+ * | an agent lease's batches | `steps/<n>/log-…` (and eval, batches) | step n | with its trajectories                          |
+ * | a replay's output        | `replays/<k>/replay-…`       | replay k       | once read                                         |
+ * | a kept weight chain      | `history/v<base>`            | the driver     | past `--replay-versions`, or when the driver leaves |
  *
  * The warm start's setup and batches (`bootstrap-run.ts`) are deleted at
  * once; shipped folders (cache/folder.ts) once the trainers loaded them.
@@ -71,6 +74,16 @@ export function evalKeys(name: string, n?: number): string {
   return `${runKeys(name)}eval/${n === undefined ? "" : `${n}/`}`;
 }
 
+/** A kept weight chain of run `name` whose base is publication version `base` (replays; see replay/history.ts); without one, the prefix of all of them. */
+export function historyKey(name: string, base?: number): string {
+  return `${runKeys(name)}history/${base === undefined ? "" : `v${base}`}`;
+}
+
+/** The prefix of replay `n`'s objects; without one, of every replay's. */
+export function replayKeys(name: string, n?: number): string {
+  return `${runKeys(name)}replays/${n === undefined ? "" : `${n}/`}`;
+}
+
 /** The prefix of hand-rolled batch `n`'s objects (`run.rollout`, deleted by `run.score`); without one, of every batch's. */
 export function batchKeys(name: string, n?: number): string {
   return `${runKeys(name)}batches/${n === undefined ? "" : `${n}/`}`;
@@ -91,4 +104,6 @@ export async function dropSessionObjects(app: App, name: string): Promise<void> 
   await app.objects.delete(stepKeys(name));
   await app.objects.delete(evalKeys(name));
   await app.objects.delete(batchKeys(name));
+  await app.objects.delete(replayKeys(name));
+  await app.objects.delete(historyKey(name));
 }

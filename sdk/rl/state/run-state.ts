@@ -42,7 +42,7 @@ export interface RunState {
 const SAME_RUN: ReadonlyArray<keyof RunOptions> = [
   "model", "data", "seed", "promptsPerStep", "promptsPerTask", "groupSize", "rollouts", "trainers", "evalSize", "lr", "klCoef",
   "gradClip", "microBatch", "env", "maxToolCalls", "topK", "toolTimeoutMs", "maxTurnTokens", "maxResponseTokens", "temperature", "policy", "bootstrapSteps", "bootstrapMixedShare",
-  "rolloutResreq", "trainerResreq", "rolloutDtype", "threads", "backend", "rebaseEvery", "rebaseShare",
+  "rolloutResreq", "trainerResreq", "rolloutDtype", "threads", "backend", "rebaseEvery", "rebaseShare", "agent",
 ];
 
 /** A digest of the options that define a run, and their values (to say what differs). */

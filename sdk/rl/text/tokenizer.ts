@@ -16,6 +16,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { byteLevelVocab, type TokenizerJson } from "../../tensor/index.js";
 import { HearthError } from "../../errors/index.js";
 import { ChatPrompt, TEMPLATE_TIMEOUT_MS } from "./chat-template.js";
+import type { SpecialTokens } from "./chat-messages.js";
 
 /** The protocol's tags; single tokens in the word-level vocabulary. */
 export const TAGS = ["<think>", "</think>", "<search>", "</search>", "<information>", "</information>", "<answer>", "</answer>"] as const;
@@ -43,6 +44,8 @@ export interface TextTokenizer {
   readonly prompt: "chat-template" | "plain";
   /** The files to ship (tokenizer.json and, when present, the configs). */
   readonly files: TokenizerFiles;
+  /** The chat template's source and the special tokens it reads (absent: the folder has none); chat-messages.ts renders messages and tools with it. */
+  readonly template?: { source: string; special: SpecialTokens };
 }
 
 type Json = Record<string, any>;
@@ -57,15 +60,16 @@ class HfTokenizer implements TextTokenizer {
     private readonly json: Json,
     private readonly config: Json | undefined,
     private readonly tok: Tokenizer,
-    private readonly template: ChatPrompt | undefined,
+    private readonly prompter: ChatPrompt | undefined,
     generation: Json | undefined,
+    readonly template?: { source: string; special: SpecialTokens },
   ) {
     let max = -1;
     for (const id of Object.values((json.model?.vocab ?? {}) as Record<string, number>)) if (id > max) max = id;
     for (const t of (json.added_tokens ?? []) as Array<{ id: number }>) if (t.id > max) max = t.id;
     this.size = max + 1;
     this.eosIds = eosIds(json, config, generation);
-    this.prompt = template ? "chat-template" : "plain";
+    this.prompt = prompter ? "chat-template" : "plain";
   }
 
   encode(text: string): number[] {
@@ -73,7 +77,8 @@ class HfTokenizer implements TextTokenizer {
   }
 
   decode(ids: ArrayLike<number>): string {
-    return this.tok.decode(Array.from(ids));
+    // The library refuses an empty list; nothing decodes to nothing.
+    return ids.length === 0 ? "" : this.tok.decode(Array.from(ids));
   }
 
   pieces(): Uint8Array[] {
@@ -88,8 +93,8 @@ class HfTokenizer implements TextTokenizer {
   }
 
   chat(system: string, user: string): string {
-    if (!this.template) return `${system}\n\n${user}\n`;
-    return this.template.render(system, user);
+    if (!this.prompter) return `${system}\n\n${user}\n`;
+    return this.prompter.render(system, user);
   }
 }
 
@@ -159,7 +164,7 @@ export function tokenizerFromFiles(files: TokenizerFiles, opts: TokenizerOptions
   const source = templateSource(config);
   const special = { bos_token: tokenText(config?.bos_token), eos_token: tokenText(config?.eos_token) };
   const template = source === undefined ? undefined : ChatPrompt.compile(source, special, opts.templateTimeoutMs ?? TEMPLATE_TIMEOUT_MS);
-  return new HfTokenizer(files, json, config, tok, template, generation);
+  return new HfTokenizer(files, json, config, tok, template, generation, source === undefined ? undefined : { source, special });
 }
 
 function tokenText(t: unknown): string {

@@ -1,0 +1,26 @@
+/**
+ * A calculator agent written with the official `openai` SDK: the classic tool
+ * loop (ask; run every tool call; send the results; until the model answers).
+ *
+ *   npm run hearth -- train agent --task calculator --agent examples/agents/calc-openai.ts#solve
+ */
+import OpenAI from "openai";
+import { CALC_TOOL, runCalc } from "hearth/agents";
+
+/** Solves one word problem; returns the final answer. */
+export async function solve(item: { id: string; question: string }, ctx: { baseURL: string; apiKey: string; model: string; signal: AbortSignal }): Promise<string> {
+  const client = new OpenAI({ baseURL: ctx.baseURL, apiKey: ctx.apiKey, maxRetries: 0 });
+  const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [{ role: "user", content: item.question }];
+  for (let turn = 0; turn < 6; turn++) {
+    const r = await client.chat.completions.create({ model: ctx.model, messages, tools: [CALC_TOOL as OpenAI.Chat.ChatCompletionTool] }, { signal: ctx.signal });
+    const m = r.choices[0]!.message;
+    if (!m.tool_calls?.length) return m.content ?? "";
+    messages.push({ role: "assistant", content: m.content ?? "", tool_calls: m.tool_calls });
+    for (const call of m.tool_calls) {
+      if (call.type !== "function") continue;
+      const args = JSON.parse(call.function.arguments) as { expression: string };
+      messages.push({ role: "tool", tool_call_id: call.id, content: runCalc(args) });
+    }
+  }
+  return "";
+}
