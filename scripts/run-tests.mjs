@@ -81,8 +81,11 @@ let failed = 0;
 let broken = false;
 const skipped = [];
 // One `node --test` per file (each file runs in its own process either way), so every skip is named with its file.
+const durations = [];
 for (const file of files) {
+  const t0 = Date.now();
   const [code, out] = await run(process.execPath, ["--test", "--test-reporter=tap", "--test-timeout=300000", file]);
+  durations.push({ file: path.relative(testsDir, file), seconds: (Date.now() - t0) / 1000, code });
   const count = (what) => Number(new RegExp(`^# ${what} (\\d+)`, "m").exec(out)?.[1] ?? 0);
   passed += count("pass");
   failed += count("fail") + count("cancelled");
@@ -109,6 +112,13 @@ if (existsSync(path.join(engineDir, "tests")) && (filter === "" || filter.includ
   broken ||= code !== 0;
 }
 
+// The slowest files (and any that exited non-zero), so a run past its time budget says where the time went.
+if (durations.length > 1) {
+  console.log("slowest test files:");
+  for (const d of [...durations].sort((a, b) => b.seconds - a.seconds).slice(0, 12)) console.log(`  ${d.seconds.toFixed(0).padStart(5)} s  ${d.file}${d.code !== 0 ? ` (exit ${d.code})` : ""}`);
+  const bad = durations.filter((d) => d.code !== 0);
+  if (bad.length > 0) console.log(`files that exited non-zero: ${bad.map((d) => `${d.file} (${d.code})`).join(", ")}`);
+}
 if (skipped.length > 0) {
   console.log(`skipped (${skipped.length}):`);
   for (const s of skipped) console.log(`  ${s.kind === "todo" ? "todo" : "skip"}: ${s.test} — ${s.reason}`);

@@ -101,7 +101,6 @@ test("the AI SDK agent trains unchanged in the executors: held-out EM and tool c
   const before = await run.evaluate();
   await run.train(10, { progress: false });
   const after = await run.evaluate();
-  const m = run.history.at(-1)!;
   const sum = (k: "agent_sessions" | "agent_tool_calls" | "tool_parse_failures") => run.history.reduce((a, x) => a + (x[k] ?? 0), 0);
   const unparsed = sum("tool_parse_failures") / Math.max(1, sum("tool_parse_failures") + sum("agent_tool_calls"));
   assert.ok(sum("agent_sessions") > 0 && sum("agent_tool_calls") > 0, "the agent's sessions made tool calls");
