@@ -6,20 +6,16 @@
 // policy versions. Checked from the executed outputs: properties, never exact
 // numbers.
 import assert from "node:assert/strict";
-import path from "node:path";
 import { test } from "node:test";
-import { REPO_ROOT } from "./bridge.js";
 import { useNotebookRig } from "./notebook-rig.js";
 
 const rig = useNotebookRig("debug-nb-agent", "hearth-nb05-home-");
 
 test("05-debug-an-episode.ipynb: a failed sample replayed exactly, its decision token, two what-if branches, two versions compared", { timeout: 600_000 }, async () => {
   await rig.ready();
-  const outFile = path.join(rig.home, "05-debug-an-episode.out.ipynb");
-  const result = await rig.run(path.join(REPO_ROOT, "notebooks/05-debug-an-episode.ipynb"), outFile, 480_000, 240);
-  const cell = (start: string) => result.cells.find((c) => c.source.startsWith(start))!;
-  const text = (start: string) => cell(start).outputs.map((o) => o.text ?? "").join("\n");
-  const html = (start: string) => cell(start).outputs.filter((o) => o.mime?.includes("text/html")).map((o) => o.html ?? "").join("\n");
+  const result = await rig.runRepo("05-debug-an-episode.ipynb");
+  const { text } = result;
+  const html = (start: string) => result.html(start).join("\n");
 
   assert.match(text("const samples = run.result(1)"), /^'?sample \d+: .* \(gold \d+; answered \d+\)/m, "a sample that answered wrong");
   // The replay: checked equal, coloured by probability, the calculator's results inserted.

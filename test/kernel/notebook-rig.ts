@@ -11,7 +11,7 @@ import path from "node:path";
 import { after, before } from "node:test";
 import { secretFile } from "../../sdk/wire/auth.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
-import { TempKernelspec } from "./bridge.js";
+import { REPO_ROOT, TempKernelspec } from "./bridge.js";
 import { errorOutputs, runNotebook, type CellSummary } from "./nbclient.js";
 import { pngStats } from "./render.js";
 
@@ -43,6 +43,24 @@ export interface NotebookRig {
    * cells and rich outputs.
    */
   run(notebook: string, outFile: string, limitMs: number, cellTimeoutS?: number): Promise<{ cells: CellSummary[]; rich: RichOutput[] }>;
+  /**
+   * Runs the repository's `notebooks/NAME` as `run` does (its output in the
+   * rig's home), with readers of the cell whose source starts with `start`:
+   * its text outputs joined, its HTML outputs.
+   */
+  runRepo(name: string, limitMs?: number, cellTimeoutS?: number): Promise<ExecutedNotebook>;
+}
+
+/** An executed notebook of the repository, with readers of its cells' outputs. */
+export interface ExecutedNotebook {
+  cells: CellSummary[];
+  rich: RichOutput[];
+  /** The cell whose source starts with `start` (fails the test when there is none). */
+  cell(start: string): CellSummary;
+  /** That cell's text outputs, joined by newlines. */
+  text(start: string): string;
+  /** That cell's HTML outputs. */
+  html(start: string): string[];
 }
 
 /** Registers `before`/`after` hooks that start and remove the rig; call at a test file's top level. */
@@ -98,6 +116,21 @@ export function useNotebookRig(agentId: string, homePrefix: string): NotebookRig
       const rich = result.cells.flatMap((c) => c.outputs.filter((o) => o.mime).map((o) => ({ cell: c.index, mime: o.mime!, text: o.text ?? "" })));
       for (const r of rich) assert.ok(r.mime.includes("text/plain"), `every bundle has text/plain (cell ${r.cell})`);
       return { cells: result.cells, rich };
+    },
+    async runRepo(name, limitMs = 480_000, cellTimeoutS = 240) {
+      const { cells, rich } = await this.run(path.join(REPO_ROOT, "notebooks", name), path.join(home!, name.replace(/\.ipynb$/, ".out.ipynb")), limitMs, cellTimeoutS);
+      const cell = (start: string): CellSummary => {
+        const c = cells.find((x) => x.source.startsWith(start));
+        assert.ok(c, `${name} has a cell starting ${JSON.stringify(start)}`);
+        return c;
+      };
+      return {
+        cells,
+        rich,
+        cell,
+        text: (start) => cell(start).outputs.map((o) => o.text ?? "").join("\n"),
+        html: (start) => cell(start).outputs.filter((o) => o.mime?.includes("text/html")).map((o) => o.html ?? ""),
+      };
     },
   };
 }

@@ -6,9 +6,7 @@
 // calls, masked tool results) above its tokens, more training and the
 // curves. Checked from the executed outputs: properties, never exact numbers.
 import assert from "node:assert/strict";
-import path from "node:path";
 import { test } from "node:test";
-import { REPO_ROOT } from "./bridge.js";
 import { cardMetrics } from "./nbclient.js";
 import { useNotebookRig } from "./notebook-rig.js";
 
@@ -17,11 +15,8 @@ const rig = useNotebookRig("agent-nb-agent", "hearth-nb04-home-");
 
 test("04-your-own-agent.ipynb: a Vercel AI SDK agent tried, trained unchanged, a trajectory as messages with masked tool results, and curves", { timeout: 600_000 }, async () => {
   await rig.ready();
-  const outFile = path.join(rig.home, "04-your-own-agent.out.ipynb");
-  const result = await rig.run(path.join(REPO_ROOT, "notebooks/04-your-own-agent.ipynb"), outFile, 480_000, 240);
-  const cell = (start: string) => result.cells.find((c) => c.source.startsWith(start))!;
-  const text = (start: string) => cell(start).outputs.map((o) => o.text ?? "").join("\n");
-  const html = (start: string) => cell(start).outputs.filter((o) => o.mime?.includes("text/html")).map((o) => o.html ?? "");
+  const result = await rig.runRepo("04-your-own-agent.ipynb");
+  const { text, html } = result;
 
   // The agent, run once in the kernel against the run's endpoint, answered with a number.
   assert.match(text("const home ="), /→ "-?\d+" \(gold -?\d+\)/, "the agent's one try answered a number");

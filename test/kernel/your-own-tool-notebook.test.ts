@@ -10,7 +10,6 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
-import { REPO_ROOT } from "./bridge.js";
 import { cardMetrics } from "./nbclient.js";
 import { useNotebookRig } from "./notebook-rig.js";
 
@@ -19,10 +18,8 @@ const rig = useNotebookRig("tool-nb-agent", "hearth-nb03-home-");
 
 test("03-your-own-tool.ipynb: a tool of one's own, a step, its masked results, the tool fixed and reloaded warm, training and curves", { timeout: 600_000 }, async () => {
   await rig.ready();
-  const outFile = path.join(rig.home, "03-your-own-tool.out.ipynb");
-  const result = await rig.run(path.join(REPO_ROOT, "notebooks/03-your-own-tool.ipynb"), outFile, 480_000, 240);
-  const html = (start: string) => result.cells.find((c) => c.source.startsWith(start))!.outputs.filter((o) => o.mime?.includes("text/html")).map((o) => o.html ?? "");
-  const text = (start: string) => result.cells.find((c) => c.source.startsWith(start))!.outputs.map((o) => o.text ?? "").join("\n");
+  const result = await rig.runRepo("03-your-own-tool.ipynb");
+  const { html, text } = result;
 
   // The module the notebook wrote is the tool the executors ran: its fixed version is on disk.
   const tool = readFileSync(path.join(rig.home, "my-tool", "my-calc.mjs"), "utf8");
