@@ -19,7 +19,7 @@ import { truncateLogLine } from "../sdk/format.js";
 import { ProtocolError, toWireError } from "../sdk/wire/errors.js";
 import { PendingRequests } from "../sdk/wire/requests.js";
 import { curveClientFromEnv } from "../sdk/wire/curve.js";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { credentialFrom, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { ExecutorSupervisor } from "./executor-supervisor.js";
 import { NodeCache } from "./node-cache.js";
@@ -51,7 +51,7 @@ export interface AgentOptions {
   /** Bytes of part files the node cache keeps at most. Default a quarter of this machine's memory. */
   cacheLimit?: number;
   /**
-   * Without `cacheDir`: the node cache on memory-backed /dev/shm (`/dev/shm/hearth-cache-<id>`) or on disk
+   * Without `cacheDir`: the node cache on memory-backed /dev/shm (`/dev/shm/hearth-cache-<id>-<digest of the disk folder>`) or on disk
    * (the default above). Default "auto": memory where the limit fits (storage-medium.ts).
    */
   cacheMedium?: MediumChoice;
@@ -310,6 +310,8 @@ function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): { dir: string
   const workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${id}`);
   const diskDir = users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${id}`) : path.join(workDir, "cache");
   const medium = pickMedium(opts.cacheMedium ?? "auto", opts.cacheLimit ?? Math.floor(os.totalmem() / 4), path.dirname(diskDir));
-  const dir = medium.kind === "memory" ? path.join(medium.dir, `hearth-cache-${id.replace(/[^A-Za-z0-9._-]/g, "_")}`) : diskDir;
+  // On the shared /dev/shm the name carries the work dir's digest too: two agents of one id (each HEARTH_HOME's "local") never meet there.
+  const key = createHash("sha256").update(path.resolve(diskDir)).digest("hex").slice(0, 10);
+  const dir = medium.kind === "memory" ? path.join(medium.dir, `hearth-cache-${id.replace(/[^A-Za-z0-9._-]/g, "_")}-${key}`) : diskDir;
   return { dir, medium };
 }

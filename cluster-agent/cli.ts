@@ -54,7 +54,7 @@ commands:
                                 /dev/shm/hearth keeps them in memory): a folder hearth makes, or an empty one (it
                                 marks it, empties it at start and removes only what it made); one holding other
                                 files, a link, or one another user owns or can write is refused
-          [--cache-medium auto|memory|disk]   without --cache-dir: /dev/shm/hearth-cache-<id> (memory) when the
+          [--cache-medium auto|memory|disk]   without --cache-dir: /dev/shm/hearth-cache-<id>-<digest> (memory) when the
                                 cache limit fits in it and in a quarter of memory (auto), else the folder above (disk)
           [--cache-limit 8g]    bytes of files the node cache keeps (default a quarter of this machine's memory)
           [--cache-max-connections-per-source 4096]   TCP connections one address may hold to the node cache

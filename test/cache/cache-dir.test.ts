@@ -15,7 +15,7 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { CACHE_MARKER, claimCacheDir, releaseCacheDir } from "../../cluster-agent/cache-dir.js";
 import { UsageError } from "../../sdk/errors/index.js";
-import { CLI, startCluster } from "../helpers/cluster.js";
+import { CLI, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
 
 const root = mkdtempSync(path.join(os.tmpdir(), "hearth-cachedir-"));
 const isRoot = process.geteuid?.() === 0;
@@ -141,4 +141,23 @@ test("a folder under a parent anyone can write and that is not sticky is refused
   chmodSync(shared, 0o1777);
   const claim = claimCacheDir(path.join(shared, "cache"), "n1");
   releaseCacheDir(claim);
+});
+
+test("two agents of one id on one machine (each HEARTH_HOME's `local`) get node caches of their own on /dev/shm", { timeout: 90_000 }, async () => {
+  // The embedded default names its agent "local" in every HEARTH_HOME: a run's agent outlives it, and the next HEARTH_HOME's must still start.
+  const a = await startCluster({ agents: [{ id: "local", args: ["--cache-medium", "memory"] }] });
+  try {
+    const b = await startCluster({ agents: [{ id: "local", args: ["--cache-medium", "memory"] }] });
+    try {
+      // The folder is in the agent's heartbeat, once it has sent one.
+      const cacheDir = (c: TestCluster) => waitFor("the agent's node cache report", async () => ((await c.status()).agents as Array<{ id: string; cache?: { dir?: string } | null }>).find((x) => x.id === "local")?.cache?.dir ?? undefined);
+      const dirs = await Promise.all([cacheDir(a), cacheDir(b)]);
+      assert.ok(dirs.every((d) => d !== undefined && d.startsWith("/dev/shm/hearth-cache-local-")), `both caches on /dev/shm: ${dirs.join(", ")}`);
+      assert.notEqual(dirs[0], dirs[1], "each its own folder");
+    } finally {
+      await b.stop();
+    }
+  } finally {
+    await a.stop();
+  }
 });
