@@ -51,7 +51,7 @@ export interface AgentOptions {
   /** Bytes of part files the node cache keeps at most. Default a quarter of this machine's memory. */
   cacheLimit?: number;
   /**
-   * Without `cacheDir`: the node cache on memory-backed /dev/shm (`/dev/shm/hearth-cache-<id>-<digest of the disk folder>`) or on disk
+   * Without `cacheDir`: the node cache on memory-backed /dev/shm (`/dev/shm/hearth-cache-<id>-<digest of the work dir>`) or on disk
    * (the default above). Default "auto": memory where the limit fits (storage-medium.ts).
    */
   cacheMedium?: MediumChoice;
@@ -298,7 +298,7 @@ function freePort(host: string): Promise<number> {
 /**
  * The node cache's folder: `--cache-dir` as given, else on memory-backed
  * /dev/shm where the cache's limit fits (storage-medium.ts), else on disk:
- * `<work-dir>/cache`, or `<executor-dir>/cache-<id>` when executors run as
+ * `<work-dir>/cache`, or `<executor-dir>/cache-<id>-<digest of the work dir>` when executors run as
  * their apps' own users (they must be able to reach it).
  */
 function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): { dir: string; medium: Medium } {
@@ -309,10 +309,10 @@ function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): { dir: string
     return { dir, medium: { kind: isMemoryBacked(probe) ? "memory" : "disk", dir, why: "--cache-dir" } };
   }
   const workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${id}`);
-  const diskDir = users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${id}`) : path.join(workDir, "cache");
+  // Folders shared by agents (/dev/shm, the executor dir) name the work dir's digest too: two agents of one id (each HEARTH_HOME's "local") never meet there.
+  const name = `${id.replace(/[^A-Za-z0-9._-]/g, "_")}-${createHash("sha256").update(path.resolve(workDir)).digest("hex").slice(0, 10)}`;
+  const diskDir = users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${name}`) : path.join(workDir, "cache");
   const medium = pickMedium(opts.cacheMedium ?? "auto", opts.cacheLimit ?? Math.floor(os.totalmem() / 4), path.dirname(diskDir));
-  // On the shared /dev/shm the name carries the work dir's digest too: two agents of one id (each HEARTH_HOME's "local") never meet there.
-  const key = createHash("sha256").update(path.resolve(diskDir)).digest("hex").slice(0, 10);
-  const dir = medium.kind === "memory" ? path.join(medium.dir, `hearth-cache-${id.replace(/[^A-Za-z0-9._-]/g, "_")}-${key}`) : diskDir;
+  const dir = medium.kind === "memory" ? path.join(medium.dir, `hearth-cache-${name}`) : diskDir;
   return { dir, medium };
 }

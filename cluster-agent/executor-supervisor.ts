@@ -208,6 +208,8 @@ export class ExecutorSupervisor {
     // Its own temp folder, removed after it exits (executor-scratch.ts): what it leaves there dying does not leak.
     const scratch = makeScratch(this.opts.workDir, id, identity);
     env.TMPDIR = scratch.dir;
+    // Said apart, so what it launches elsewhere (a Slurm job, commands.ts `jobEnv`) does not inherit a private folder as its TMPDIR.
+    env.HEARTH_EXECUTOR_TMPDIR = scratch.dir;
     for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
     const as = identity ? { uid: identity.uid, gid: identity.gid, cwd: identity.home } : {};
     const proc = spawn(process.execPath, [...nodeFlags(), EXECUTOR_MAIN], { env, stdio: ["ignore", "pipe", "pipe", "ipc"], ...as });

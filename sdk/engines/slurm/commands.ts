@@ -96,10 +96,23 @@ export function buildAgentJob(spec: AgentJobSpec): { args: string[]; script: str
   return { args, script };
 }
 
+/**
+ * The environment a job inherits from the submitting process (sbatch exports
+ * it all): without TMPDIR when that is the submitting executor's own temp
+ * folder (HEARTH_EXECUTOR_TMPDIR, set by its agent): that folder is private
+ * to the executor (0700, removed at its exit), and a job's agent would put its
+ * executors' folders inside it, where their users cannot reach them.
+ */
+export function jobEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  if (!env.HEARTH_EXECUTOR_TMPDIR || env.TMPDIR !== env.HEARTH_EXECUTOR_TMPDIR) return env;
+  const { TMPDIR: _tmp, HEARTH_EXECUTOR_TMPDIR: _mine, ...rest } = env;
+  return rest;
+}
+
 /** Runs `sbatch` with the script on stdin and returns the job id. */
 export function sbatch(args: string[], script: string, env: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((resolve, reject) => {
-    const p = spawn("sbatch", args, { env, stdio: ["pipe", "pipe", "pipe"] });
+    const p = spawn("sbatch", args, { env: jobEnv(env), stdio: ["pipe", "pipe", "pipe"] });
     let out = "";
     let err = "";
     p.stdout.on("data", (d: Buffer) => (out += d.toString()));
