@@ -136,7 +136,7 @@ test("a base of several parts commits whole: readers see the old parts until the
   const m = members[0]!;
   const first = await pool.callMember(m.executorId, "parts", "shards");
   assert.deepEqual(first.parts.map((p) => p.sha256), oldSha);
-  assert.ok(first.parts.every((p) => p.file !== undefined && /\/(hearth-)?cache(-sa|-sb)?\//.test(p.file)), `each part is a file of the node's cache: ${JSON.stringify(first.parts.map((p) => p.file))}`);
+  assert.ok(first.parts.every((p) => p.file !== undefined && /\/(hearth-)?cache(-s[ab](-[0-9a-f]{10})?)?\//.test(p.file)), `each part is a file of the node's cache: ${JSON.stringify(first.parts.map((p) => p.file))}`);
 
   // A new base whose second part is still being produced: nothing of it is visible yet.
   const newFiles = [0, 2].map((i) => path.join(work, `new-${i}.bin`));
