@@ -62,7 +62,8 @@ async function bigEpisode(cluster: TestCluster, work: string): Promise<Record<st
 
 async function stepTimes(cluster: TestCluster, work: string, steps: number): Promise<Array<Record<string, string | number>>> {
   const plain = await SearchR1Run.create(smallRun(cluster.endpoint, "bench-replay-plain", path.join(work, "plain"), { checkpoint: false }));
-  const used = await SearchR1Run.create(smallRun(cluster.endpoint, "bench-replay-used", path.join(work, "used"), { checkpoint: false }));
+  // Each step replays a sample of the version it sampled with: two versions kept (the default keeps the latest only).
+  const used = await SearchR1Run.create(smallRun(cluster.endpoint, "bench-replay-used", path.join(work, "used"), { checkpoint: false, replayVersions: 2 }));
   const rows: Array<Record<string, string | number>> = [];
   try {
     plain.setReward(lengthParity);
