@@ -28,7 +28,7 @@
  * then every write waiting (one per key) is placed, their manifests flushed
  * together, renamed, and the folder flushed once for all of them.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { sumsOf } from "../../sdk/cache/file-io.js";
 import os from "node:os";
 import path from "node:path";
@@ -39,7 +39,7 @@ export { allParts, isFilePart, storageError, userKey, objectIds, type PartFile, 
 import { CacheFullError, HearthError, ObjectEvictedError, ObjectNotFoundError, VersionConflictError } from "../../sdk/errors/index.js";
 import { formatBytes } from "../../sdk/format.js";
 import { GroupCommits, type CommitPlan, type IncomingPart, type Pool, type WriteOptions } from "./group-commit.js";
-import { keyHash, makeSpool, readSmallPart, removeFiles, syncDirSync, writeFileDurableSync } from "./store-files.js";
+import { baseFileIn, keyHash, makeSpool, patchFileIn, readStoredIndex, readSmallPart, removeFiles, syncDirSync, writeFileDurableSync } from "./store-files.js";
 
 const MAX_TOMBSTONES = 10_000;
 /** Uploads and fetches in progress are files with this suffix; a restarted store removes what a crash left. */
@@ -149,7 +149,7 @@ export class ObjectStore {
   receivingFile(key: string): string {
     const dir = this.partDir(key);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    return path.join(dir, `${this.hash(key)}.${process.pid}-${++this.receivingSeq}${RECEIVING}`);
+    return path.join(dir, `${keyHash(key)}.${process.pid}-${++this.receivingSeq}${RECEIVING}`);
   }
 
   /** Applies a write of bytes in memory (a large one is written to its file here). See writeFiles. */
@@ -550,27 +550,22 @@ export class ObjectStore {
 
   // ---- files --------------------------------------------------------------------
 
-  private hash(key: string): string {
-    return keyHash(key);
-  }
-
   /** The folder of `key`'s part files: the data dir, the caller's per-app folder, or the spool. */
   private partDir(key: string): string {
     return this.dir ?? this.opts.files?.dirFor(key) ?? this.spool ?? this.open().spool!;
   }
 
   private patchFile(key: string, version: number): string {
-    return path.join(this.partDir(key), `${this.hash(key)}.${version}.patch`);
+    return patchFileIn(this.partDir(key), key, version);
   }
 
-  /** A base's files carry its version (and part index past the first), so writing a new base never touches the one the metadata on disk names. */
   private baseFile(key: string, baseVersion: number, index = 0): string {
-    return path.join(this.partDir(key), `${this.hash(key)}.${baseVersion}.base${index === 0 ? "" : `.${index}`}`);
+    return baseFileIn(this.partDir(key), key, baseVersion, index);
   }
 
   /** The metadata file: the commit point of every write and delete of its object. */
   private metaFile(key: string): string {
-    return path.join(this.dir!, `${this.hash(key)}.json`);
+    return path.join(this.dir!, `${keyHash(key)}.json`);
   }
 
   /** The files an object has: all of its parts with a data dir, its large parts without. */
@@ -579,23 +574,7 @@ export class ObjectStore {
   }
 
   private loadIndex(): void {
-    for (const f of readdirSync(this.dir!)) {
-      if (!f.endsWith(".json")) continue;
-      try {
-        const meta = JSON.parse(readFileSync(path.join(this.dir!, f), "utf8")) as ObjectMeta;
-        const base = this.baseFile(meta.key, meta.baseVersion);
-        const unversioned = path.join(this.dir!, `${this.hash(meta.key)}.base`); // the layout before base files carried their version
-        if (!existsSync(base) && existsSync(unversioned)) renameSync(unversioned, base);
-        if (!existsSync(base)) continue;
-        const more = meta.more ?? [];
-        // A large part whose file is missing or short (a disk that lost it) is not served as if it were whole.
-        const whole = [meta.base, ...more].every((p, i) => !isFilePart(p.size) || (existsSync(this.baseFile(meta.key, meta.baseVersion, i)) && statSync(this.baseFile(meta.key, meta.baseVersion, i)).size === p.size));
-        if (!whole) continue;
-        this.objects.set(meta.key, { ...meta, more, lastUsed: 0, readers: 0 });
-      } catch {
-        // A torn or foreign file: skip it rather than refuse to start.
-      }
-    }
+    for (const o of readStoredIndex(this.dir!)) this.objects.set(o.key, o);
   }
 }
 

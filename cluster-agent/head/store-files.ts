@@ -17,13 +17,13 @@
  * gone, so a crash leaks nothing past the next start.
  */
 import { createHash } from "node:crypto";
-import { closeSync, fsyncSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { open } from "node:fs/promises";
 import path from "node:path";
 import { checkChunk, writeAll, writeAllSync } from "../../sdk/cache/file-io.js";
 import { CHUNK } from "../../sdk/cache/transfer.js";
 import { HearthError } from "../../sdk/errors/index.js";
-import { objectIds, userKey } from "./stored-objects.js";
+import { isFilePart, objectIds, userKey, type ObjectMeta, type StoredObject } from "./stored-objects.js";
 import { processAlive } from "../pids.js";
 
 /** A spool folder's name: the pid of the process that made it, then mkdtemp's random tail. */
@@ -141,4 +141,41 @@ export function makeSpool(parent: string): { dir: string; swept: string[] } {
   mkdirSync(parent, { recursive: true, mode: 0o700 });
   const swept = sweepSpools(parent);
   return { dir: mkdtempSync(path.join(parent, `${SPOOL_PREFIX}${process.pid}-`)), swept };
+}
+
+/** A patch's file in `dir`. */
+export function patchFileIn(dir: string, key: string, version: number): string {
+  return path.join(dir, `${keyHash(key)}.${version}.patch`);
+}
+
+/** A base's files carry its version (and part index past the first), so writing a new base never touches the one the metadata on disk names. */
+export function baseFileIn(dir: string, key: string, baseVersion: number, index = 0): string {
+  return path.join(dir, `${keyHash(key)}.${baseVersion}.base${index === 0 ? "" : `.${index}`}`);
+}
+
+/**
+ * The objects a data dir's metadata files name whose base files are whole
+ * (a large part whose file is missing or short, a disk that lost it, is not
+ * served as if it were whole); base files of the layout before they carried
+ * their version are renamed on the way. A torn or foreign file is skipped.
+ */
+export function readStoredIndex(dir: string): StoredObject[] {
+  const out: StoredObject[] = [];
+  for (const f of readdirSync(dir)) {
+    if (!f.endsWith(".json")) continue;
+    try {
+      const meta = JSON.parse(readFileSync(path.join(dir, f), "utf8")) as ObjectMeta;
+      const base = baseFileIn(dir, meta.key, meta.baseVersion);
+      const unversioned = path.join(dir, `${keyHash(meta.key)}.base`);
+      if (!existsSync(base) && existsSync(unversioned)) renameSync(unversioned, base);
+      if (!existsSync(base)) continue;
+      const more = meta.more ?? [];
+      const whole = [meta.base, ...more].every((p, i) => !isFilePart(p.size) || (existsSync(baseFileIn(dir, meta.key, meta.baseVersion, i)) && statSync(baseFileIn(dir, meta.key, meta.baseVersion, i)).size === p.size));
+      if (!whole) continue;
+      out.push({ ...meta, more, lastUsed: 0, readers: 0 });
+    } catch {
+      // A torn or foreign file: skip it rather than refuse to start.
+    }
+  }
+  return out;
 }
