@@ -141,6 +141,7 @@ export class Agent {
       host: this.host,
       appOf: (executorId) => this.executors.appOf(executorId),
       groupOf: (app) => (isolated ? users.identityFor(app)?.gid : undefined),
+      userOf: (app) => (isolated ? users.identityFor(app)?.uid : process.geteuid?.()),
       maxConnectionsPerSource: opts.cacheMaxConnectionsPerSource,
       log: this.log,
     });

@@ -38,6 +38,7 @@ import { fileChunks } from "../sdk/cache/file-io.js";
 import { ObjectStore, isFilePart, type StoredObject } from "./head/object-store.js";
 import { ObjectService, storedSource, type PartSource } from "./object-service.js";
 import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js";
+import { KeptUploads } from "./node-keep.js";
 import { NodeFolders, parseFolder } from "./node-folders.js";
 import { claimCacheDir, releaseCacheDir, type CacheDirClaim } from "./cache-dir.js";
 import { formatBytes } from "../sdk/format.js";
@@ -80,6 +81,8 @@ export interface NodeCacheOptions {
   appOf: (executorId: string) => string | undefined;
   /** The group of an app's executors when they run as that app's own user (its files are made readable to it alone), else undefined. */
   groupOf: (app: string) => number | undefined;
+  /** The user an app's executors run as (only its files are kept as the node's copy, node-keep.ts), or undefined when it is not known (nothing is kept). */
+  userOf: (app: string) => number | undefined;
   /** TCP connections one address may hold to the cache; beyond it new ones are refused in the handshake. Default 4096. */
   maxConnectionsPerSource?: number;
   log: (line: string) => void;
@@ -97,6 +100,7 @@ export class NodeCache {
   readonly service: ObjectService;
   private readonly fetcher: NodeFetcher;
   private readonly folders: NodeFolders;
+  private readonly keeps: KeptUploads;
   private readonly socket: RouterChannel;
   private readonly auth: Authenticator;
   private readonly bulk: DealerChannel;
@@ -116,8 +120,8 @@ export class NodeCache {
       files: { dirFor: (key) => this.appDir(key.slice(0, key.indexOf("/"))) },
       // The limit is also what the cache dir's file system has left (a tmpfs other caches share)…
       spaceLeft: () => roomOn(opts.cacheDir),
-      // …and it bounds the node's folders too, whose hard links keep bytes the cache dropped.
-      extraFiles: { bytes: () => this.folders.heldBytes(), dropOne: () => this.folders.dropOne() },
+      // …and it bounds the node's folders too, whose hard links keep bytes the cache dropped, and what writers handed over before their commit.
+      extraFiles: { bytes: () => this.folders.heldBytes() + this.keeps.bytes, dropOne: () => this.folders.dropOne() },
     });
     this.service = new ObjectService(store, { readOnly: true });
     this.socket = new RouterChannel({
@@ -142,14 +146,14 @@ export class NodeCache {
       onAuthFailed: (err) => opts.log(`the head refused the node cache's credential: ${err.message}`),
     });
     this.bulkRequests = new PendingRequests(this.bulk, `head at ${opts.head} (bulk)`);
-    this.fetcher = new NodeFetcher({
-      store,
-      control: opts.control,
-      bulk: this.bulkRequests,
-      agentId: opts.agentId,
-      secret: opts.secret,
-      fileMode: (app) => (opts.groupOf(app) === undefined ? 0o600 : 0o640),
-      log: opts.log,
+    const fileMode = (app: string): number => (opts.groupOf(app) === undefined ? 0o600 : 0o640);
+    this.fetcher = new NodeFetcher({ store, control: opts.control, bulk: this.bulkRequests, agentId: opts.agentId, secret: opts.secret, fileMode, log: opts.log });
+    this.keeps = new KeptUploads({
+      fileFor: (app) => store.receivingFile(`${app}/kept`),
+      ownerOf: opts.userOf,
+      groupOf: opts.groupOf,
+      fileMode,
+      maxBytes: opts.fileLimit,
     });
     this.folders = new NodeFolders(store, (app, key) => this.fetcher.refresh(app, key), (app) => this.appDir(app));
   }
@@ -219,6 +223,7 @@ export class NodeCache {
     this.auth.sweep(now);
     this.service.expire(now);
     this.fetcher.sweep(now);
+    this.keeps.sweep(now);
   }
 
   /** Objects and bytes held on this node, and where (the agent's heartbeat reports them; the head's status shows them). */
@@ -307,12 +312,37 @@ export class NodeCache {
       await this.fetcher.refresh(app, str(h, "key"));
     }
     if (op === "obj-open") return this.open(app, h);
+    if (op === "obj-keep") {
+      // A part of this executor's upload reached the head whole: its file becomes the node's (node-keep.ts).
+      if (h.inline === true) this.keeps.keepSmall(app, str(h, "token"), num(h, "part"), frames[1] ?? Buffer.alloc(0), numbers(h.sums));
+      else await this.keeps.keep(app, str(h, "token"), num(h, "part"), str(h, "file"), num(h, "size"), numbers(h.sums));
+      return { value: { kept: true } };
+    }
+    if (op === "obj-kept") return { value: await this.kept(app, h) };
     if (op === "obj-folder") {
       const f = parseFolder(h.id, h.files);
       return { value: await this.folders.open(app, f.id, f.files) };
     }
     const r = await this.service.serve(op, app, h, frames, "executor", conn);
-    return op === "obj-stat" ? { value: { ...(r.value as object), fetches: this.fetches, recent: this.fetcher.recent, receiving: this.fetcher.inProgress } } : r;
+    return op === "obj-stat" ? { value: { ...(r.value as object), fetches: this.fetches, recent: this.fetcher.recent, receiving: this.fetcher.inProgress, keptBytes: this.keeps.bytes } } : r;
+  }
+
+  /**
+   * An upload of this executor's ended: committed (`key` at `version`), its
+   * kept parts are installed as the node's copy; dropped (`discard`), they go.
+   */
+  private async kept(app: string, h: Header): Promise<{ installed: boolean; why?: string }> {
+    const token = str(h, "token");
+    if (h.discard === true) {
+      this.keeps.discard(app, token);
+      return { installed: false, why: "discarded" };
+    }
+    const key = str(h, "key");
+    const parts = this.keeps.claim(app, token);
+    const why = parts ? await this.fetcher.adopt(app, key, num(h, "version"), num(h, "baseVersion"), parts) : "no part of it was kept here";
+    if (why === undefined) return { installed: true };
+    this.opts.log(`node cache: the upload of '${app}/${key}' v${num(h, "version")} was not kept as this node's copy (${why}); the node fetches it when it is read`);
+    return { installed: false, why };
   }
 
   /** Another node's cache: the exact version it was told this node holds or receives, then its chunks. */
@@ -389,6 +419,7 @@ export class NodeCache {
   /** Closes both sockets (after what is queued has gone out) and every transfer. */
   async close(): Promise<void> {
     this.fetcher.close();
+    this.keeps.close();
     this.bulkRequests.failAll(new HearthError("the node cache closed"));
     this.service.close();
     await Promise.all([this.bulk.flush(), this.socket.flush()]);
@@ -398,6 +429,12 @@ export class NodeCache {
     // A cache: what it held goes with it, and only that (a killed agent's is emptied when the next one starts on this dir).
     if (this.claim) releaseCacheDir(this.claim);
   }
+}
+
+/** A request's list of numbers (chunk sums); throws, naming them, when it is not one. */
+function numbers(v: unknown): number[] {
+  if (!Array.isArray(v) || !v.every((x) => typeof x === "number")) throw new HearthError("expected a list of numbers (the chunk sums)");
+  return v as number[];
 }
 
 /**

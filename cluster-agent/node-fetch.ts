@@ -20,6 +20,7 @@ import { ackSoon, noteRead, pullChunks, requestAcking, type PartMeta, type PartS
 import { isFilePart, type ObjectStore } from "./head/object-store.js";
 import { storedSource, type ObjectService } from "./object-service.js";
 import { ReceivingPart } from "./receiving.js";
+import { removeKept, type KeptPart } from "./node-keep.js";
 
 /** What a node's fetches did (status and tests read these). */
 export interface FetchCounters {
@@ -36,6 +37,9 @@ export interface FetchCounters {
   bytesFromPeers: number;
   /** Copies this node served to other nodes. */
   servedToPeers: number;
+  /** Copies installed from the files a writer on this node uploaded (node-keep.ts), and their bytes: nothing of them was fetched. */
+  kept: number;
+  bytesKept: number;
 }
 
 /** A copy this node installed. */
@@ -44,7 +48,7 @@ export interface RecentFetch {
   version: number;
   mode: string;
   bytes: number;
-  /** "head", "peer" (another node; "peer+head" when the head served the rest), or "inline". */
+  /** "head", "peer" (another node; "peer+head" when the head served the rest), "inline", or "kept" (a writer's files on this node). */
   source: string;
   startedAt: number;
   doneAt: number;
@@ -108,7 +112,7 @@ export class NodeFetcher {
   /** Fetches in flight: resolved with their copy as soon as the head answered (undefined: nothing large to receive). */
   private readonly answered = new Map<string, Promise<Receiving | undefined>>();
   private readonly peers = new Map<string, PeerLink>();
-  readonly counters: FetchCounters = { started: 0, joined: 0, fromHead: 0, fromPeers: 0, peerFailures: 0, bytesFromHead: 0, bytesFromPeers: 0, servedToPeers: 0 };
+  readonly counters: FetchCounters = { started: 0, joined: 0, fromHead: 0, fromPeers: 0, peerFailures: 0, bytesFromHead: 0, bytesFromPeers: 0, servedToPeers: 0, kept: 0, bytesKept: 0 };
   /** The last copies installed (newest last): what, from where, and when (ms since the epoch). */
   readonly recent: RecentFetch[] = [];
 
@@ -180,6 +184,83 @@ export class NodeFetcher {
       return { baseVersion, version: copy.version, parts: copy.metas.slice(0, n), tid: service.openRead(app, copy.parts.slice(0, n).map((p) => p.source())) };
     }
     throw new ObjectNotFoundError(`agent ${this.opts.agentId} holds no copy of the base of '${key}' at version ${baseVersion}`, { key, app });
+  }
+
+  /**
+   * Installs the files a writer on this node uploaded (node-keep.ts) as this
+   * node's copy of `app/key` at `version`, a base of `kept` parts, once the
+   * head's parts and sums at that version are exactly theirs and every file
+   * passed its check: no byte of it moves from the head or a peer. The head
+   * is then told this node holds the base, so other nodes may copy it from
+   * here. It takes the object's fetch slot (a get meanwhile waits for it).
+   * Resolves with why nothing was installed (the files are removed), or
+   * undefined.
+   */
+  async adopt(app: string, key: string, version: number, baseVersion: number, kept: KeptPart[]): Promise<string | undefined> {
+    const full = `${app}/${key}`;
+    if (this.inFlight.has(full)) {
+      for (const p of kept) removeKept(p);
+      return "a fetch of it is under way";
+    }
+    let why: string | undefined;
+    this.answered.set(full, Promise.resolve(undefined));
+    const p = this.install(app, key, version, baseVersion, kept)
+      .then(
+        (w) => void (why = w),
+        (err: unknown) => void (why = `it could not be installed: ${(err as Error).message}`),
+      )
+      .finally(() => {
+        this.inFlight.delete(full);
+        this.answered.delete(full);
+      });
+    this.inFlight.set(full, p);
+    await p;
+    return why;
+  }
+
+  private async install(app: string, key: string, version: number, baseVersion: number, kept: KeptPart[]): Promise<string | undefined> {
+    const full = `${app}/${key}`;
+    const control = this.opts.control;
+    const startedAt = Date.now();
+    let installed = false;
+    try {
+      for (const [i, p] of kept.entries()) {
+        const failed = await p.checked.then(() => undefined, (err: unknown) => (err as Error).message);
+        if (failed) return `part ${i}: ${failed}`;
+      }
+      // The head's parts at this version, with their sums (the read transfer it opens is ended unused).
+      const { value: head } = await requestAcking(control, "obj-get", { app, key });
+      noteRead(control, head);
+      if (head.tid !== undefined) await requestAcking(control, "obj-done", { tid: head.tid, app }).catch(() => undefined);
+      ackSoon(control);
+      const metas = (head.parts ?? []) as PartMeta[];
+      if (head.mode !== "full" || head.version !== version || head.baseVersion !== baseVersion) return `the head holds version ${head.version} now, not ${version}`;
+      const same = metas.length === kept.length && metas.every((m, i) => m.version === baseVersion && m.size === kept[i]!.size && sameSums(m.sums, kept[i]!.sums));
+      if (!same) return `the head's ${metas.length} part(s) at version ${version} are not the ${kept.length} kept here`;
+      this.opts.store.replicate(full, {
+        mode: "full",
+        version,
+        baseVersion,
+        parts: metas.map((m, i) => {
+          const k = kept[i]!;
+          return k.file !== undefined ? { ...meta(m), file: k.file } : { ...meta(m), data: k.data ?? Buffer.alloc(0) };
+        }),
+      });
+      installed = true;
+      const bytes = metas.reduce((n, m) => n + m.size, 0);
+      this.counters.kept++;
+      this.counters.bytesKept += bytes;
+      this.recent.push({ key, version, mode: "full", bytes, source: "kept", startedAt, doneAt: Date.now() });
+      if (this.recent.length > RECENT_KEPT) this.recent.shift();
+      // Told this node holds the version (a get that has it), the head adds it to the base's tree.
+      const { value: again } = await requestAcking(control, "obj-get", { app, key, have: version, haveBase: baseVersion });
+      noteRead(control, again);
+      if (again.tid !== undefined) await requestAcking(control, "obj-done", { tid: again.tid, app }).catch(() => undefined);
+      ackSoon(control);
+      return undefined;
+    } finally {
+      if (!installed) for (const p of kept) removeKept(p);
+    }
   }
 
   /** The copies being received now, with the bytes each has (status and tests watch a copy move). */
@@ -381,6 +462,10 @@ export class NodeFetcher {
 
 function meta(p: PartMeta): PartMeta {
   return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) };
+}
+
+function sameSums(a: readonly number[] | undefined, b: readonly number[]): boolean {
+  return !!a && a.length === b.length && a.every((s, i) => s === b[i]);
 }
 
 function sameParts(a: PartMeta[] | undefined, b: PartMeta[]): boolean {

@@ -26,7 +26,8 @@ import type { Requester } from "../wire/requests.js";
 import { admitObjectBuffer, allocObjectBuffer } from "./buffers.js";
 import { fileChunks, writeAll } from "./file-io.js";
 import { fileSink, OrderedChunks } from "./sinks.js";
-import { INLINE_LIMIT, ackSoon, bufferSink, download, fileSource, noteRead, pullChunks, upload, type PartMeta, type UploadSource, type WriteResult } from "./transfer.js";
+import { INLINE_LIMIT, ackSoon, bufferSink, download, fileSource, noteRead, pullChunks, upload, type PartMeta, type SentPart, type UploadSource, type WriteResult } from "./transfer.js";
+import { KeepOnNode } from "./keep-on-node.js";
 import { decodeValue, encodeValue } from "./values.js";
 
 /** A reference to a cached object; small enough to pass in any call. */
@@ -77,8 +78,24 @@ export interface StreamedValue {
   open(): Promise<UploadSource>;
 }
 
+/** Options of `fromFile`. */
+export interface FromFileOptions {
+  /** Write `length` bytes from `offset` (default the whole file). */
+  offset?: number;
+  length?: number;
+  /**
+   * The file is the cache's once it reached the head: on an executor, its
+   * node may keep it as its copy (a hard link to the same file, made the
+   * agent's and read-only to the app) instead of fetching the object back.
+   * The writer may remove it after the write, and must not change it: the
+   * node's copy would then fail its checks and be fetched again. Only for a
+   * whole file of a base (`put`, `update`).
+   */
+  handOver?: boolean;
+}
+
 /** Writes the bytes of `file` (or `range.length` of them from `range.offset`) as raw bytes, read a chunk at a time. */
-export function fromFile(file: string, range: { offset?: number; length?: number } = {}): StreamedValue {
+export function fromFile(file: string, range: FromFileOptions = {}): StreamedValue {
   return { $streamed: true, open: () => fileSource(file, range) };
 }
 
@@ -169,8 +186,12 @@ export class ObjectCache {
   private readonly held = new Map<string, Held>();
   /** Versions handed out by getParts, per key. */
   private readonly partsHeld = new Map<string, { version: number; baseVersion: number }>();
-  /** What this client's gets did, for benchmarks and tests: bytes over a socket, and bytes read from its node's files. */
-  readonly stats = { notModified: 0, patches: 0, full: 0, bytesReceived: 0, bytesSent: 0, bytesReadLocal: 0 };
+  /**
+   * What this client's gets did, for benchmarks and tests: bytes over a
+   * socket, and bytes read from its node's files; and of its writes, the
+   * bytes sent and those its node kept as its copy from the files written.
+   */
+  readonly stats = { notModified: 0, patches: 0, full: 0, bytesReceived: 0, bytesSent: 0, bytesReadLocal: 0, bytesKeptByNode: 0 };
 
   /**
    * @param reads where gets go (the head, or an executor's node-local agent)
@@ -406,8 +427,17 @@ export class ObjectCache {
 
   private async write(op: "put" | "update" | "patch", key: string | undefined, value: unknown, opts: { ifVersion?: number; pin?: boolean; scratch?: boolean }): Promise<ObjectRef> {
     const source = isStreamed(value) ? await value.open() : encodeValue(value);
-    const r: WriteResult = await upload(this.writes, op, key, source, opts);
+    // On an executor, a base written from files is kept by its node as the node's copy (keep-on-node.ts).
+    const keep = this.opts.local && op !== "patch" && isStreamed(value) ? new KeepOnNode(this.reads) : undefined;
+    let r: WriteResult;
+    try {
+      r = await upload(this.writes, op, key, source, { ...opts, ...(keep ? { onPartSent: (i: number, sent: SentPart) => keep.part(i, sent) } : {}) });
+    } catch (err) {
+      keep?.failed();
+      throw err;
+    }
     this.stats.bytesSent += r.size;
+    if (keep) this.stats.bytesKeptByNode += await keep.committed(r);
     return { $ref: "hearth.object", key: r.key, version: r.version, size: r.size };
   }
 }

@@ -7,6 +7,7 @@
  * chunk to a sink (a buffer, a file, an ordered stream) as it arrives.
  */
 import { open } from "node:fs/promises";
+import path from "node:path";
 import type { Reply, Requester } from "../wire/requests.js";
 import { HearthError } from "../errors/index.js";
 import { allocObjectBuffer } from "./buffers.js";
@@ -240,7 +241,7 @@ export interface WriteResult {
 /** The bytes of one part to write, read a chunk at a time: a buffer, a file (random access), or a stream of unknown length. */
 export type PartSource =
   | { kind: ValueKind; dtype?: DType; data: Buffer }
-  | { kind: ValueKind; dtype?: DType; size: number; read(offset: number, length: number): Promise<Buffer>; close?(): Promise<void> | void }
+  | { kind: ValueKind; dtype?: DType; size: number; read(offset: number, length: number): Promise<Buffer>; close?(): Promise<void> | void; /** The file it reads, when it is handed over whole (the writer's node may keep it as its copy). */ file?: string }
   | { kind: ValueKind; dtype?: DType; chunks: AsyncIterable<Uint8Array> };
 
 /** What a write sends: one part, or (a base) several parts in order, each opened when its turn comes. */
@@ -249,15 +250,17 @@ export type UploadSource = PartSource | { kind: ValueKind; dtype?: DType; parts:
 /**
  * An upload source reading `file`, or `range.length` bytes of it from
  * `range.offset` (its size taken now; a file that shrinks while it is read
- * fails the write).
+ * fails the write). With `handOver` (the whole file only) it names the file,
+ * which the writer's node may keep once sent (fromFile).
  */
-export async function fileSource(file: string, range: { offset?: number; length?: number } = {}, kind: ValueKind = "bytes"): Promise<PartSource> {
+export async function fileSource(file: string, range: { offset?: number; length?: number; handOver?: boolean } = {}, kind: ValueKind = "bytes"): Promise<PartSource> {
   const fh = await open(file, "r");
   const start = range.offset ?? 0;
   const size = range.length ?? (await fh.stat()).size - start;
   return {
     kind,
     size,
+    ...(range.handOver === true && range.offset === undefined && range.length === undefined ? { file: path.resolve(file) } : {}),
     read: async (offset, length) => {
       const buf = Buffer.allocUnsafe(length);
       let got = 0;
@@ -272,18 +275,28 @@ export async function fileSource(file: string, range: { offset?: number; length?
   };
 }
 
+/** One part of an upload that reached the head whole: its size, its chunk sums (the head checked each), and its file when it was read from one whole. */
+export interface SentPart {
+  size: number;
+  sums: number[];
+  file?: string;
+}
+
 /**
  * Writes one value (`put` creates, `update` replaces the base, `patch`
  * appends) from a buffer, a file, a stream, or several parts (a base of
  * shards: each part goes as it comes, so a producer can still be writing
  * the next one). The write commits only once every part arrived.
+ * `onPartSent` is told of each part of a chunked upload once the head has
+ * every chunk of it, before the next part is asked for (a file part's file
+ * is still there: the writer's node may keep it).
  */
 export async function upload(
   req: Requester,
   op: "put" | "update" | "patch",
   key: string | undefined,
   value: EncodedValue | UploadSource,
-  opts: { ifVersion?: number; pin?: boolean; scratch?: boolean },
+  opts: { ifVersion?: number; pin?: boolean; scratch?: boolean; onPartSent?: (part: number, sent: SentPart) => Promise<void> },
 ): Promise<WriteResult> {
   const base = { write: op, key, kind: value.kind, dtype: value.dtype, ifVersion: opts.ifVersion, pin: opts.pin, scratch: opts.scratch };
   if ("data" in value && value.data.byteLength <= INLINE_LIMIT) return (await req.request<WriteResult>("obj-write", { ...base, size: value.data.byteLength }, [value.data])).value;
@@ -292,10 +305,15 @@ export async function upload(
   const tid = begun.tid;
   try {
     const sizes: number[] = [];
+    const send = async (part: PartSource): Promise<void> => {
+      const sent = await sendPart(req, tid, sizes.length, part);
+      await opts.onPartSent?.(sizes.length, sent);
+      sizes.push(sent.size);
+    };
     if ("parts" in value) {
-      for await (const part of value.parts) sizes.push(await sendPart(req, tid, sizes.length, part));
+      for await (const part of value.parts) await send(part);
       if (sizes.length === 0) throw new HearthError("a write of parts gave none; a base has at least one");
-    } else sizes.push(await sendPart(req, tid, 0, value));
+    } else await send(value);
     return (await req.request<WriteResult>("obj-commit", { tid, sizes }, [], 120_000)).value;
   } catch (err) {
     // The head would drop it after its idle time; saying so frees its files now.
@@ -304,27 +322,31 @@ export async function upload(
   }
 }
 
-/** Sends one part's chunks (WINDOW in flight); returns its size. The source is closed after. */
-async function sendPart(req: Requester, tid: number, part: number, source: PartSource): Promise<number> {
+/** Sends one part's chunks (WINDOW in flight); returns its size and sums. The source is closed after. */
+async function sendPart(req: Requester, tid: number, part: number, source: PartSource): Promise<SentPart> {
   try {
     if ("chunks" in source) return await sendStream(req, tid, part, source.chunks);
     const size = "data" in source ? source.data.byteLength : source.size;
     const read = "data" in source ? async (o: number, l: number) => source.data.subarray(o, o + l) : source.read;
     const jobs: number[] = [];
+    const sums: number[] = [];
     for (let offset = 0; offset < size; offset += CHUNK) jobs.push(offset);
     await inWindow(jobs, async (offset) => {
       const chunk = await read(offset, Math.min(CHUNK, size - offset));
       // The sum travels with the chunk: the head checks what it received and records it for every later reader.
-      await req.request("obj-chunk", { tid, offset, part, crc: chunkSum(chunk) }, [chunk]);
+      const crc = chunkSum(chunk);
+      sums[offset / CHUNK] = crc;
+      await req.request("obj-chunk", { tid, offset, part, crc }, [chunk]);
     });
-    return size;
+    return { size, sums, ...("file" in source && source.file ? { file: source.file } : {}) };
   } finally {
     if ("close" in source && source.close) await source.close();
   }
 }
 
-/** Sends a stream as CHUNK-sized chunks in order, WINDOW in flight (so at most WINDOW + 1 chunks are held); returns its length. */
-async function sendStream(req: Requester, tid: number, part: number, chunks: AsyncIterable<Uint8Array>): Promise<number> {
+/** Sends a stream as CHUNK-sized chunks in order, WINDOW in flight (so at most WINDOW + 1 chunks are held); returns its length and sums. */
+async function sendStream(req: Requester, tid: number, part: number, chunks: AsyncIterable<Uint8Array>): Promise<SentPart> {
+  const sums: number[] = [];
   const inFlight = new Set<Promise<unknown>>();
   let failed: unknown;
   let offset = 0;
@@ -333,7 +355,9 @@ async function sendStream(req: Requester, tid: number, part: number, chunks: Asy
   const send = async (chunk: Buffer): Promise<void> => {
     while (inFlight.size >= WINDOW) await Promise.race(inFlight);
     if (failed !== undefined) throw failed;
-    const p = req.request("obj-chunk", { tid, offset, part, crc: chunkSum(chunk) }, [chunk]).catch((err: unknown) => {
+    const crc = chunkSum(chunk);
+    sums.push(crc);
+    const p = req.request("obj-chunk", { tid, offset, part, crc }, [chunk]).catch((err: unknown) => {
       failed ??= err;
     });
     offset += chunk.byteLength;
@@ -358,7 +382,7 @@ async function sendStream(req: Requester, tid: number, part: number, chunks: Asy
   if (pendingBytes > 0) await send(Buffer.concat(pending));
   await Promise.all(inFlight);
   if (failed !== undefined) throw failed;
-  return offset;
+  return { size: offset, sums };
 }
 
 /** Runs `work` over `jobs` with at most WINDOW in flight; the first failure stops the rest. */

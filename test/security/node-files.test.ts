@@ -7,7 +7,7 @@
  * tries to open the other app's; every such open is refused.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -72,4 +72,23 @@ test("two apps on one node cannot read each other's node-cache files, and each r
   const inFolder = opened.files.map((f) => path.join(opened.dir, f.name));
   assert.deepEqual((await a.call("probe", inFolder)).map((r) => r.outcome), ["read", "read"], "app A reads its folder in place");
   assert.deepEqual((await b.call("probe", inFolder)).map((r) => r.outcome), ["EACCES", "EACCES"], "app B cannot open app A's folder");
+});
+
+test("a publication its node kept from the publisher's files is the agent's file, read-only to the app and closed to other apps", { skip }, async () => {
+  const [a, b] = [pools[0]!, pools[1]!];
+  type Fetches = { fetches: { bytesFromHead: number; bytesFromPeers: number; kept: number } };
+  const was = ((await a.call("nodeStat")) as unknown as Fetches).fetches;
+  const pub = await a.call("publishShards", "kept-weights", [{ mib: 9, seed: 1 }, { mib: 3, seed: 2 }]);
+  assert.equal(pub.bytesKeptByNode, 12 * 1024 * 1024, "the node kept both shards the publisher (running as app A's user) wrote");
+  const r = await a.call("parts", "kept-weights");
+  const files = r.parts.map((p) => p.file!);
+  assert.equal(files.length, 2);
+  for (const f of files) {
+    const st = statSync(f);
+    assert.deepEqual([st.uid, st.mode & 0o7777], [0, 0o640], `${f}: the agent's, group-readable only`);
+  }
+  assert.deepEqual((await a.call("probe", files)).map((p) => p.outcome), ["read", "read"], "app A reads the kept copy in place");
+  assert.deepEqual((await b.call("probe", files)).map((p) => p.outcome), ["EACCES", "EACCES"], "app B cannot open it");
+  const now = ((await a.call("nodeStat")) as unknown as Fetches).fetches;
+  assert.deepEqual([now.bytesFromHead - was.bytesFromHead, now.bytesFromPeers - was.bytesFromPeers, now.kept - was.kept], [0, 0, 1], "nothing of it was fetched");
 });

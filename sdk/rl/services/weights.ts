@@ -9,7 +9,9 @@
  * engine writes the next, the write commits when the last shard is in (the
  * object's manifest: readers never see part of a publication), and each node
  * keeps one copy of each part as a file that its rollouts' engines map and
- * copy straight into their tensors. A rollout holding version v reads only
+ * copy straight into their tensors. The publisher's own node keeps the shard
+ * files themselves as its copy (handed over as each reaches the head), so it
+ * fetches nothing of a publication back. A rollout holding version v reads only
  * the parts after v and applies them in order.
  */
 import { mkdtempSync, rmSync } from "node:fs";
@@ -207,7 +209,8 @@ class FileQueue implements AsyncIterable<StreamedValue> {
       }
       if (f) {
         previous = f;
-        yield fromFile(f.path);
+        // Removed once sent and never changed: this node may keep it as its copy of the publication.
+        yield fromFile(f.path, { handOver: true });
         continue;
       }
       if (this.done) return;
