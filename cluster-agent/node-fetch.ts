@@ -228,11 +228,8 @@ export class NodeFetcher {
         const failed = await p.checked.then(() => undefined, (err: unknown) => (err as Error).message);
         if (failed) return `part ${i}: ${failed}`;
       }
-      // The head's parts at this version, with their sums (the read transfer it opens is ended unused).
-      const { value: head } = await requestAcking(control, "obj-get", { app, key });
-      noteRead(control, head);
-      if (head.tid !== undefined) await requestAcking(control, "obj-done", { tid: head.tid, app }).catch(() => undefined);
-      ackSoon(control);
+      // The head's parts at this version, with their sums (what it is, no data).
+      const { value: head } = await control.request<{ mode: string; version: number; baseVersion: number; parts?: PartMeta[] }>("obj-get", { app, key, meta: true });
       const metas = (head.parts ?? []) as PartMeta[];
       if (head.mode !== "full" || head.version !== version || head.baseVersion !== baseVersion) return `the head holds version ${head.version} now, not ${version}`;
       const same = metas.length === kept.length && metas.every((m, i) => m.version === baseVersion && m.size === kept[i]!.size && sameSums(m.sums, kept[i]!.sums));

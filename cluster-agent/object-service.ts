@@ -16,7 +16,7 @@
 import { randomUUID } from "node:crypto";
 import { closeSync, openSync, rmSync } from "node:fs";
 import { checkChunk, chunkSum, readChunk, writeAll } from "../sdk/cache/file-io.js";
-import { CHUNK, INLINE_LIMIT } from "../sdk/cache/transfer.js";
+import { CHUNK, INLINE_LIMIT, type PartMeta } from "../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../sdk/cache/values.js";
 import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
 import { HearthError } from "../sdk/errors/index.js";
@@ -132,7 +132,8 @@ export interface ObjectTraffic {
   bytesOut: number;
   /** Bytes sent, by peer kind ("driver", "agent", "executor"). */
   bytesOutTo: Record<string, number>;
-  gets: { notModified: number; patches: number; full: number };
+  /** `meta`: gets that asked only what the object is (its parts and sums at its version), no data. */
+  gets: { notModified: number; patches: number; full: number; meta: number };
   /** Full gets of large objects answered with another node to copy from instead of the bytes. */
   peerHints: number;
 }
@@ -148,7 +149,7 @@ export class ObjectService {
    */
   readonly trees: DistributionTrees;
   private nextTid = 1;
-  readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0 }, peerHints: 0 };
+  readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0, meta: 0 }, peerHints: 0 };
 
   /** How much object data each connection holds unread (read-credit.ts). */
   readonly credit: ReadCredit;
@@ -404,6 +405,12 @@ export class ObjectService {
     const r = this.store.read(full, optNum(h, "have"), optNum(h, "haveBase"));
     const base = { mode: r.mode, version: r.version, baseVersion: r.baseVersion };
     const object = r.object;
+    const metas = (parts: StoredPart[]): PartMeta[] => parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) }));
+    if (h.meta === true) {
+      // What the object is (a node checking files it kept against it): its parts and sums, no data, no transfer.
+      this.traffic.gets.meta++;
+      return { value: { ...base, parts: r.mode === "not-modified" ? [] : metas(r.parts) } };
+    }
     const baseParts = 1 + object.more.length;
     const large = [object.base, ...object.more].some((p) => isFilePart(p.size));
     // A node that is current, or takes only patches, holds the base: it may feed others.
@@ -413,7 +420,7 @@ export class ObjectService {
       return { value: { ...base, parts: [] } };
     }
     this.traffic.gets[r.mode === "full" ? "full" : "patches"]++;
-    const parts = r.parts.map((p) => ({ kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) }));
+    const parts = metas(r.parts);
     const total = r.parts.reduce((n, p) => n + p.size, 0);
     if (total <= INLINE_LIMIT) {
       this.count(total, peer);

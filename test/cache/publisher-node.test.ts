@@ -29,6 +29,11 @@ interface NodeStat {
 
 const stat = async (pool: PoolHandle<Streamer>, executorId: string): Promise<NodeStat> => (await pool.callMember(executorId, "nodeStat")) as unknown as NodeStat;
 const headToAgents = async (cluster: TestCluster): Promise<number> => ((await cluster.status()).objects.traffic.bytesOutTo.agent as number | undefined) ?? 0;
+/** Gets the head answered with data (full or patches), and those that asked only what the object is. */
+const headGets = async (cluster: TestCluster): Promise<{ data: number; meta: number }> => {
+  const g = (await cluster.status()).objects.traffic.gets as { full: number; patches: number; meta: number };
+  return { data: g.full + g.patches, meta: g.meta };
+};
 
 async function perAgent(app: Awaited<ReturnType<typeof connect>>, ids: string[]): Promise<{ pool: PoolHandle<Streamer>; on: Record<string, string> }> {
   const pool = await app.service<Streamer>(STREAMER, { name: "s", warmup: ids.length, max: ids.length, resreq: "cpu=2", concurrency: 4 });
@@ -43,6 +48,7 @@ test("the publisher's node keeps the shard files as its copy: it fetches nothing
   try {
     const { pool, on } = await perAgent(app, ["ka", "kb"]);
     const before = await headToAgents(cluster);
+    const gets0 = await headGets(cluster);
     // The last shard small (a part the node keeps in memory: its bytes go to the node over loopback).
     const shards = [{ mib: 24, seed: 1 }, { mib: 24, seed: 2 }, { mib: 16, seed: 3 }, { bytes: 4096, seed: 4 }];
     const total = 64 * MiB + 4096;
@@ -56,6 +62,10 @@ test("the publisher's node keeps the shard files as its copy: it fetches nothing
     assert.deepEqual([ka.fetches.kept, ka.fetches.bytesKept, ka.keptBytes], [1, total, 0]);
     assert.equal(ka.recent.find((f) => f.key === "weights")?.source, "kept");
     assert.equal((await headToAgents(cluster)) - before, 0, "the head sent no agent a byte");
+    // The install asked the head what the object is (its parts and sums), with no data get and no read transfer:
+    // a data get counted here is one a host's fetch counts on (test/slurm/searchr1.test.ts: one per node a publication).
+    const gets1 = await headGets(cluster);
+    assert.deepEqual([gets1.data - gets0.data, gets1.meta - gets0.meta], [0, 1], "ka's install made one metadata get and no data get");
     // kb: the base from ka (the head's tree has ka as a holder), nothing from the head.
     const onKb = await pool.callMember(on.kb!, "streamDigest", "weights");
     const kb = await stat(pool, on.kb!);
