@@ -45,6 +45,11 @@ export function printWeightsBench(r: WeightsBenchResult, o: WeightsBenchOptions)
     const p = s.peakRssMiB;
     console.log(`  ${s.name}: ${ms(p.head!)} / ${ms(p.agents!)} / ${ms(p.executors!)} / ${ms(p["executor engines"]!)} / ${ms(p["publisher engine"]!)} / ${ms(p.driver!)}; ${(s.headObjectBytes / MiB).toFixed(1)} MiB`);
   }
+  console.log("\nCPU seconds per step, publication start → last exact (2 cores): head / agents / executors (Node) / executor engines / publisher engine / driver, and the step's wall seconds");
+  for (const s of r.steps) {
+    const c = s.cpuS;
+    console.log(`  ${s.name}: ${[c.head, c.agents, c.executors, c["executor engines"], c["publisher engine"], c.driver].map((v) => (v ?? 0).toFixed(1)).join(" / ")}; wall ${(s.slowestMs / 1000).toFixed(1)} s`);
+  }
   console.log(`\nraw ZeroMQ stream, same bytes and chunking: ${r.rawZmqMiBps.toFixed(0)} MiB/s into memory, ${r.rawZmqToFileMiBps.toFixed(0)} MiB/s into a file`);
   const lj = r.lateJoiner;
   if (lj) console.log(`late joiner (warm node): ${lj.applied.join(" + ")}, ${(lj.appliedBytes / MiB).toFixed(1)} MiB applied, ${(lj.bytes / MiB).toFixed(2)} MiB over TCP, ${ms(lj.totalMs)} ms (goal ≤ 1000 ms at 0.5b), identical: ${lj.identical ? "yes" : "NO"}`);

@@ -93,6 +93,8 @@ export interface WeightsStepResult extends WeightsStepSpec {
   identical: boolean;
   /** Peak RSS (MiB) during this step, per process role. */
   peakRssMiB: Record<string, number>;
+  /** CPU seconds each role's processes used from the publication's start to the last executor exact (2 cores: 2 s of CPU a second at most). */
+  cpuS: Record<string, number>;
   /** The head's object bytes after the step (one base plus the patch history). */
   headObjectBytes: number;
   /** 1-minute load average before and after the step. */
@@ -200,6 +202,18 @@ function readKiB(pid: number, field: string): number {
   }
 }
 
+/** CPU seconds (user + system) process `pid` has used so far; 0 once it is gone. */
+function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // Fields 14 and 15 of stat (utime, stime), in clock ticks (100 a second on Linux).
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
 /** Resets a process's peak RSS (Linux: clear_refs 5) so the next read is this phase's peak. */
 function resetPeak(pid: number): void {
   try {
@@ -237,7 +251,8 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
     log(`raw ZeroMQ stream of ${(weightBytes / MiB).toFixed(0)} MiB in 8 MiB chunks, 4 in flight: ${rawZmqMiBps.toFixed(0)} MiB/s into memory, ${rawZmqToFileMiBps.toFixed(0)} MiB/s into a file`);
 
     // Node caches big enough for one copy of the weights plus what a step adds.
-    const cacheLimit = `${Math.ceil(Math.max(os.totalmem() / 4, weightBytes * 1.6) / MiB)}m`;
+    // (A quarter of memory rounded down: a limit past it puts the caches on disk, pickMedium.)
+    const cacheLimit = `${Math.max(Math.floor(os.totalmem() / 4 / MiB), Math.ceil((weightBytes * 1.6) / MiB))}m`;
     const agentArgs = ["--cache-limit", cacheLimit];
     // One rollout per node (a, b, c…): each node copies the base once, the head sends it once, the nodes pass it on.
     const agentIds = Array.from({ length: rollouts }, (_, i) => String.fromCharCode(97 + i));
@@ -306,6 +321,7 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       if (spec.share > 0) await engine.perturb({ share: spec.share, seed: seed++, dense: spec.dense }, { timeoutMs: 600_000 });
       for (const list of Object.values(pids)) list.forEach(resetPeak);
       const loadBefore = os.loadavg()[0]!;
+      const cpu0 = Object.fromEntries(Object.entries(pids).map(([role, list]) => [role, list.reduce((n, p) => n + cpuSeconds(p), 0)]));
       const headBefore = (await cluster.status()).objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
       const t0 = performance.now();
       const stats = await publisher.publish({ full: spec.full === true });
@@ -313,6 +329,7 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       const publishMs = performance.now() - t0;
       const executors = await Promise.all(infos.map((i) => pool.callMember(i.executorId, "sync", key)));
       const slowestMs = performance.now() - t0;
+      const cpuS = Object.fromEntries(Object.entries(pids).map(([role, list]) => [role, list.reduce((n, p) => n + cpuSeconds(p), 0) - cpu0[role]!]));
       const peakRssMiB: Record<string, number> = {};
       for (const [role, list] of Object.entries(pids)) peakRssMiB[role] = Math.max(...list.map((p) => readKiB(p, "VmHWM"))) / 1024;
       const want = (await engine.digest({ timeoutMs: 1_800_000 })).digest;
@@ -350,6 +367,7 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
         headBytesOutTo: Object.fromEntries(Object.entries(traffic.bytesOutTo).map(([k, v]) => [k, v - (headBefore.bytesOutTo[k] ?? 0)])),
         identical,
         peakRssMiB,
+        cpuS,
         headObjectBytes: status.objects.bytes as number,
         load: [loadBefore, os.loadavg()[0]!],
       };
