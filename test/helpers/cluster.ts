@@ -3,7 +3,7 @@
  * and stops them, leaving no process behind.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, copyFileSync, mkdtempSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -76,6 +76,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   head.stderr!.on("data", (d: Buffer) => (log += d.toString()));
   const endpoint = await waitFor("the head's endpoint", () => /listening on (tcp:\/\/\S+)/.exec(log)?.[1]);
   const agents = new Map<string, ChildProcess>();
+  // Node cache folders the agents reported: one a killed agent left (on /dev/shm, outside the test's folder) is removed at stop.
+  const cacheDirs = new Set<string>();
   // The observer reads every app's status and shuts the head down: the admin credential.
   const client = (await HeadClient.open(endpoint, { app: "_test-observer" }, { admin: true })).client;
   const status = (fields: Record<string, unknown> = {}): Promise<any> => client.control("status", { ...fields, all: true });
@@ -105,7 +107,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
     agents.set(spec.id, p);
     // This process, not an earlier agent of the same id the head still lists (killed, not yet timed out).
-    await waitFor(`agent ${spec.id} (pid ${p.pid}) to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id && a.pid === p.pid) ? true : undefined));
+    const registered = await waitFor(`agent ${spec.id} (pid ${p.pid}) to register`, async () => (await status()).agents.find((a: any) => a.id === spec.id && a.pid === p.pid));
+    if (typeof registered.cache?.dir === "string") cacheDirs.add(registered.cache.dir);
     return p;
   };
   for (const spec of opts.agents) await addAgent(spec);
@@ -126,6 +129,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
       const timer = setTimeout(() => all.forEach((p) => p.kill("SIGKILL")), 15_000);
       await Promise.all(all.map(exited));
       clearTimeout(timer);
+      for (const d of cacheDirs) rmSync(d, { recursive: true, force: true });
     },
   };
 }
