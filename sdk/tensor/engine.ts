@@ -24,6 +24,7 @@ import { findEngineDir, findPython } from "./python.js";
 import { firstLine, processCpu, reportEngineChange, trackEngine, untrackEngine, type EngineLiveness, type EngineState } from "./liveness.js";
 import { float32Tensor, int32Tensor, toFloat32Array, toInt32Array, uint8Tensor, type Tensor } from "./tensor.js";
 import { checkSeeds, ragged, snake, unragged } from "./engine-codec.js";
+import { engineEnv } from "./engine-env.js";
 import type {
   ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
   InitModelResult, FilePublication, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
@@ -124,7 +125,7 @@ export class TensorEngine {
     const threads = options.env?.HEARTH_THREADS ?? process.env.HEARTH_THREADS;
     const blas = threads && !process.env.OPENBLAS_NUM_THREADS ? { OPENBLAS_NUM_THREADS: threads } : {};
     const env = {
-      ...process.env, ...blas, ...options.env, HEARTH_ENGINE_BEAT_FD: String(BEAT_FD),
+      ...engineEnv(process.env), ...blas, ...options.env, HEARTH_ENGINE_BEAT_FD: String(BEAT_FD),
       PYTHONPATH: [engineDir, process.env.PYTHONPATH].filter(Boolean).join(":"),
     };
     // fd 3 is the heartbeat pipe (a 4-tuple stdio has no typed overload).

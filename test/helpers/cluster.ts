@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { alive } from "../../sdk/engines/local.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { SECRET_FILE_ENV, secretFile } from "../../sdk/wire/auth.js";
+import { tunedEnv } from "../../sdk/runtime/process-tuning.js";
 
 /** The compiled tree (dist/). */
 export const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -70,7 +71,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-test-"));
   const headArgs = [CLI, "head", "--bind", "tcp://127.0.0.1:0", ...(opts.headArgs ?? [])];
   if (opts.keepAlive) headArgs.push("--keep-alive", opts.keepAlive);
-  const head = spawn(process.execPath, headArgs, { stdio: ["ignore", "pipe", "pipe"] });
+  // As the local and Slurm engines start them: hearth's process settings (process-tuning.ts) unless the test set its own.
+  const head = spawn(process.execPath, headArgs, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...tunedEnv() } });
   let log = "";
   head.stdout!.on("data", (d: Buffer) => (log += d.toString()));
   head.stderr!.on("data", (d: Buffer) => (log += d.toString()));
@@ -93,7 +95,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     if (spec.cpus !== undefined) args.push("--cpus", String(spec.cpus));
     if (spec.mem !== undefined) args.push("--mem", spec.mem);
     args.push("--gpus", String(spec.gpus ?? 0), ...(spec.args ?? []));
-    let env: NodeJS.ProcessEnv | undefined;
+    let env: NodeJS.ProcessEnv = { ...process.env, ...tunedEnv() };
     if (spec.uid !== undefined) {
       // Another user cannot read this HEARTH_HOME (0700): like an agent on another host, it gets
       // its own copy of the cluster secret, owned by it and private (HEARTH_SECRET_FILE).
@@ -101,7 +103,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
       copyFileSync(secretFile(), secret);
       chownSync(secret, spec.uid, spec.gid ?? spec.uid);
       chmodSync(secret, 0o600);
-      env = { ...process.env, [SECRET_FILE_ENV]: secret };
+      env = { ...env, [SECRET_FILE_ENV]: secret };
     }
     const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid, env });
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));

@@ -19,6 +19,8 @@ const run = promisify(execFile);
 // The defaults of sdk/runtime/process-tuning.ts are what these tests check.
 delete process.env.HEARTH_NODE_FLAGS;
 delete process.env.MALLOC_ARENA_MAX;
+delete process.env.MALLOC_MMAP_THRESHOLD_;
+delete process.env.MALLOC_TRIM_THRESHOLD_;
 const home = mkdtempSync(path.join(os.tmpdir(), "hearth-home-"));
 const env: NodeJS.ProcessEnv = { ...process.env, HEARTH_HOME: home };
 delete env.HEARTH_HEAD;
@@ -36,12 +38,15 @@ test("connect() without an endpoint starts the local head and agent, which outli
   const cluster = findLocalCluster(home)!;
   assert.ok(cluster, "the state file names the running local cluster");
   assert.ok(pidAlive(cluster.headPid) && pidAlive(cluster.agentPid));
-  // hearth's own processes bound V8's young generation and glibc's arenas (long runs hold steady: docs/results.md, soak).
+  // hearth's own processes bound V8's young generation and glibc's arenas (long runs hold steady: docs/results.md, soak),
+  // and keep object chunks in the heap (no fresh mapping per 8 MiB chunk).
   for (const [what, pid] of [["head", cluster.headPid], ["agent", cluster.agentPid], ["executor", executorPid]] as const) {
     const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
     const environ = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
     assert.ok(argv.includes("--max-semi-space-size=2"), `the ${what} runs with --max-semi-space-size=2: ${argv.join(" ")}`);
     assert.ok(environ.includes("MALLOC_ARENA_MAX=2"), `the ${what} runs with MALLOC_ARENA_MAX=2`);
+    assert.ok(environ.includes(`MALLOC_MMAP_THRESHOLD_=${32 * 1024 * 1024}`), `the ${what} runs with a 32 MiB mmap threshold`);
+    assert.ok(environ.includes(`MALLOC_TRIM_THRESHOLD_=${128 * 1024 * 1024}`), `the ${what} runs with a 128 MiB trim threshold`);
   }
 
   const again = await connect({ name: "embedded", local: { home } });
