@@ -6,6 +6,12 @@
  * torn copy. The copy becomes the node's own only when every chunk is there
  * (the store installs it then, renaming the files into place); until then the
  * store serves the last complete version.
+ *
+ * The last RECENT_CHUNKS chunks that arrived stay in memory as they came
+ * (each was checked against its sum before it was written): a node passing
+ * the copy on serves a peer reading right behind it from them, instead of
+ * reading every chunk back from its file and summing it again for each
+ * peer. An older chunk is read from the file and checked, as before.
  */
 import { closeSync, openSync, rmSync } from "node:fs";
 import { writeAll } from "../sdk/cache/file-io.js";
@@ -18,6 +24,9 @@ import { storageError } from "./head/object-store.js";
 
 /** How long a reader waits for a chunk that has not arrived (the upstream fetch is stalled past it). */
 export const CHUNK_WAIT_MS = 60_000;
+
+/** Chunks a receiving part keeps in memory for the peers reading behind it (8 MiB each). */
+export const RECENT_CHUNKS = 8;
 
 /** One part of a copy being received. */
 export class ReceivingPart implements PartSink {
@@ -33,8 +42,12 @@ export class ReceivingPart implements PartSink {
   /** The fetch's own hold plus one per open source; the descriptor closes at zero. */
   private users = 1;
   private fetchDone = false;
+  /** The last chunks that arrived (checked), by offset, oldest first. */
+  private readonly recent = new Map<number, Buffer>();
   /** Bytes written so far. */
   written = 0;
+  /** Bytes sources served from the chunks kept in memory (not read back from the file). */
+  servedFromMemory = 0;
   /** Settles when every byte is here (or the fetch failed): a reader of the whole part waits for it. */
   readonly whole: Promise<void>;
   private settleWhole!: (err?: unknown) => void;
@@ -108,6 +121,10 @@ export class ReceivingPart implements PartSink {
     if (this.have.has(offset)) return;
     this.have.add(offset);
     this.written += chunk.byteLength;
+    if (this.fd !== undefined && !this.fetchDone) {
+      this.recent.set(offset, chunk);
+      if (this.recent.size > RECENT_CHUNKS) this.recent.delete(this.recent.keys().next().value!);
+    }
     if (tally) tally.bytes += chunk.byteLength;
     for (const w of this.waiters.get(offset) ?? []) w.resolve();
     this.waiters.delete(offset);
@@ -136,6 +153,12 @@ export class ReceivingPart implements PartSink {
       read: async (offset, length) => {
         await this.arrived(offset);
         if (this.data) return this.data.subarray(offset, offset + length);
+        const at = offset - (offset % CHUNK);
+        const kept = this.recent.get(at);
+        if (kept && offset - at + length <= kept.byteLength) {
+          this.servedFromMemory += length;
+          return kept.subarray(offset - at, offset - at + length);
+        }
         // Read back from the file and checked again: what another node gets is what the head recorded.
         return readChecked(this.fd!, this.file!, this.meta.size, this.meta.sums, offset, length, this.what, this.index);
       },
@@ -154,6 +177,7 @@ export class ReceivingPart implements PartSink {
   done(removeFile: boolean): void {
     if (this.fetchDone) return;
     this.fetchDone = true;
+    this.recent.clear();
     if (removeFile && this.file) rmSync(this.file, { force: true });
     this.unref();
   }
