@@ -2,6 +2,7 @@
  * Starts real head and agent processes (ports bound to 0) for black-box tests
  * and stops them, leaving no process behind.
  */
+import { createHash } from "node:crypto";
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -109,8 +110,10 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
     agents.set(spec.id, p);
     // This process, not an earlier agent of the same id the head still lists (killed, not yet timed out).
-    const registered = await waitFor(`agent ${spec.id} (pid ${p.pid}) to register`, async () => (await status()).agents.find((a: any) => a.id === spec.id && a.pid === p.pid));
-    if (typeof registered.cache?.dir === "string") cacheDirs.add(registered.cache.dir);
+    await waitFor(`agent ${spec.id} (pid ${p.pid}) to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id && a.pid === p.pid) ? true : undefined));
+    // Where its node cache lands on /dev/shm without --cache-dir (cluster-agent/agent.ts chooseCacheDir): it reports it only later.
+    const digest = createHash("sha256").update(path.resolve(workDir)).digest("hex").slice(0, 10);
+    cacheDirs.add(path.join("/dev/shm", `hearth-cache-${spec.id.replace(/[^A-Za-z0-9._-]/g, "_")}-${digest}`));
     return p;
   };
   for (const spec of opts.agents) await addAgent(spec);
@@ -125,6 +128,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     status,
     async stop() {
       const headDown = head.exitCode !== null || head.signalCode !== null;
+      // Folders on /dev/shm the agents reported, removed below (a --cache-dir elsewhere, or the disk medium inside the test's folder, is not).
+      if (!headDown) for (const a of (await status().catch(() => ({ agents: [] }))).agents ?? []) if (typeof a.cache?.dir === "string" && a.cache.dir.startsWith("/dev/shm/")) cacheDirs.add(a.cache.dir);
       if (!headDown) await client.control("shutdown", {}, 5000).catch(() => undefined);
       client.close();
       const all = [head, ...agents.values()];
