@@ -296,6 +296,16 @@ function freePort(host: string): Promise<number> {
 }
 
 /**
+ * The name of agent `id`'s node cache folder in folders agents share
+ * (/dev/shm as `hearth-cache-<name>`, the executor dir as `cache-<name>`):
+ * it names the work dir's digest too, so two agents of one id (each
+ * HEARTH_HOME's "local") never meet there.
+ */
+export function nodeCacheName(id: string, workDir: string): string {
+  return `${id.replace(/[^A-Za-z0-9._-]/g, "_")}-${createHash("sha256").update(path.resolve(workDir)).digest("hex").slice(0, 10)}`;
+}
+
+/**
  * The node cache's folder: `--cache-dir` as given, else on memory-backed
  * /dev/shm where the cache's limit fits (storage-medium.ts), else on disk:
  * `<work-dir>/cache`, or `<executor-dir>/cache-<id>-<digest of the work dir>` when executors run as
@@ -309,8 +319,7 @@ function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): { dir: string
     return { dir, medium: { kind: isMemoryBacked(probe) ? "memory" : "disk", dir, why: "--cache-dir" } };
   }
   const workDir = opts.workDir ?? path.join(os.tmpdir(), `hearth-agent-${id}`);
-  // Folders shared by agents (/dev/shm, the executor dir) name the work dir's digest too: two agents of one id (each HEARTH_HOME's "local") never meet there.
-  const name = `${id.replace(/[^A-Za-z0-9._-]/g, "_")}-${createHash("sha256").update(path.resolve(workDir)).digest("hex").slice(0, 10)}`;
+  const name = nodeCacheName(id, workDir);
   const diskDir = users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${name}`) : path.join(workDir, "cache");
   const medium = pickMedium(opts.cacheMedium ?? "auto", opts.cacheLimit ?? Math.floor(os.totalmem() / 4), path.dirname(diskDir));
   const dir = medium.kind === "memory" ? path.join(medium.dir, `hearth-cache-${name}`) : diskDir;

@@ -2,13 +2,13 @@
  * Starts real head and agent processes (ports bound to 0) for black-box tests
  * and stops them, leaving no process behind.
  */
-import { createHash } from "node:crypto";
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { alive } from "../../sdk/engines/local.js";
+import { nodeCacheName } from "../../cluster-agent/agent.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { SECRET_FILE_ENV, secretFile } from "../../sdk/wire/auth.js";
 import { tunedEnv } from "../../sdk/runtime/process-tuning.js";
@@ -111,9 +111,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     agents.set(spec.id, p);
     // This process, not an earlier agent of the same id the head still lists (killed, not yet timed out).
     await waitFor(`agent ${spec.id} (pid ${p.pid}) to register`, async () => ((await status()).agents.some((a: any) => a.id === spec.id && a.pid === p.pid) ? true : undefined));
-    // Where its node cache lands on /dev/shm without --cache-dir (cluster-agent/agent.ts chooseCacheDir): it reports it only later.
-    const digest = createHash("sha256").update(path.resolve(workDir)).digest("hex").slice(0, 10);
-    cacheDirs.add(path.join("/dev/shm", `hearth-cache-${spec.id.replace(/[^A-Za-z0-9._-]/g, "_")}-${digest}`));
+    // Where its node cache lands on /dev/shm without --cache-dir (it reports it only after its first heartbeat).
+    cacheDirs.add(path.join("/dev/shm", `hearth-cache-${nodeCacheName(spec.id, workDir)}`));
     return p;
   };
   for (const spec of opts.agents) await addAgent(spec);
