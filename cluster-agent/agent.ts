@@ -23,6 +23,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { credentialFrom, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { ExecutorSupervisor } from "./executor-supervisor.js";
 import { NodeCache } from "./node-cache.js";
+import { parseSealNotice } from "./object-service.js";
 import { LogSink } from "./log-sink.js";
 import { ExecutorUsers, type UidRange } from "./executor-users.js";
 import { detectResources, memoryReport, type NodeResources } from "./resources.js";
@@ -236,6 +237,14 @@ export class Agent {
       case "obj-dropped":
         // The head deleted these objects (or released their app): free this node's copies too.
         this.cache.drop(str(h, "app"), typeof h.prefix === "string" ? h.prefix : "");
+        return;
+      case "obj-sealed":
+        // A part of a base upload is whole at the head (or it committed, or was dropped): copied ahead when this node holds the object.
+        try {
+          this.cache.precopy(str(h, "app"), parseSealNotice(h));
+        } catch (err) {
+          this.log(`ignored a malformed obj-sealed notice from the head: ${(err as Error).message}`);
+        }
         return;
       case "stop":
         this.executors.stop(str(h, "executor"), num(h, "graceMs"));

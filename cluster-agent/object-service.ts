@@ -19,9 +19,9 @@ import { checkChunk, chunkSum, readChunk, writeAll } from "../sdk/cache/file-io.
 import { CHUNK, INLINE_LIMIT, type PartMeta } from "../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../sdk/cache/values.js";
 import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
-import { HearthError } from "../sdk/errors/index.js";
+import { HearthError, ObjectNotFoundError } from "../sdk/errors/index.js";
 import { ProtocolError } from "../sdk/wire/errors.js";
-import { allParts, isFilePart, objectIds, storageError, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
+import { allParts, isFilePart, objectIds, storageError, userKey, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
 import { ReadCredit, type ReadCreditLimits } from "./read-credit.js";
 import { DistributionTrees, HEAD } from "./head/distribution-tree.js";
 
@@ -53,13 +53,13 @@ export function storedSource(store: ObjectStore, obj: StoredObject, part: Stored
     const data = part.data;
     return { size: part.size, read: async (o, l) => data.subarray(o, o + l), close: () => undefined };
   }
-  const file = store.pathOf(obj, part);
+  return checkedFileSource(store.pathOf(obj, part), part.size, part.sums, objectIds(obj.key), index);
+}
+
+/** A part's file read a chunk at a time, each chunk checked against `sums` first (the descriptor keeps it readable after a rename or delete). */
+function checkedFileSource(file: string, size: number, sums: readonly number[] | undefined, ids: { key: string; app?: string }, index: number): PartSource {
   const fd = openSync(file, "r");
-  return {
-    size: part.size,
-    read: (o, l) => readChecked(fd, file, part.size, part.sums, o, l, objectIds(obj.key), index),
-    close: () => closeSync(fd),
-  };
+  return { size, read: (o, l) => readChecked(fd, file, size, sums, o, l, ids, index), close: () => closeSync(fd) };
 }
 
 /**
@@ -91,6 +91,8 @@ interface UploadPart {
   chunks: Map<number, number>;
   /** The sum of each chunk received, by offset: the part's sums once it is whole. */
   sums: Map<number, number>;
+  /** Set when the uploader said the part is whole (`obj-seal`): nodes may copy it before the commit. */
+  sealed?: { size: number; sums: number[] };
 }
 
 interface WriteTransfer {
@@ -110,7 +112,52 @@ interface WriteTransfer {
   /** Chunk writes still reaching their files. */
   writing: Set<Promise<unknown>>;
   lastActive: number;
+  /** The agent whose executor uploads it (its node keeps the files: it copies nothing before the commit). */
+  origin?: string;
+  /** Nodes were told of a sealed part: they are told when it commits nowhere (dropped). */
+  announced?: boolean;
 }
+
+/**
+ * A part of a base upload the head has whole before the commit: nodes that
+ * hold an earlier version may copy it now (node-fetch.ts, precopy), and
+ * install it if the commit has exactly these bytes. `dropped`: the upload
+ * ended without a commit, and what was copied of it goes.
+ */
+export interface SealNotice {
+  key: string;
+  upload: number;
+  part: number;
+  size: number;
+  sums: number[];
+  kind: ValueKind;
+  dtype?: DType;
+  dropped?: boolean;
+  /** The upload committed as this version: a node that copied its parts installs them now. */
+  committed?: number;
+}
+
+/** A SealNotice from its message (obj-sealed, from the head). */
+export function parseSealNotice(h: Header): SealNotice {
+  const sums = Array.isArray(h.sums) ? h.sums : [];
+  if (!sums.every((v) => Number.isInteger(v))) throw new ProtocolError("obj-sealed: sums must be integers");
+  const kind = str(h, "kind");
+  if (!KINDS.has(kind)) throw new ProtocolError(`obj-sealed: kind must be bytes, typed or msgpack; got '${kind}'`);
+  return {
+    key: str(h, "key"),
+    upload: num(h, "upload"),
+    part: num(h, "part"),
+    size: num(h, "size"),
+    sums: sums as number[],
+    kind: kind as ValueKind,
+    ...(typeof h.dtype === "string" ? { dtype: h.dtype as DType } : {}),
+    ...(h.dropped === true ? { dropped: true } : {}),
+    ...(typeof h.committed === "number" ? { committed: h.committed } : {}),
+  };
+}
+
+/** Committed uploads remembered for the nodes still copying their sealed parts (their last part seals just before the commit). */
+const COMMITTED_KEPT = 64;
 
 /** Parts one upload may have at most. */
 const MAX_UPLOAD_PARTS = 4096;
@@ -136,6 +183,8 @@ export interface ObjectTraffic {
   gets: { notModified: number; patches: number; full: number; meta: number };
   /** Full gets of large objects answered with another node to copy from instead of the bytes. */
   peerHints: number;
+  /** Gets of one sealed part of a base upload, before (or just after) its commit: answered with the bytes or a peer. */
+  uploadParts: number;
 }
 
 /** Handles `obj-*` requests against one store. */
@@ -149,7 +198,9 @@ export class ObjectService {
    */
   readonly trees: DistributionTrees;
   private nextTid = 1;
-  readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0, meta: 0 }, peerHints: 0 };
+  /** Uploads that committed after nodes were told of their sealed parts, by upload id: the object and version they made. */
+  private readonly committed = new Map<number, { key: string; version: number }>();
+  readonly traffic: ObjectTraffic = { bytesIn: 0, bytesOut: 0, bytesOutTo: {}, gets: { notModified: 0, patches: 0, full: 0, meta: 0 }, peerHints: 0, uploadParts: 0 };
 
   /** How much object data each connection holds unread (read-credit.ts). */
   readonly credit: ReadCredit;
@@ -158,10 +209,13 @@ export class ObjectService {
    * @param opts.onDropped told of every delete that removed objects (`prefix`
    * within app `ns`; "" when the app was released): the head passes it on to
    * the agents, whose node caches drop their copies.
+   * @param opts.onSealed told of every sealed part of a base upload (and of
+   * such an upload dropped): the head tells the agents but `origin` (the
+   * uploading executor's), whose nodes may copy it before the commit.
    */
   constructor(
     readonly store: ObjectStore,
-    private readonly opts: { readOnly?: boolean; credit?: Partial<ReadCreditLimits>; onDropped?: (ns: string, prefix: string) => void; fanout?: number } = {},
+    private readonly opts: { readOnly?: boolean; credit?: Partial<ReadCreditLimits>; onDropped?: (ns: string, prefix: string) => void; onSealed?: (ns: string, notice: SealNotice, origin?: string) => void; fanout?: number } = {},
   ) {
     this.credit = new ReadCredit(opts.credit);
     this.trees = new DistributionTrees(opts.fanout);
@@ -174,7 +228,7 @@ export class ObjectService {
    * its limit (a chunk is read from its file only once admitted), and
    * carries the token (`ack`) that acknowledges it.
    */
-  async serve(op: string, ns: string, h: Header, frames: Buffer[], peer: string, conn: string, agent?: RequestingAgent): Promise<ServiceReply> {
+  async serve(op: string, ns: string, h: Header, frames: Buffer[], peer: string, conn: string, agent?: RequestingAgent, origin?: string): Promise<ServiceReply> {
     this.credit.acknowledge(conn, h.acks);
     if (op === "obj-ack") return { value: {} };
     if (op === "obj-read") {
@@ -185,7 +239,7 @@ export class ObjectService {
       this.count(chunk.byteLength, peer);
       return { value: { ack }, frames: [chunk] };
     }
-    const r = await this.handle(op, ns, h, frames, peer, agent);
+    const r = await this.handle(op, ns, h, frames, peer, agent, origin);
     let bytes = 0;
     for (const f of r.frames ?? []) bytes += f.byteLength;
     if (bytes === 0) return r;
@@ -196,9 +250,9 @@ export class ObjectService {
   /**
    * Answers one request (without read credit: tests and `serve`). `ns` is
    * the app namespace of the caller; `peer` names the caller's kind for the
-   * traffic counters.
+   * traffic counters; `origin` the agent an executor caller runs on.
    */
-  async handle(op: string, ns: string, h: Header, frames: Buffer[], peer: string, agent?: RequestingAgent): Promise<ServiceReply> {
+  async handle(op: string, ns: string, h: Header, frames: Buffer[], peer: string, agent?: RequestingAgent, origin?: string): Promise<ServiceReply> {
     switch (op) {
       case "obj-get":
         return this.get(ns, h, peer, agent);
@@ -226,7 +280,9 @@ export class ObjectService {
         return { value: this.result(await this.store.write(w.op, w.key, { kind: w.kind, dtype: w.dtype, data }, w)) };
       }
       case "obj-begin":
-        return { value: this.begin(ns, h) };
+        return { value: this.begin(ns, h, origin) };
+      case "obj-seal":
+        return { value: this.seal(ns, h) };
       case "obj-chunk":
         return { value: await this.chunk(ns, h, frames[1]) };
       case "obj-commit":
@@ -276,7 +332,7 @@ export class ObjectService {
     return { key: obj.key.slice(obj.key.indexOf("/") + 1), version: obj.version, baseVersion: obj.baseVersion, size: totalSize(obj) };
   }
 
-  private begin(ns: string, h: Header): unknown {
+  private begin(ns: string, h: Header, origin?: string): unknown {
     const w = this.parseWrite(ns, h, true);
     this.store.check(w.op, w.key, w.ifVersion);
     // A new base counts the old one (and its patches) as freed: they go when it commits. Until then
@@ -286,8 +342,76 @@ export class ObjectService {
       if (pool) this.store.makeRoom(w.size, w.key, this.store.freedBy(w.op, w.key, pool), pool);
     }
     const tid = this.nextTid++;
-    this.writes.set(tid, { ...w, ns, parts: new Map(), writing: new Set(), lastActive: Date.now() });
+    this.writes.set(tid, { ...w, ns, parts: new Map(), writing: new Set(), lastActive: Date.now(), origin });
     return { tid, chunk: CHUNK };
+  }
+
+  /**
+   * The uploader says part `part` is whole at `size` bytes (every chunk
+   * arrived): of a base with file parts, the agents hear of it (onSealed),
+   * and nodes that hold the object may copy it before the commit.
+   */
+  private seal(ns: string, h: Header): unknown {
+    const tid = num(h, "tid");
+    const t = this.writeTransfer(ns, tid);
+    const index = num(h, "part");
+    const size = num(h, "size");
+    const part = t.parts.get(index);
+    const missing = part ? missingChunks(part.chunks, size) : size > 0 ? "no chunk arrived" : "";
+    if (missing) throw new ProtocolError(`obj-seal: part ${index} of upload ${tid} is not whole at ${size} bytes (${missing}); send its chunks first`);
+    if (!part || part.sealed || t.op === "patch" || !isFilePart(size)) return { sealed: false };
+    const sums: number[] = [];
+    for (let at = 0; at < size; at += CHUNK) sums.push(part.sums.get(at)!);
+    part.sealed = { size, sums };
+    t.announced = true;
+    this.opts.onSealed?.(ns, { key: userKey(t.key), upload: tid, part: index, size, sums, kind: t.kind, ...(t.dtype ? { dtype: t.dtype } : {}) }, t.origin);
+    return { sealed: true };
+  }
+
+  /**
+   * A node copying part `part` of upload `upload` (sealed) before the
+   * commit: the bytes (a read transfer over the part's file, or over the
+   * committed object's part once the upload committed to the version it
+   * made), or a node of the part's tree to copy it from (`peers`). The head
+   * sends each part once, as it sends a base once.
+   */
+  private getUploadPart(ns: string, full: string, h: Header, agent?: RequestingAgent): ServiceReply {
+    const upload = num(h, "upload");
+    const index = num(h, "part");
+    this.traffic.uploadParts++;
+    const gone = (): never => {
+      throw new ObjectNotFoundError(`upload ${upload} of '${userKey(full)}' has no sealed part ${index} to copy now (it was dropped, or the object moved on); get the object once it is committed`, objectIds(full));
+    };
+    const open = this.writes.get(upload);
+    let source: () => PartSource;
+    let meta: PartMeta;
+    if (open) {
+      const p = open.ns === ns && open.key === full ? open.parts.get(index) : undefined;
+      if (!p?.sealed) return gone();
+      const sealed = p.sealed;
+      meta = { kind: open.kind, dtype: open.dtype, size: sealed.size, version: 0, sums: sealed.sums };
+      source = () => checkedFileSource(p.file, sealed.size, sealed.sums, objectIds(full), index);
+    } else {
+      const c = this.committed.get(upload);
+      const obj = c?.key === full ? this.store.peek(full) : undefined;
+      const part = obj && obj.version === c!.version ? [obj.base, ...obj.more][index] : undefined;
+      if (!obj || !part) return gone();
+      meta = { kind: part.kind, dtype: part.dtype, size: part.size, version: 0, ...(part.sums ? { sums: part.sums } : {}) };
+      source = () => storedSource(this.store, obj, part, index);
+    }
+    if (agent) {
+      const tree = uploadTree(full, upload, index);
+      const failed = optStr(h, "failedPeer");
+      let parent = HEAD;
+      if (h.peers === true) parent = this.trees.assign(tree, 0, agent.id, (id) => id !== agent.id && agent.endpointOf(id) !== undefined, failed);
+      else if (failed) this.trees.drop(failed);
+      const endpoint = parent === HEAD ? undefined : agent.endpointOf(parent);
+      if (endpoint) {
+        this.traffic.peerHints++;
+        return { value: { parts: [meta], peer: { agentId: parent, endpoint } } };
+      }
+    }
+    return { value: { parts: [meta], tid: this.openRead(ns, [source()]) } };
   }
 
   /** Part `index` of upload `t`, its file made on first use. */
@@ -366,6 +490,7 @@ export class ObjectService {
     const missing = sizes.map((size, i) => missingChunks(t.parts.get(i)?.chunks ?? new Map(), size)).filter(Boolean).join(", ");
     if (missing) throw new ProtocolError(`obj-commit: received ${receivedBytes(t)} of ${total} bytes; send the missing chunks (${missing}), then commit again`);
     this.writes.delete(tid);
+    this.forgetUploads(t.key, tid);
     const files = sizes.map((size, i) => {
       const part = this.uploadPart(t, i); // a part that got no chunk (empty) gets its empty file here
       closeSync(part.fd);
@@ -373,7 +498,34 @@ export class ObjectService {
       for (let at = 0; at < size; at += CHUNK) sums.push(part.sums.get(at)!);
       return { kind: t.kind, dtype: t.dtype, size, file: part.file, sums };
     });
-    return this.result(await this.store.writeFiles(t.op, t.key, files, t));
+    let stored: StoredObject;
+    try {
+      stored = await this.store.writeFiles(t.op, t.key, files, t);
+    } catch (err) {
+      if (t.announced) this.announceDropped(t, tid);
+      throw err;
+    }
+    if (t.announced) {
+      // Nodes may still be copying its last sealed parts: those are read from the committed object now.
+      this.committed.set(tid, { key: t.key, version: stored.version });
+      if (this.committed.size > COMMITTED_KEPT) this.committed.delete(this.committed.keys().next().value!);
+      this.opts.onSealed?.(ns, { key: userKey(t.key), upload: tid, part: 0, size: 0, sums: [], kind: t.kind, committed: stored.version }, t.origin);
+    }
+    return this.result(stored);
+  }
+
+  /** The trees of earlier uploads of `key` (not `keep`'s) go: nodes copy those parts no more. */
+  private forgetUploads(key: string, keep: number): void {
+    for (const [tid, c] of this.committed) {
+      if (c.key !== key || tid === keep) continue;
+      this.committed.delete(tid);
+      this.trees.forget(uploadTree(key, tid, ""));
+    }
+  }
+
+  private announceDropped(t: WriteTransfer, tid: number): void {
+    this.trees.forget(uploadTree(t.key, tid, ""));
+    this.opts.onSealed?.(t.ns, { key: userKey(t.key), upload: tid, part: 0, size: 0, sums: [], kind: t.kind, dropped: true }, t.origin);
   }
 
   private parseWrite(ns: string, h: Header, chunked = false): { op: WriteOp; key: string; kind: ValueKind; dtype?: DType; size?: number; ifVersion?: number; pin?: boolean; scratch?: boolean } {
@@ -402,6 +554,7 @@ export class ObjectService {
 
   private get(ns: string, h: Header, peer: string, agent?: RequestingAgent): ServiceReply {
     const full = `${ns}/${str(h, "key")}`;
+    if (h.upload !== undefined) return this.getUploadPart(ns, full, h, agent);
     const r = this.store.read(full, optNum(h, "have"), optNum(h, "haveBase"));
     const base = { mode: r.mode, version: r.version, baseVersion: r.baseVersion };
     const object = r.object;
@@ -486,6 +639,7 @@ export class ObjectService {
       closeSync(p.fd);
       rmSync(p.file, { force: true });
     }
+    if (t.announced) this.announceDropped(t, tid);
   }
 
   private writeTransfer(ns: string, tid: number): WriteTransfer {
@@ -523,6 +677,11 @@ function missingChunks(chunks: Map<number, number>, size: number): string {
   }
   for (const at of chunks.keys()) if (at >= size && size > 0) return `a chunk at ${at} lies past the end`;
   return missing > 0 ? `${missing} chunk(s) missing` : "";
+}
+
+/** The tree of part `part` of upload `upload` of `key` ("" part: the prefix of all its parts' trees). */
+function uploadTree(key: string, upload: number, part: number | ""): string {
+  return `${key}\0upload ${upload}/${part}`;
 }
 
 /** Bytes of an object's base plus patches. */

@@ -44,6 +44,8 @@ export class ReceivingPart implements PartSink {
   private fetchDone = false;
   /** The last chunks that arrived (checked), by offset, oldest first. */
   private readonly recent = new Map<number, Buffer>();
+  /** Whether arriving chunks stay in memory for the peers behind (dropRecent ends it). */
+  private keepRecent = true;
   /** Bytes written so far. */
   written = 0;
   /** Bytes sources served from the chunks kept in memory (not read back from the file). */
@@ -121,7 +123,7 @@ export class ReceivingPart implements PartSink {
     if (this.have.has(offset)) return;
     this.have.add(offset);
     this.written += chunk.byteLength;
-    if (this.fd !== undefined && !this.fetchDone) {
+    if (this.fd !== undefined && !this.fetchDone && this.keepRecent) {
       this.recent.set(offset, chunk);
       if (this.recent.size > RECENT_CHUNKS) this.recent.delete(this.recent.keys().next().value!);
     }
@@ -167,6 +169,12 @@ export class ReceivingPart implements PartSink {
         closed = true;
       },
     };
+  }
+
+  /** The chunks kept in memory go (a part that stays readable long after it arrived): later reads come from the file. */
+  dropRecent(): void {
+    this.keepRecent = false;
+    this.recent.clear();
   }
 
   /**

@@ -95,7 +95,7 @@ export class ExecutorProtocol {
       case "req": {
         const op = str(h, "op");
         if (!op.startsWith("obj-")) throw new ProtocolError(`unknown request op '${op}' from an executor`);
-        return answerObject(head, route, num(h, "rid"), () => head.objects.serve(op, s.app, h, frames, "executor", route.toString("latin1")));
+        return answerObject(head, route, num(h, "rid"), () => head.objects.serve(op, s.app, h, frames, "executor", route.toString("latin1"), undefined, e.agentId));
       }
       case "ready":
         sched.onExecutorReady(executorId, num(h, "pid"));

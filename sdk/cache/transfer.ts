@@ -307,6 +307,8 @@ export async function upload(
     const sizes: number[] = [];
     const send = async (part: PartSource): Promise<void> => {
       const sent = await sendPart(req, tid, sizes.length, part);
+      // A large part whole at the head: nodes holding the object may copy it while the next one uploads (invisible until the commit).
+      if (sent.size > INLINE_LIMIT) await req.request("obj-seal", { tid, part: sizes.length, size: sent.size });
       await opts.onPartSent?.(sizes.length, sent);
       sizes.push(sent.size);
     };
