@@ -54,7 +54,7 @@ export interface NodeCopy {
   agentId: string;
   /** From the publication's commit to the node's copy installed. */
   commitToCopyMs: number;
-  /** Where the copy came from: "head", "peer" (another node), "peer+head", "inline". */
+  /** Where the copy came from: "head", "peer" (another node), "peer+head", "inline", "kept" (the publisher's files), "precopy" (copied while it uploaded). */
   source: string;
   bytes: number;
 }
@@ -190,6 +190,13 @@ export function defaultSteps(denseTensor: string): WeightsStepSpec[] {
   ];
 }
 
+/**
+ * The step after the late joiner and the new node: a trainer's update
+ * published as a fresh base (a re-base) on a key every node holds, so the
+ * nodes copy it ahead of its commit.
+ */
+export const REPUBLICATION: WeightsStepSpec = { name: "full re-publication (re-base, copied ahead)", share: 0.027, full: true };
+
 /** The tensor the dense step moves past a third. */
 export const DENSE_TENSOR = "model.layers.0.mlp.gate_proj.weight";
 
@@ -317,12 +324,12 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
     };
     const steps: WeightsStepResult[] = [];
     let seed = 1;
-    for (const spec of opts.steps ?? (synthetic ? [{ name: "full publication (synthetic)", share: 0, full: true }] : defaultSteps(DENSE_TENSOR))) {
+    const runStep = async (spec: WeightsStepSpec): Promise<void> => {
       if (spec.share > 0) await engine.perturb({ share: spec.share, seed: seed++, dense: spec.dense }, { timeoutMs: 600_000 });
       for (const list of Object.values(pids)) list.forEach(resetPeak);
       const loadBefore = os.loadavg()[0]!;
       const cpu0 = Object.fromEntries(Object.entries(pids).map(([role, list]) => [role, list.reduce((n, p) => n + cpuSeconds(p), 0)]));
-      const headBefore = (await cluster.status()).objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
+      const headBefore = (await cluster!.status()).objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
       const t0 = performance.now();
       const stats = await publisher.publish({ full: spec.full === true });
       const commitAt = Date.now();
@@ -335,7 +342,7 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       const want = (await engine.digest({ timeoutMs: 1_800_000 })).digest;
       const got = await Promise.all(infos.map((i) => pool.callMember(i.executorId, "digest")));
       const identical = got.every((g) => g.digest === want) && executors.every((e) => e.version === stats.version);
-      const status = await cluster.status();
+      const status = await cluster!.status();
       const traffic = status.objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
       const nodes: NodeCopy[] = [];
       for (const [agentId, ids] of perAgent) {
@@ -374,7 +381,8 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       steps.push(r);
       log(`${spec.name}: ${(r.bytes / MiB).toFixed(1)} MiB, publish ${publishMs.toFixed(0)} ms, commit → last exact ${r.commitToLastExactMs.toFixed(0)} ms, slowest executor ${slowestMs.toFixed(0)} ms, identical: ${identical}`);
       if (!identical) throw new Error(`${spec.name}: an executor is not bit-identical to the publisher (publisher ${want}, executors ${JSON.stringify(got)})`);
-    }
+    };
+    for (const spec of opts.steps ?? (synthetic ? [{ name: "full publication (synthetic)", share: 0, full: true }] : defaultSteps(DENSE_TENSOR))) await runStep(spec);
 
     // A late joiner on a warm node (agent a): a new executor that reads the node's copies (base and patches) in place.
     // (Not with synthetic weights: a fourth engine of a 6 GB publication would not fit beside the others.)
@@ -422,6 +430,10 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       log(`new node after ${steps.length - 1} patches: exact in ${joined.totalMs.toFixed(0)} ms, head sent it ${(headBytes / MiB).toFixed(2)} MiB (${newNode.source}), identical: ${newNode.identical}`);
       if (!newNode.identical) throw new Error(`the new node's executor is not bit-identical to the publisher (${digest.digest} vs ${want})`);
     }
+
+    // A full re-publication (a re-base) of weights every node holds: the nodes copy its parts while it
+    // uploads (obj-sealed) and install them at the commit. Last, so the late joiner above met four patches.
+    if (!synthetic && !opts.steps) await runStep(REPUBLICATION);
 
     const distribution = await runDistributionBench(DISTRIBUTION_DEFAULTS, log);
     return {
