@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { REFERENCE_BYTES_PER_CHANGE, runWeightsBench } from "../../bench/weights.js";
+import { REFERENCE_BYTES_PER_CHANGE, REPUBLICATION, runWeightsBench } from "../../bench/weights.js";
 import { connect } from "../../sdk/connect.js";
 import { applyPublications, WeightPublisher } from "../../sdk/rl/services/weights.js";
 import { TensorEngine } from "../../sdk/tensor/index.js";
@@ -66,6 +66,11 @@ test("bench weights at the tiny shape: bit-identical executors, late joiner, byt
   assert.equal(r.newNode!.source, "peer");
   assert.equal(r.newNode!.headBytes, 0, `the head sent the new node ${r.newNode!.headBytes} bytes`);
   assert.ok(r.newNode!.fromPeers >= full.bytes, "its copy came from a peer");
+  // The re-publication of weights every node holds: each node copied it ahead of the commit and installed that copy.
+  const again = byName(REPUBLICATION.name);
+  assert.equal(again.kind, "full");
+  assert.deepEqual(again.nodes.map((n) => n.source), ["precopy", "precopy", "precopy"], "every node installed the parts it copied while the upload ran");
+  assert.ok(again.headBytesOut < 1.1 * again.bytes, `the head sent ${again.headBytesOut} bytes for a ${again.bytes}-byte re-base`);
   // The fresh-page bound is measured on every medium a full publication writes.
   assert.ok(r.freshPages.writes.length >= 2 && r.freshPages.writes.every((w) => w.rawMiBps > 0), JSON.stringify(r.freshPages));
   // The simulated distribution: a tree of depth about log2(100) against a chain of 100.
