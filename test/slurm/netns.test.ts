@@ -54,6 +54,12 @@ test("n1 and n2 are two hosts at their own addresses; their executors reach the 
   const net = world.net!;
   assert.match(app.endpoint, new RegExp(`^tcp://${net.gateway.replace(/\./g, "\\.")}:\\d+$`), "the head listens on the bridge address, not loopback");
   const pool = await app.service<Where>(REF, { name: "hosts", ...POOL });
+  // Both members taking calls first (the second host's may still be starting): else both calls queue on one.
+  const members = await eventually("both pool members taking calls", async () => {
+    const m = await pool.members();
+    return m.length === 2 ? m : undefined;
+  }, 60_000);
+  assert.equal(new Set(members.map((m) => m.agentId)).size, 2, "the pool's two members are on two agents");
   // Two calls at once on a pool of two concurrency-1 executors: one runs on each.
   const [a, b] = await Promise.all([pool.call("sleep", 300), pool.call("sleep", 300)]);
   const byNode = new Map([a!, b!].map((p) => [p.node, p]));
