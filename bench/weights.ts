@@ -324,12 +324,13 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
     };
     const steps: WeightsStepResult[] = [];
     let seed = 1;
+    const started = cluster;
     const runStep = async (spec: WeightsStepSpec): Promise<void> => {
       if (spec.share > 0) await engine.perturb({ share: spec.share, seed: seed++, dense: spec.dense }, { timeoutMs: 600_000 });
       for (const list of Object.values(pids)) list.forEach(resetPeak);
       const loadBefore = os.loadavg()[0]!;
       const cpu0 = Object.fromEntries(Object.entries(pids).map(([role, list]) => [role, list.reduce((n, p) => n + cpuSeconds(p), 0)]));
-      const headBefore = (await cluster!.status()).objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
+      const headBefore = (await started.status()).objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
       const t0 = performance.now();
       const stats = await publisher.publish({ full: spec.full === true });
       const commitAt = Date.now();
@@ -342,7 +343,7 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       const want = (await engine.digest({ timeoutMs: 1_800_000 })).digest;
       const got = await Promise.all(infos.map((i) => pool.callMember(i.executorId, "digest")));
       const identical = got.every((g) => g.digest === want) && executors.every((e) => e.version === stats.version);
-      const status = await cluster!.status();
+      const status = await started.status();
       const traffic = status.objects.traffic as { bytesOut: number; bytesOutTo: Record<string, number> };
       const nodes: NodeCopy[] = [];
       for (const [agentId, ids] of perAgent) {
