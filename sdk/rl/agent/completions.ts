@@ -14,7 +14,8 @@
  * response in all; past a limit a request is answered at once with no
  * tokens and finish_reason "length" (the episode is cut, as on the
  * environment path). Requests with the run's key (no session) are served
- * the same way but recorded nowhere.
+ * the same way but recorded nowhere, their prompts encoded as a session
+ * holding the same conversation would hold them (turn-encoding.ts).
  */
 import { randomBytes, randomInt } from "node:crypto";
 import { deriveSeed } from "../../tensor/seeds.js";
@@ -25,6 +26,7 @@ import type { ChatRequest } from "./chat-request.js";
 import { EndpointError, badRequest } from "./endpoint-error.js";
 import type { AgentSession, Plan } from "./session.js";
 import { checkCalls, type ParseFailure, type ToolCallParser } from "./tool-parsers.js";
+import { encodeAsSession, type RenderMessages } from "./turn-encoding.js";
 
 /** What a completion tells a streamed reply as it goes (sse.ts). */
 export interface TokenSink {
@@ -97,20 +99,22 @@ function newId(prefix: string): string {
   return `${prefix}${randomBytes(12).toString("base64url")}`;
 }
 
-/** The prompt text of a request: the template's rendering plus, for tool_choice required or named, the forced start of the reply. */
-async function promptOf(ctx: CompletionContext, req: ChatRequest): Promise<{ text: string; forced: string }> {
+/** The prompt text of a request: the template's rendering plus, for tool_choice required or named, the forced start of the reply; and how the request's messages render. */
+async function promptOf(ctx: CompletionContext, req: ChatRequest): Promise<{ text: string; forced: string; render: RenderMessages }> {
   const template = ctx.tokenizer.template;
   if (!template) throw new EndpointError(400, "the policy's tokenizer has no chat template, so chat messages cannot be rendered: serve a model folder whose tokenizer_config.json has a chat_template", { code: "no_chat_template" });
   if (req.tools.length > 0 && !ctx.parser) throw badRequest("tools", "this model's chat template writes tool calls in no format hearth knows: start the run with --tool-parser NAME (or register one)");
-  let text: string;
-  try {
-    text = await ctx.templates.render(template.source, template.special, { messages: req.messages, tools: req.tools, addGenerationPrompt: true });
-  } catch (err) {
-    throw badRequest("messages", (err as Error).message);
-  }
+  const render = async (messages: readonly TemplateMessage[], generation: boolean): Promise<string> => {
+    try {
+      return await ctx.templates.render(template.source, template.special, { messages, tools: req.tools, addGenerationPrompt: generation });
+    } catch (err) {
+      throw badRequest("messages", (err as Error).message);
+    }
+  };
+  const text = await render(req.messages, true);
   const tc = req.toolChoice;
   const forced = ctx.parser && (tc === "required" || typeof tc === "object") ? ctx.parser.forcedPrefix(tc === "required" ? undefined : tc.name) : "";
-  return { text: text + forced, forced };
+  return { text: text + forced, forced, render };
 }
 
 /** The reply to one sampled row: content or tool calls, finish reason, logprobs. */
@@ -230,11 +234,11 @@ export async function completeInSession(ctx: CompletionContext, req: ChatRequest
   }
 }
 
-/** A request with the run's key: served on the same batches, recorded nowhere; `n` choices from seeds of `seed` (else random). */
+/** A request with the run's key: encoded as a session would hold it, served on the same batches, recorded nowhere; `n` choices from seeds of `seed` (else random). */
 export async function completeUnrecorded(ctx: CompletionContext, req: ChatRequest, signal?: AbortSignal, sink?: TokenSink): Promise<Completion> {
-  const { text, forced } = await promptOf(ctx, req);
+  const { text, forced, render } = await promptOf(ctx, req);
   sink?.begin(forced, req.stop);
-  const prompt = ctx.tokenizer.encode(text);
+  const prompt = await encodeAsSession(ctx.tokenizer, req.messages, text, render);
   if (prompt.length >= ctx.limits.maxPositions) throw badRequest("messages", `the prompt is ${prompt.length} tokens; the model's context is ${ctx.limits.maxPositions}`, "context_length_exceeded");
   const maxNew = Math.min(req.maxTokens ?? ctx.limits.maxTurnTokens, ctx.limits.maxPositions - prompt.length);
   const s = sampling(ctx, req);
