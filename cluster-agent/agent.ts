@@ -23,7 +23,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { credentialFrom, loadSecret, secretFile } from "../sdk/wire/auth.js";
 import { ExecutorSupervisor } from "./executor-supervisor.js";
 import { NodeCache } from "./node-cache.js";
-import { parseSealNotice } from "./object-service.js";
+import { parseSealNotice } from "./seal-notice.js";
 import { LogSink } from "./log-sink.js";
 import { ExecutorUsers, type UidRange } from "./executor-users.js";
 import { detectResources, memoryReport, type NodeResources } from "./resources.js";

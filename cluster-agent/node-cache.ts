@@ -36,7 +36,9 @@ import { Authenticator, type Peer } from "../sdk/wire/authenticator.js";
 import { allocObjectBuffer } from "../sdk/cache/buffers.js";
 import { fileChunks } from "../sdk/cache/file-io.js";
 import { ObjectStore, isFilePart, type StoredObject } from "./head/object-store.js";
-import { ObjectService, storedSource, type PartSource, type SealNotice } from "./object-service.js";
+import { ObjectService } from "./object-service.js";
+import { storedSource, type PartSource } from "./part-source.js";
+import type { SealNotice } from "./seal-notice.js";
 import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js";
 import { KeptUploads } from "./node-keep.js";
 import { NodeFolders, parseFolder } from "./node-folders.js";
@@ -121,7 +123,7 @@ export class NodeCache {
       // The limit is also what the cache dir's file system has left (a tmpfs other caches share)…
       spaceLeft: () => roomOn(opts.cacheDir),
       // …and it bounds the node's folders too, whose hard links keep bytes the cache dropped, and what writers handed over before their commit.
-      extraFiles: { bytes: () => this.folders.heldBytes() + this.keeps.bytes + this.fetcher.precopyBytes, dropOne: () => this.folders.dropOne() },
+      extraFiles: { bytes: () => this.folders.heldBytes() + this.keeps.bytes + this.fetcher.precopies.bytes, dropOne: () => this.folders.dropOne() },
     });
     this.service = new ObjectService(store, { readOnly: true });
     this.socket = new RouterChannel({
@@ -247,9 +249,9 @@ export class NodeCache {
     return this.service.store.delete(`${app}/${prefix}`);
   }
 
-  /** The head told of a base upload's part, commit or drop (obj-sealed): a copy of an object held here is made ahead (node-fetch.ts). */
+  /** The head told of a base upload's part, commit or drop (obj-sealed): a copy of an object held here is made ahead (node-precopy.ts). */
   precopy(app: string, notice: SealNotice): void {
-    this.fetcher.precopy(app, notice);
+    this.fetcher.precopies.notice(app, notice);
   }
 
   /** The latest bytes of `app/key` (the first part), fetched from the head when needed: project archives. */
@@ -354,7 +356,7 @@ export class NodeCache {
   private async servePeer(peer: Peer, h: Header, frames: Buffer[]): Promise<{ value: unknown; frames?: Buffer[] }> {
     const op = str(h, "op");
     const app = str(h, "app");
-    if (op === "obj-get" && h.upload !== undefined) return { value: this.fetcher.servePrecopy(this.service, app, str(h, "key"), num(h, "upload"), num(h, "part")) };
+    if (op === "obj-get" && h.upload !== undefined) return { value: this.fetcher.precopies.serve(this.service, app, str(h, "key"), num(h, "upload"), num(h, "part")) };
     if (op === "obj-get") return { value: this.fetcher.servePeer(this.service, app, str(h, "key"), num(h, "baseVersion"), num(h, "baseParts"), optNum(h, "version")) };
     if (op === "obj-read" || op === "obj-done" || op === "obj-ack") return this.service.serve(op, app, h, frames, "agent", peer.routingId.toString("latin1"));
     throw new HearthError(`'${op}' is not served to other nodes (agent ${peer.id})`);

@@ -8,19 +8,17 @@
  * may read them meanwhile (receiving.ts). A peer that fails or stalls is
  * left for the head with the chunks already written kept: the fetch resumes
  * where it was, never silently short. The copy is installed only when whole.
+ * Copies ahead of a commit are node-precopy.ts's; peer connections node-peers.ts's.
  */
-import { randomBytes } from "node:crypto";
-import { DealerChannel } from "../sdk/wire/channel.js";
-import { decodeHeader } from "../sdk/wire/codec.js";
 import { HearthError, ObjectNotFoundError } from "../sdk/errors/index.js";
-import { PendingRequests, type Requester } from "../sdk/wire/requests.js";
-import { credentialFrom } from "../sdk/wire/auth.js";
-import { curveClientFromEnv } from "../sdk/wire/curve.js";
-import { ackSoon, noteRead, pullChunks, requestAcking, type PartMeta, type PartSink } from "../sdk/cache/transfer.js";
-import { isFilePart, type ObjectStore } from "./head/object-store.js";
-import { storedSource, type ObjectService, type SealNotice } from "./object-service.js";
-import { ReceivingPart } from "./receiving.js";
+import { ackSoon, noteRead, pullChunks, requestAcking, type PartMeta } from "../sdk/cache/transfer.js";
+import { isFilePart } from "./head/object-store.js";
+import type { ObjectService } from "./object-service.js";
+import { storedSource } from "./part-source.js";
+import { ReceivingPart, meta, sameParts, sameSums, tallied } from "./receiving.js";
 import { removeKept, type KeptPart } from "./node-keep.js";
+import { MAX_PEER_TRIES, PEER_STALL_MS, PeerLinks, type PeerHint } from "./node-peers.js";
+import { NodePrecopies, type PrecopyOptions } from "./node-precopy.js";
 
 /** What a node's fetches did (status and tests read these). */
 export interface FetchCounters {
@@ -75,62 +73,9 @@ export interface Receiving {
   source: string;
 }
 
-/** One sealed part of a base upload, copied before the commit. */
-interface PrecopyPart {
-  part: ReceivingPart;
-  /** Settles true once every byte is here and checked, false when the copy failed. */
-  copied: Promise<boolean>;
-}
-
-/**
- * A base upload of an object this node holds, copied part by part as the
- * head has each whole (obj-sealed notices), invisible to executors: its
- * files are installed as the node's copy when the commit has exactly these
- * parts, else they go.
- */
-interface Precopy {
-  upload: number;
-  parts: Map<number, PrecopyPart>;
-  installed: boolean;
-  lastActive: number;
-}
-
-/** A pre-copy idle this long (its upload never committed, or nobody read it) goes. */
-const PRECOPY_TTL_MS = 120_000;
-
-/** A connection to another node's cache. */
-interface PeerLink {
-  channel: DealerChannel;
-  requests: PendingRequests;
-  lastUsed: number;
-}
-
-/** How long a peer connection may sit unused before it is closed. */
-const PEER_IDLE_MS = 60_000;
-
-/**
- * How long one chunk from a peer may take: past it the peer is taken as hung
- * and the head is asked for another. A healthy peer passing on a copy it
- * receives has each chunk within a second or so; a dead one's connection
- * drops at once (onDisconnect), a hung one's does not.
- */
-export const PEER_STALL_MS = 10_000;
-
-/** Peers one copy tries before the head serves the rest of the base. */
-const MAX_PEER_TRIES = 3;
-
-/** What a fetcher needs from its node cache. */
-export interface NodeFetcherOptions {
-  store: ObjectStore;
-  /** The agent's own head connection (gets: freshness checks and the head's answer). */
-  control: Requester;
-  /** The bulk head connection (chunks). */
-  bulk: Requester;
-  agentId: string;
+/** What a fetcher needs from its node cache (a copy ahead's needs, and the agent's secret its peer connections sign with). */
+export interface NodeFetcherOptions extends PrecopyOptions {
   secret: Buffer;
-  /** Mode of an app's part files (group-readable when its executors read them through their group). */
-  fileMode: (app: string) => number;
-  log: (line: string) => void;
 }
 
 /** A node cache's fetches. */
@@ -139,13 +84,31 @@ export class NodeFetcher {
   private readonly receiving = new Map<string, Receiving>();
   /** Fetches in flight: resolved with their copy as soon as the head answered (undefined: nothing large to receive). */
   private readonly answered = new Map<string, Promise<Receiving | undefined>>();
-  private readonly peers = new Map<string, PeerLink>();
-  private readonly precopies = new Map<string, Precopy>();
+  private readonly peers: PeerLinks;
+  /** Copies ahead of a commit (node-precopy.ts). */
+  readonly precopies: NodePrecopies;
   readonly counters: FetchCounters = { started: 0, joined: 0, fromHead: 0, fromPeers: 0, peerFailures: 0, bytesFromHead: 0, bytesFromPeers: 0, servedToPeers: 0, kept: 0, bytesKept: 0, precopiedParts: 0, precopied: 0, precopiesDropped: 0 };
   /** The last copies installed (newest last): what, from where, and when (ms since the epoch). */
   readonly recent: RecentFetch[] = [];
 
-  constructor(private readonly opts: NodeFetcherOptions) {}
+  constructor(private readonly opts: NodeFetcherOptions) {
+    this.peers = new PeerLinks(opts.agentId, opts.secret, opts.log);
+    this.precopies = new NodePrecopies(opts, {
+      counters: this.counters,
+      peers: this.peers,
+      refresh: (app, key) => this.refresh(app, key),
+      installed: async (app, key, c) => {
+        this.noteInstalled({ key, version: c.version, mode: "full", bytes: c.bytes, source: "precopy", startedAt: c.startedAt, doneAt: Date.now() });
+        await this.announceHeld(app, key, c.version, c.baseVersion);
+      },
+    });
+  }
+
+  /** Records an installed copy in `recent`. */
+  private noteInstalled(r: RecentFetch): void {
+    this.recent.push(r);
+    if (this.recent.length > RECENT_KEPT) this.recent.shift();
+  }
 
   /** Brings the local copy of `app/key` to the head's latest version; concurrent callers share one fetch. */
   refresh(app: string, key: string): Promise<void> {
@@ -216,170 +179,6 @@ export class NodeFetcher {
   }
 
   /**
-   * Another node copies part `index` of upload `upload` of `app/key` before
-   * the commit, from this node's pre-copy of it (a read waits for chunks in
-   * flight).
-   */
-  servePrecopy(service: ObjectService, app: string, key: string, upload: number, index: number): unknown {
-    const pre = this.precopies.get(`${app}/${key}`);
-    const p = pre?.upload === upload ? pre.parts.get(index) : undefined;
-    if (!pre || !p) throw new ObjectNotFoundError(`agent ${this.opts.agentId} holds no copy of part ${index} of upload ${upload} of '${key}'`, { key, app });
-    pre.lastActive = Date.now();
-    this.counters.servedToPeers++;
-    return { parts: [p.part.meta], tid: service.openRead(app, [p.part.source()]) };
-  }
-
-  /**
-   * The head says of a base upload of `app/key` (obj-sealed): a part is
-   * whole there (copied now, when this node holds the object and has room
-   * for it), it committed (the parts are installed now), or it was dropped
-   * (they go).
-   */
-  precopy(app: string, n: SealNotice): void {
-    const full = `${app}/${n.key}`;
-    const pre = this.precopies.get(full);
-    if (n.dropped === true || n.committed !== undefined) {
-      if (pre?.upload !== n.upload) return;
-      if (n.dropped === true) this.dropPrecopy(full);
-      else this.refresh(app, n.key).catch((err: unknown) => this.opts.log(`copy of '${full}' v${n.committed} at its commit failed: ${(err as Error).message}`));
-      return;
-    }
-    // Only objects this node's executors read are copied ahead; an older upload's late notice is ignored.
-    const held = this.opts.store.peek(full);
-    if (!held || (pre && pre.upload > n.upload) || !isFilePart(n.size)) return;
-    if (pre && pre.upload !== n.upload) this.dropPrecopy(full);
-    const into = this.precopies.get(full) ?? { upload: n.upload, parts: new Map(), installed: false, lastActive: Date.now() };
-    this.precopies.set(full, into);
-    if (into.parts.has(n.part)) return;
-    // Only into room the cache has free: a copy ahead never evicts what executors read (the read fetches it then).
-    const u = this.opts.store.usage();
-    if (u.fileLimit !== null && u.fileUsed + n.size > u.fileLimit) {
-      this.opts.log(`node cache: part ${n.part} of the upload of '${full}' (${n.size} bytes) is not copied ahead: the cache has ${u.fileLimit - u.fileUsed} bytes free; it is fetched when read`);
-      return;
-    }
-    this.startPrecopyPart(app, n.key, into, n.part, { kind: n.kind, dtype: n.dtype, size: n.size, version: 0, sums: n.sums });
-  }
-
-  /** Bytes of pre-copied files not installed (the cache counts them against its file limit). */
-  get precopyBytes(): number {
-    let n = 0;
-    for (const pre of this.precopies.values()) if (!pre.installed) for (const p of pre.parts.values()) n += p.part.meta.size;
-    return n;
-  }
-
-  private startPrecopyPart(app: string, key: string, pre: Precopy, index: number, m: PartMeta): void {
-    const full = `${app}/${key}`;
-    let part: ReceivingPart;
-    try {
-      part = new ReceivingPart(m, this.opts.store.receivingFile(full), this.opts.fileMode(app), { key, app }, index);
-    } catch (err) {
-      this.opts.log(`node cache: part ${index} of the upload of '${full}' is not copied ahead: ${(err as Error).message}`);
-      return;
-    }
-    const copied = this.copyUploadPart(app, key, pre.upload, index, part).then(
-      () => {
-        part.end();
-        part.dropRecent();
-        this.counters.precopiedParts++;
-        return true;
-      },
-      (err: unknown) => {
-        this.opts.log(`node cache: copying part ${index} of the upload of '${full}' ahead failed: ${(err as Error).message}; it is fetched when read`);
-        part.abort(err);
-        return false;
-      },
-    );
-    pre.parts.set(index, { part, copied });
-  }
-
-  /**
-   * Copies one sealed part from the node the head names (its part's tree)
-   * or from the head; a peer that fails is reported and the head names
-   * another, or serves it (the chunks written stay).
-   */
-  private async copyUploadPart(app: string, key: string, upload: number, index: number, part: ReceivingPart): Promise<void> {
-    const fromHead = { bytes: 0 };
-    const fromPeers = { bytes: 0 };
-    const skip = (_p: number, offset: number): boolean => part.holds(offset);
-    let failedPeer: string | undefined;
-    try {
-      for (let tries = 1; ; tries++) {
-        const { value: r } = await requestAcking(this.opts.control, "obj-get", { app, key, upload, part: index, peers: tries <= MAX_PEER_TRIES, ...(failedPeer ? { failedPeer } : {}) });
-        noteRead(this.opts.control, r);
-        const given = (r.parts as PartMeta[] | undefined)?.[0];
-        if (!given || given.size !== part.meta.size || !sameSums(given.sums, part.meta.sums ?? [])) {
-          if (r.tid !== undefined) await requestAcking(this.opts.bulk, "obj-done", { tid: r.tid, app }).catch(() => undefined);
-          throw new HearthError(`the head's part ${index} of upload ${upload} is not the one it announced`);
-        }
-        const peer = r.peer as PeerHint | undefined;
-        if (!peer) {
-          await pullChunks(this.opts.bulk, r.tid as number, [part.meta], tallied([part], fromHead), { app, key, skip });
-          return;
-        }
-        try {
-          const link = this.link(peer.endpoint);
-          const { value: pr } = await requestAcking(link.requests, "obj-get", { app, key, upload, part: index }, PEER_STALL_MS);
-          noteRead(link.requests, pr);
-          await pullChunks(link.requests, pr.tid as number, [part.meta], tallied([part], fromPeers), { app, key, skip, timeoutMs: PEER_STALL_MS });
-          return;
-        } catch (err) {
-          this.counters.peerFailures++;
-          failedPeer = peer.agentId;
-          this.opts.log(`copy ahead of part ${index} of '${app}/${key}' from agent ${peer.agentId} failed with ${part.written} bytes here: ${(err as Error).message}; asking the head`);
-        }
-      }
-    } finally {
-      this.counters.bytesFromHead += fromHead.bytes;
-      this.counters.bytesFromPeers += fromPeers.bytes;
-    }
-  }
-
-  /**
-   * Installs the pre-copy of `app/key` as the committed version when the
-   * head's parts are exactly its parts (a part whose notice did not come,
-   * like the last one, sealed just before the commit, is copied now from the
-   * committed object). Resolves "installed", "unchanged" (the head still
-   * holds the version this node has: the upload has not committed, and a
-   * read meanwhile gets that version), or why it was not installed.
-   */
-  private async installPrecopy(app: string, key: string, pre: Precopy, startedAt: number): Promise<string> {
-    const full = `${app}/${key}`;
-    const { value: head } = await this.opts.control.request<{ mode: string; version: number; baseVersion: number; parts?: PartMeta[] }>("obj-get", { app, key, meta: true });
-    if (this.opts.store.peek(full)?.version === head.version) return "unchanged";
-    const metas = head.parts ?? [];
-    if (head.mode !== "full" || metas.length === 0) return `the head answered ${head.mode}`;
-    if (metas.some((m) => !isFilePart(m.size))) return "it has parts too small to copy ahead";
-    pre.lastActive = Date.now();
-    for (const [i, m] of metas.entries()) if (!pre.parts.has(i)) this.startPrecopyPart(app, key, pre, i, { ...meta(m), version: 0 });
-    for (const i of pre.parts.keys()) if (i >= metas.length) return `the head's version ${head.version} has ${metas.length} parts, not part ${i}`;
-    for (const [i, m] of metas.entries()) {
-      const p = pre.parts.get(i);
-      if (!p || !(await p.copied)) return `part ${i} was not copied`;
-      if (m.size !== p.part.meta.size || m.kind !== p.part.meta.kind || !sameSums(m.sums, p.part.meta.sums ?? [])) return `the head's version ${head.version} is not the upload copied (part ${i} differs)`;
-    }
-    this.opts.store.replicate(full, { mode: "full", version: head.version, baseVersion: head.baseVersion, parts: metas.map((m, i) => ({ ...meta(m), file: pre.parts.get(i)!.part.file! })) });
-    pre.installed = true;
-    const bytes = metas.reduce((n, m) => n + m.size, 0);
-    this.counters.precopied++;
-    this.recent.push({ key, version: head.version, mode: "full", bytes, source: "precopy", startedAt, doneAt: Date.now() });
-    if (this.recent.length > RECENT_KEPT) this.recent.shift();
-    await this.announceHeld(app, key, head.version, head.baseVersion);
-    return "installed";
-  }
-
-  /** Drops the pre-copy of `full`: its files go unless they were installed (readers still open keep theirs until they are done). */
-  private dropPrecopy(full: string): void {
-    const pre = this.precopies.get(full);
-    if (!pre) return;
-    this.precopies.delete(full);
-    if (!pre.installed) this.counters.precopiesDropped++;
-    for (const p of pre.parts.values()) {
-      if (pre.installed) p.part.done(false);
-      else p.part.abort(new HearthError(`the copy ahead of '${full}' was dropped`));
-    }
-  }
-
-  /**
    * Installs the files a writer on this node uploaded (node-keep.ts) as this
    * node's copy of `app/key` at `version`, a base of `kept` parts, once the
    * head's parts and sums at that version are exactly theirs and every file
@@ -440,8 +239,7 @@ export class NodeFetcher {
       const bytes = metas.reduce((n, m) => n + m.size, 0);
       this.counters.kept++;
       this.counters.bytesKept += bytes;
-      this.recent.push({ key, version, mode: "full", bytes, source: "kept", startedAt, doneAt: Date.now() });
-      if (this.recent.length > RECENT_KEPT) this.recent.shift();
+      this.noteInstalled({ key, version, mode: "full", bytes, source: "kept", startedAt, doneAt: Date.now() });
       await this.announceHeld(app, key, version, baseVersion);
       return undefined;
     } finally {
@@ -467,14 +265,10 @@ export class NodeFetcher {
     const full = `${app}/${key}`;
     const store = this.opts.store;
     const startedAt = Date.now();
-    const pre = this.precopies.get(full);
-    if (pre && !pre.installed) {
-      // Parts copied while the upload ran: installed when the commit is exactly them, else they go and the object is fetched.
-      const why = await this.installPrecopy(app, key, pre, startedAt).catch((err: unknown) => `it could not be installed: ${(err as Error).message}`);
-      if (why === "installed" || why === "unchanged") return;
-      this.opts.log(`node cache: the copy ahead of '${full}' is not used (${why}); fetching it`);
-      this.dropPrecopy(full);
-    }
+    // Parts copied while the upload ran: installed when the commit is exactly them, else they went and the object is fetched.
+    const why = await this.precopies.install(app, key, startedAt);
+    if (why === "installed" || why === "unchanged") return;
+    if (why !== undefined) this.opts.log(`node cache: the copy ahead of '${full}' is not used (${why}); fetching it`);
     const held = store.peek(full);
     const { value: head, frames } = await requestAcking(this.opts.control, "obj-get", { app, key, have: held?.version, haveBase: held?.baseVersion, peers: true });
     noteRead(this.opts.control, head);
@@ -511,8 +305,7 @@ export class NodeFetcher {
         parts: parts.map((p) => (p.file ? { ...meta(p.meta), file: p.file } : { ...meta(p.meta), data: p.data! })),
       });
       for (const p of parts) p.done(false);
-      this.recent.push({ key, version: head.version, mode: head.mode, bytes: metas.reduce((n, m) => n + m.size, 0), source, startedAt, doneAt: Date.now() });
-      if (this.recent.length > RECENT_KEPT) this.recent.shift();
+      this.noteInstalled({ key, version: head.version, mode: head.mode, bytes: metas.reduce((n, m) => n + m.size, 0), source, startedAt, doneAt: Date.now() });
     } catch (err) {
       for (const p of parts) p.abort(err);
       throw err;
@@ -607,7 +400,7 @@ export class NodeFetcher {
    * chunk request is bounded by PEER_STALL_MS.
    */
   private async fromPeer(app: string, key: string, copy: Receiving, peer: PeerHint, baseParts: number, tally: { bytes: number }, onBaseOnly: () => void, headBringsPatches: () => boolean): Promise<void> {
-    const link = this.link(peer.endpoint);
+    const link = this.peers.link(peer.endpoint);
     const { value: r } = await requestAcking(link.requests, "obj-get", { app, key, baseVersion: copy.baseVersion, baseParts, version: copy.version }, PEER_STALL_MS);
     noteRead(link.requests, r);
     const served = Array.isArray(r.parts) ? r.parts.length : 0;
@@ -619,76 +412,21 @@ export class NodeFetcher {
     await pullChunks(link.requests, r.tid as number, copy.metas.slice(0, served), tallied(copy.parts.slice(0, served), tally), { app, key, skip, timeoutMs: PEER_STALL_MS });
   }
 
-  /** The connection to another node's cache at `endpoint` (made on first use). */
-  private link(endpoint: string): PeerLink {
-    const known = this.peers.get(endpoint);
-    if (known) {
-      known.lastUsed = Date.now();
-      return known;
-    }
-    const channel = new DealerChannel(`a.${this.opts.agentId}.peer.${randomBytes(12).toString("hex")}`, {
-      maxMessageSize: 64 * 1024 * 1024,
-      onError: (err) => this.opts.log(`peer socket error (${endpoint}): ${String(err)}`),
-      curveClient: curveClientFromEnv(),
-      auth: credentialFrom(this.opts.secret, "agent", this.opts.agentId),
-      onAuthFailed: (err) => this.opts.log(`the node cache at ${endpoint} refused this agent's credential: ${err.message}`),
-    });
-    const requests = new PendingRequests(channel, `node cache at ${endpoint}`);
-    // A peer that died answers nothing: its copy is left for the head at once, not after request deadlines.
-    channel.onDisconnect(() => requests.failAll(new HearthError(`the connection to the node cache at ${endpoint} dropped`)));
-    channel.connect(endpoint);
-    void channel.serve((frames) => void requests.deliver(decodeHeader(frames[0]), frames));
-    const link = { channel, requests, lastUsed: Date.now() };
-    this.peers.set(endpoint, link);
-    return link;
-  }
-
   /** Closes peer connections unused for a while, and drops pre-copies idle for long (an upload that never committed). */
   sweep(now: number): void {
-    for (const [full, pre] of this.precopies) if (now - pre.lastActive > PRECOPY_TTL_MS && !this.inFlight.has(full)) this.dropPrecopy(full);
-    for (const [endpoint, link] of this.peers) {
-      if (now - link.lastUsed < PEER_IDLE_MS || link.requests.size > 0) continue;
-      link.channel.close();
-      this.peers.delete(endpoint);
-    }
+    this.precopies.sweep(now, (full) => this.inFlight.has(full));
+    this.peers.sweep(now);
   }
 
   /** Ends every peer connection and fails what is being received. */
   close(): void {
-    for (const link of this.peers.values()) {
-      link.requests.failAll(new HearthError("the node cache closed"));
-      link.channel.close();
-    }
-    this.peers.clear();
-    for (const full of [...this.precopies.keys()]) this.dropPrecopy(full);
+    this.peers.close();
+    this.precopies.close();
     for (const c of this.receiving.values()) for (const p of c.parts) p.abort(new HearthError("the node cache closed"));
   }
-}
-
-function meta(p: PartMeta): PartMeta {
-  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) };
-}
-
-function sameSums(a: readonly number[] | undefined, b: readonly number[]): boolean {
-  return !!a && a.length === b.length && a.every((s, i) => s === b[i]);
-}
-
-function sameParts(a: PartMeta[] | undefined, b: PartMeta[]): boolean {
-  return !!a && a.length === b.length && a.every((p, i) => p.size === b[i]!.size && p.version === b[i]!.version && p.kind === b[i]!.kind);
 }
 
 /** Bytes of `c` written so far (of the parts `which` picks). */
 function written(c: Receiving, which: (part: number) => boolean = () => true): number {
   return c.parts.reduce((n, p, i) => n + (which(i) ? p.written : 0), 0);
-}
-
-/** `parts` as sinks that count what each write added in `tally`. */
-function tallied(parts: readonly ReceivingPart[], tally: { bytes: number }): PartSink[] {
-  return parts.map((p) => ({ write: (chunk: Buffer, offset: number) => p.write(chunk, offset, tally), end: () => p.end(), abort: (err: unknown) => p.abort(err) }));
-}
-
-/** A node the head named to copy a base from. */
-interface PeerHint {
-  agentId: string;
-  endpoint: string;
 }

@@ -14,8 +14,8 @@
  * receiving (pass-through, node-cache.ts).
  */
 import { randomUUID } from "node:crypto";
-import { closeSync, openSync, rmSync } from "node:fs";
-import { checkChunk, chunkSum, readChunk, writeAll } from "../sdk/cache/file-io.js";
+import { closeSync, rmSync } from "node:fs";
+import { chunkSum, writeAll } from "../sdk/cache/file-io.js";
 import { CHUNK, INLINE_LIMIT, type PartMeta } from "../sdk/cache/transfer.js";
 import type { DType, ValueKind } from "../sdk/cache/values.js";
 import { num, optNum, optStr, str, type Header } from "../sdk/wire/codec.js";
@@ -24,54 +24,14 @@ import { ProtocolError } from "../sdk/wire/errors.js";
 import { allParts, isFilePart, objectIds, storageError, userKey, type ObjectStore, type StoredObject, type StoredPart, type WriteOp } from "./head/object-store.js";
 import { ReadCredit, type ReadCreditLimits } from "./read-credit.js";
 import { DistributionTrees, HEAD } from "./head/distribution-tree.js";
-
-export { readChunk };
+import { checkedFileSource, storedSource, type PartSource } from "./part-source.js";
+import { KINDS, type SealNotice } from "./seal-notice.js";
+import { MAX_UPLOAD_PARTS, missingChunks, openUploadPart, receivedBytes, type WriteTransfer } from "./upload-transfer.js";
 
 /** A reply: value plus payload frames. */
 export interface ServiceReply {
   value: unknown;
   frames?: Buffer[];
-}
-
-/** The bytes of one part of a read transfer, read a chunk at a time. */
-export interface PartSource {
-  readonly size: number;
-  /** `length` bytes at `offset` (the last chunk may be shorter). Rejects when the bytes cannot be had. */
-  read(offset: number, length: number): Promise<Buffer>;
-  /** Frees what the source holds (a descriptor). */
-  close(): void;
-}
-
-/**
- * A part in memory or in a file the store holds (the descriptor keeps it
- * readable after a replace or delete). Every chunk read from a file is
- * checked against the part's sums first: bytes that changed on disk are
- * refused (ObjectCorruptError), never served.
- */
-export function storedSource(store: ObjectStore, obj: StoredObject, part: StoredPart, index = 0): PartSource {
-  if (part.data) {
-    const data = part.data;
-    return { size: part.size, read: async (o, l) => data.subarray(o, o + l), close: () => undefined };
-  }
-  return checkedFileSource(store.pathOf(obj, part), part.size, part.sums, objectIds(obj.key), index);
-}
-
-/** A part's file read a chunk at a time, each chunk checked against `sums` first (the descriptor keeps it readable after a rename or delete). */
-function checkedFileSource(file: string, size: number, sums: readonly number[] | undefined, ids: { key: string; app?: string }, index: number): PartSource {
-  const fd = openSync(file, "r");
-  return { size, read: (o, l) => readChecked(fd, file, size, sums, o, l, ids, index), close: () => closeSync(fd) };
-}
-
-/**
- * `length` bytes at `offset` of a part's file, after the whole chunk around
- * them passed its sum (a read off the chunk grid reads its chunk whole).
- */
-export async function readChecked(fd: number, file: string, size: number, sums: readonly number[] | undefined, offset: number, length: number, ids: { key: string; app?: string }, part: number): Promise<Buffer> {
-  const start = offset - (offset % CHUNK);
-  const whole = Math.min(CHUNK, size - start);
-  const chunk = await readChunk(fd, start, whole, file);
-  checkChunk(chunk, start, sums, { ...ids, part, source: file });
-  return start === offset && length >= whole ? chunk : chunk.subarray(offset - start, Math.min(offset - start + length, whole));
 }
 
 interface ReadTransfer {
@@ -83,87 +43,10 @@ interface ReadTransfer {
   lastActive: number;
 }
 
-/** One part of an upload: the file its chunks go to. */
-interface UploadPart {
-  file: string;
-  fd: number;
-  /** Length of each chunk received, by offset. */
-  chunks: Map<number, number>;
-  /** The sum of each chunk received, by offset: the part's sums once it is whole. */
-  sums: Map<number, number>;
-  /** Set when the uploader said the part is whole (`obj-seal`): nodes may copy it before the commit. */
-  sealed?: { size: number; sums: number[] };
-}
-
-interface WriteTransfer {
-  /** The app namespace that opened it: only that app's peers may add to, commit or see it. */
-  ns: string;
-  op: WriteOp;
-  key: string;
-  kind: ValueKind;
-  dtype?: DType;
-  ifVersion?: number;
-  pin?: boolean;
-  scratch?: boolean;
-  /** The declared size of a one-part upload; undefined for streams, whose sizes the commit names. */
-  size?: number;
-  /** Its parts by index, made as their first chunk arrives (a base may have many: a publication's shards). */
-  parts: Map<number, UploadPart>;
-  /** Chunk writes still reaching their files. */
-  writing: Set<Promise<unknown>>;
-  lastActive: number;
-  /** The agent whose executor uploads it (its node keeps the files: it copies nothing before the commit). */
-  origin?: string;
-  /** Nodes were told of a sealed part: they are told when it commits nowhere (dropped). */
-  announced?: boolean;
-}
-
-/**
- * A part of a base upload the head has whole before the commit: nodes that
- * hold an earlier version may copy it now (node-fetch.ts, precopy), and
- * install it if the commit has exactly these bytes. `dropped`: the upload
- * ended without a commit, and what was copied of it goes.
- */
-export interface SealNotice {
-  key: string;
-  upload: number;
-  part: number;
-  size: number;
-  sums: number[];
-  kind: ValueKind;
-  dtype?: DType;
-  dropped?: boolean;
-  /** The upload committed as this version: a node that copied its parts installs them now. */
-  committed?: number;
-}
-
-/** A SealNotice from its message (obj-sealed, from the head). */
-export function parseSealNotice(h: Header): SealNotice {
-  const sums = Array.isArray(h.sums) ? h.sums : [];
-  if (!sums.every((v) => Number.isInteger(v))) throw new ProtocolError("obj-sealed: sums must be integers");
-  const kind = str(h, "kind");
-  if (!KINDS.has(kind)) throw new ProtocolError(`obj-sealed: kind must be bytes, typed or msgpack; got '${kind}'`);
-  return {
-    key: str(h, "key"),
-    upload: num(h, "upload"),
-    part: num(h, "part"),
-    size: num(h, "size"),
-    sums: sums as number[],
-    kind: kind as ValueKind,
-    ...(typeof h.dtype === "string" ? { dtype: h.dtype as DType } : {}),
-    ...(h.dropped === true ? { dropped: true } : {}),
-    ...(typeof h.committed === "number" ? { committed: h.committed } : {}),
-  };
-}
-
 /** Committed uploads remembered for the nodes still copying their sealed parts (their last part seals just before the commit). */
 const COMMITTED_KEPT = 64;
 
-/** Parts one upload may have at most. */
-const MAX_UPLOAD_PARTS = 4096;
-
 const TRANSFER_TTL_MS = 120_000;
-const KINDS = new Set(["bytes", "typed", "msgpack"]);
 
 /** The agent a head request comes from, for pass-through between nodes (the head only). */
 export interface RequestingAgent {
@@ -415,24 +298,6 @@ export class ObjectService {
   }
 
   /** Part `index` of upload `t`, its file made on first use. */
-  private uploadPart(t: WriteTransfer, index: number): UploadPart {
-    const known = t.parts.get(index);
-    if (known) return known;
-    if (!Number.isInteger(index) || index < 0 || index >= MAX_UPLOAD_PARTS || (t.op === "patch" && index > 0)) {
-      throw new ProtocolError(`obj-chunk: part ${index} is out of range (a patch has one part, a base at most ${MAX_UPLOAD_PARTS})`);
-    }
-    const file = this.store.receivingFile(t.key);
-    let fd: number;
-    try {
-      fd = openSync(file, "w", 0o600);
-    } catch (err) {
-      throw storageError(t.op, t.key, err, "");
-    }
-    const part = { file, fd, chunks: new Map<number, number>(), sums: new Map<number, number>() };
-    t.parts.set(index, part);
-    return part;
-  }
-
   private async chunk(ns: string, h: Header, data: Buffer | undefined): Promise<unknown> {
     const tid = num(h, "tid");
     const t = this.writeTransfer(ns, tid);
@@ -454,7 +319,7 @@ export class ObjectService {
       throw new ProtocolError(`obj-chunk: the chunk at ${offset} of part ${index} arrived with sum ${sum.toString(16)}, not the ${Number(h.crc).toString(16)} it was sent with; send it again`);
     }
     t.lastActive = Date.now();
-    const part = this.uploadPart(t, index);
+    const part = openUploadPart(this.store, t, index);
     // Every byte down, or the upload fails here: a short write on a filling disk is not a written chunk.
     const writing = writeAll(part.fd, data, offset, part.file);
     t.writing.add(writing);
@@ -492,7 +357,7 @@ export class ObjectService {
     this.writes.delete(tid);
     this.forgetUploads(t.key, tid);
     const files = sizes.map((size, i) => {
-      const part = this.uploadPart(t, i); // a part that got no chunk (empty) gets its empty file here
+      const part = openUploadPart(this.store, t, i); // a part that got no chunk (empty) gets its empty file here
       closeSync(part.fd);
       const sums: number[] = [];
       for (let at = 0; at < size; at += CHUNK) sums.push(part.sums.get(at)!);
@@ -660,23 +525,6 @@ export class ObjectService {
     for (const tid of [...this.reads.keys()]) this.finishRead(tid);
     for (const tid of [...this.writes.keys()]) this.dropWrite(tid);
   }
-}
-
-function receivedBytes(t: WriteTransfer): number {
-  let n = 0;
-  for (const p of t.parts.values()) for (const l of p.chunks.values()) n += l;
-  return n;
-}
-
-/** What is missing for chunks to cover `size` bytes exactly (full CHUNKs, the last one shorter), or "" when nothing is. */
-function missingChunks(chunks: Map<number, number>, size: number): string {
-  let missing = 0;
-  for (let at = 0; at < size; at += CHUNK) {
-    const want = Math.min(CHUNK, size - at);
-    if (chunks.get(at) !== want) missing++;
-  }
-  for (const at of chunks.keys()) if (at >= size && size > 0) return `a chunk at ${at} lies past the end`;
-  return missing > 0 ? `${missing} chunk(s) missing` : "";
 }
 
 /** The tree of part `part` of upload `upload` of `key` ("" part: the prefix of all its parts' trees). */

@@ -19,7 +19,7 @@ import { HearthError } from "../sdk/errors/index.js";
 import type { PartMeta, PartSink } from "../sdk/cache/transfer.js";
 import { CHUNK } from "../sdk/cache/transfer.js";
 import { allocObjectBuffer } from "../sdk/cache/buffers.js";
-import { readChecked, type PartSource } from "./object-service.js";
+import { readChecked, type PartSource } from "./part-source.js";
 import { storageError } from "./head/object-store.js";
 
 /** How long a reader waits for a chunk that has not arrived (the upstream fetch is stalled past it). */
@@ -210,4 +210,24 @@ export class ReceivingPart implements PartSink {
       this.waiters.set(at, list);
     });
   }
+}
+
+/** A part's description without its place (what a store keeps and a peer is told). */
+export function meta(p: PartMeta): PartMeta {
+  return { kind: p.kind, dtype: p.dtype, size: p.size, version: p.version, ...(p.sums ? { sums: p.sums } : {}) };
+}
+
+/** The same chunk sums (none on `a`: not the same). */
+export function sameSums(a: readonly number[] | undefined, b: readonly number[]): boolean {
+  return !!a && a.length === b.length && a.every((s, i) => s === b[i]);
+}
+
+/** The same parts by size, version and kind. */
+export function sameParts(a: PartMeta[] | undefined, b: PartMeta[]): boolean {
+  return !!a && a.length === b.length && a.every((p, i) => p.size === b[i]!.size && p.version === b[i]!.version && p.kind === b[i]!.kind);
+}
+
+/** `parts` as sinks that count what each write added in `tally`. */
+export function tallied(parts: readonly ReceivingPart[], tally: { bytes: number }): PartSink[] {
+  return parts.map((p) => ({ write: (chunk: Buffer, offset: number) => p.write(chunk, offset, tally), end: () => p.end(), abort: (err: unknown) => p.abort(err) }));
 }

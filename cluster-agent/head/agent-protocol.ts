@@ -12,7 +12,7 @@ import { AuthError, ProtocolError, fromWireError, type WireError } from "../../s
 import { AgentRequestError } from "../../sdk/errors/index.js";
 import { answerObject, type HeadContext } from "./head-context.js";
 import { parseMemoryReport, type AgentRecord, type NodeCacheReport } from "./records.js";
-import type { SealNotice } from "../object-service.js";
+import type { SealNotice } from "../seal-notice.js";
 
 /** The node cache figures of a heartbeat (peer data: only numbers and short strings are kept), or undefined when absent or malformed. */
 function cacheReport(v: unknown): NodeCacheReport | undefined {
@@ -189,7 +189,7 @@ export class AgentProtocol {
    * A part of a base upload reached the head whole (or such an upload was
    * dropped): every agent but `origin` (the uploader's, whose node keeps the
    * files) hears of it, and a node holding the object copies the part
-   * before the commit (node-fetch.ts precopy). A notice that does not
+   * before the commit (node-precopy.ts). A notice that does not
    * arrive costs only that overlap: the node fetches the object when read.
    */
   sealed(app: string, notice: SealNotice, origin?: string): void {

@@ -147,7 +147,7 @@ export class Head {
       credit: opts.maxUnread !== undefined ? { limit: opts.maxUnread } : undefined,
       // Node caches drop what the head deleted (set below; no object request arrives before start()).
       onDropped: (app, prefix) => this.agents.dropped(app, prefix),
-      // …and nodes that hold an object may copy a new base's parts while it uploads (node-fetch.ts precopy).
+      // …and nodes that hold an object may copy a new base's parts while it uploads (node-precopy.ts).
       onSealed: (app, notice, origin) => this.agents.sealed(app, notice, origin),
     });
     this.scheduler = new Scheduler({

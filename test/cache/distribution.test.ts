@@ -19,7 +19,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { PEER_STALL_MS } from "../../cluster-agent/node-fetch.js";
+import { PEER_STALL_MS } from "../../cluster-agent/node-peers.js";
 import { fromFile } from "../../sdk/cache/object-cache.js";
 import { connect } from "../../sdk/connect.js";
 import type { PoolHandle } from "../../sdk/runtime/handles.js";
