@@ -22,9 +22,18 @@ export interface AgentQuestion {
   path: PathStep[];
 }
 
+/**
+ * Questions a warm start's demonstrations are drawn from instead of the
+ * training ones, and what they are for the fingerprint (`material`).
+ */
+export interface DemoPool {
+  material: Record<string, unknown>;
+  questions: readonly AgentQuestion[];
+}
+
 /** An agent task as its recipe prepares it (`extra` for its warm start). */
 export interface AgentPreparedTask extends PreparedTask<TaskItem> {
-  extra: { train: AgentQuestion[]; variants: PromptVariants; explore: readonly number[]; world: unknown };
+  extra: { train: AgentQuestion[]; variants: PromptVariants; explore: readonly number[]; world: unknown; demoPool?: DemoPool };
 }
 
 /** A question of the generated tasks ("a crate holds 37 boxes … ?", spaced words) as prose ("A crate holds 37 boxes …?"). */
@@ -83,9 +92,10 @@ export const SHORT_PROMPT_SHARE = 1 / 3;
  */
 export function agentPlan(recipe: string, task: AgentPreparedTask, o: Pick<RunOptions, "bootstrapSteps" | "bootstrapBatch" | "bootstrapLr">): WarmStartPlan {
   const seed = 1;
-  const { train, variants, explore, world } = task.extra;
+  const { train, variants, explore, world, demoPool } = task.extra;
+  const pool = demoPool?.questions ?? train;
   const short = Math.round(o.bootstrapSteps * SHORT_PROMPT_SHARE);
-  const demos = (v: PromptVariants) => (step: number, n: number) => agentDemonstrations(train, v, explore, task.tokenizer, n, seed * 1_000_003 + step);
+  const demos = (v: PromptVariants) => (step: number, n: number) => agentDemonstrations(pool, v, explore, task.tokenizer, n, seed * 1_000_003 + step);
   const phases: WarmStartPlan["phases"] = [
     { steps: short, demos: demos(SHORT_PROMPTS) },
     { steps: o.bootstrapSteps - short, demos: demos(variants) },
@@ -98,6 +108,7 @@ export function agentPlan(recipe: string, task: AgentPreparedTask, o: Pick<RunOp
       world,
       tokenizer,
       task: jsonDigest(train.map((q) => [q.item.question, q.path])),
+      ...(demoPool === undefined ? {} : { demoPool: demoPool.material }),
       prompts: jsonDigest(variants),
       shortShare: SHORT_PROMPT_SHARE,
       // Both phases' first batches (the first 16 of the plan are all the short phase's).
