@@ -16,10 +16,9 @@ import { fileURLToPath } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const dist = (p) => import(path.join(root, "dist", p));
-const { prepareAgentCalc } = await dist("sdk/envs/agent/recipes/calculator.js");
+const { agentCalcQuestion, prepareAgentCalc } = await dist("sdk/envs/agent/recipes/calculator.js");
 const { calcTask } = await dist("sdk/envs/calculator/task.js");
-const { prose } = await dist("sdk/envs/agent/recipes/common.js");
-const { TOOL_VARIANTS, calcResult } = await dist("sdk/envs/agent/tools.js");
+const { TOOL_VARIANTS } = await dist("sdk/envs/agent/tools.js");
 const { episodeDemo, exploringScript } = await dist("sdk/envs/agent/conversation.js");
 const { TensorEngine } = await dist("sdk/tensor/engine.js");
 
@@ -31,11 +30,11 @@ try {
   const rows = new Map();
   for (const q of calcTask({ seed: 1, perWeight: 400, heldOut: 200 }).heldOut) {
     if (q.calls.length < 2) continue;
-    const steps = q.calls.map((c) => ({ call: { name: "calc", arguments: { expression: c.expression } }, result: calcResult(c.expression), answer: String(c.result) }));
+    const { item, path: steps } = agentCalcQuestion(q);
     const prompt = { tools: [TOOL_VARIANTS.calc[0]] };
     // The same episode answering after its first call, and going on: they part at the decision.
-    const answers = episodeDemo(tokenizer, exploringScript(() => 1, prose(q.question), steps, [0, 0], prompt)).tokens;
-    const goesOn = episodeDemo(tokenizer, exploringScript(() => 0, prose(q.question), steps, [1, 1], prompt)).tokens;
+    const answers = episodeDemo(tokenizer, exploringScript(() => 1, item.question, steps, [0, 0], prompt)).tokens;
+    const goesOn = episodeDemo(tokenizer, exploringScript(() => 0, item.question, steps, [1, 1], prompt)).tokens;
     let at = 0;
     while (answers[at] === goesOn[at]) at++;
     const lp = async (tokens) => (await engine.logprobs(Int32Array.from(tokens.slice(0, at + 1)), 1, at + 1))[at];

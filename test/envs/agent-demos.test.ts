@@ -104,3 +104,24 @@ test("first prompts vary: no system message or one of the recipe's, the AI SDK's
   const demos = agentDemonstrations(calc.extra.train, calc.extra.variants, [0.3, 0.6], tok, 64, 17);
   assert.equal(new Set(demos.map((d) => tok.decode(d.tokens.slice(0, d.tokens.indexOf(tok.encode("<|im_start|>user\n")[0]!))))).size > 4, true);
 });
+
+test("the calculator's demonstrations come from fresh questions: the pool begins with the training questions, holds no held-out one, and is what demonstrations draw", () => {
+  const task = prepareAgentCalc({ data: "synthetic", evalSize: 200 });
+  const pool = task.extra.demoPool!.questions;
+  const { train } = task.extra;
+  assert.equal(pool.length, 76_800);
+  assert.deepEqual(pool.slice(0, train.length), train);
+  const factors = (text: string) => {
+    const m = /holds (\d+) \w+ of (\d+)/.exec(text)!;
+    return [Number(m[1]), Number(m[2])].sort((a, b) => a - b).join("x");
+  };
+  const held = new Set(task.heldOut.map((q) => factors(q.question)));
+  assert.equal(held.size > 100, true);
+  assert.equal(pool.filter((q) => held.has(factors(q.item.question))).length, 0, "no demonstration question multiplies a held-out pair");
+  // 256 demonstrations from the pool: most are of questions past the training ones (1 in 32 would be a training one).
+  const questions = new Set(train.map((q) => q.item.question));
+  const demos = agentDemonstrations(pool, { systems: [], tools: [[]] }, [0, 0], task.tokenizer, 256, 7);
+  const decoded = demos.map((d) => task.tokenizer.decode(d.tokens));
+  const fresh = decoded.filter((t) => ![...questions].some((q) => t.includes(q))).length;
+  assert.ok(fresh > 200, `${fresh} of 256 demonstrations are of fresh questions`);
+});

@@ -65,7 +65,8 @@ export function agentCalcPolicyDir(): string {
   return path.join(policiesDir(), AGENT_CALC_RECIPE);
 }
 
-function questionOf(q: CalcQuestion): AgentQuestion {
+/** A calculator question as an agent question: prose, and its solution path of `calc` calls. */
+export function agentCalcQuestion(q: CalcQuestion): AgentQuestion {
   return {
     item: { id: q.id, question: prose(q.question), golds: q.golds, category: callsCategory(CALLS_OF[q.kind]) },
     path: q.calls.map((c) => ({ call: { name: "calc", arguments: { expression: c.expression } }, result: calcResult(c.expression), answer: String(c.result) })),
@@ -77,11 +78,11 @@ export function prepareAgentCalc(o: Pick<RunOptions, "data" | "evalSize">): Agen
   if (o.data !== "synthetic") throw new HearthError(`--data ${o.data}: the calculator's task is generated (--data synthetic, the default)`);
   if (o.evalSize > WORLD.heldOut) throw new HearthError(`--eval-size ${o.evalSize}: the calculator task holds out ${WORLD.heldOut} problems; ask for at most that many`);
   const task = calcTask(WORLD);
-  const train = task.train.map(questionOf);
+  const train = task.train.map(agentCalcQuestion);
   // The same generator drawn on: its first questions are `train`, the rest are new (held-out factor pairs never
   // appear); the fingerprint's `task` digest of `train` covers the generator, its first demonstrations the rest.
-  const demoPool = { material: { perWeight: DEMO_PER_WEIGHT }, questions: calcTask({ ...WORLD, perWeight: DEMO_PER_WEIGHT }).train.map(questionOf) };
-  const heldOut = task.heldOut.map(questionOf);
+  const demoPool = { material: { perWeight: DEMO_PER_WEIGHT }, questions: calcTask({ ...WORLD, perWeight: DEMO_PER_WEIGHT }).train.map(agentCalcQuestion) };
+  const heldOut = task.heldOut.map(agentCalcQuestion);
   const variants = { systems: AGENT_CALC_SYSTEMS, tools: TOOL_VARIANTS.calc.map((t) => [t]) };
   const tokenizer = agentTokenizer([...train, ...heldOut], variants, REFUSED.map(calcResult));
   return {
