@@ -12,7 +12,7 @@ import { test } from "node:test";
 import { rng } from "../../sdk/rl/random.js";
 import { IM_END, renderAgentChat, toolCallText, templateJson, toolResponses } from "../../sdk/envs/agent/chat-format.js";
 import { drawPrompt, episodeDemo, episodeMessages, episodePieces, exploringScript, type EpisodeScript } from "../../sdk/envs/agent/conversation.js";
-import { prepareAgentCalc } from "../../sdk/envs/agent/recipes/calculator.js";
+import { AGENT_CALC_ANSWER_LEAD, prepareAgentCalc } from "../../sdk/envs/agent/recipes/calculator.js";
 import { prepareAgentChain } from "../../sdk/envs/agent/recipes/chain.js";
 import { agentDemonstrations } from "../../sdk/envs/agent/recipes/common.js";
 import { CALC_TOOL, TOOL_VARIANTS } from "../../sdk/envs/agent/tools.js";
@@ -86,14 +86,28 @@ test("demonstrations always make the first call and chain only as often as explo
   const three = calc.extra.train.filter((q) => q.path.length === 3);
   for (const s of scripts({ ...calc, extra: { ...calc.extra, train: three } }, 50, [0, 0], 13)) {
     assert.equal(s.turns.length, 1);
-    assert.equal(s.answer, s.turns[0]!.results[0]);
+    assert.equal(s.answer, AGENT_CALC_ANSWER_LEAD + s.turns[0]!.results[0]);
   }
   const counts = [0, 0, 0, 0];
   for (const s of scripts({ ...calc, extra: { ...calc.extra, train: three } }, 2000, [0.3, 0.6], 14)) counts[s.turns.length]!++;
   assert.ok(Math.abs(counts[1]! / 2000 - 0.7) < 0.04, `stops after one call 70 % of the time: ${counts}`);
   assert.ok(Math.abs(counts[3]! / 2000 - 0.18) < 0.04, `reaches the third call 18 % of the time: ${counts}`);
   const full = scripts({ ...calc, extra: { ...calc.extra, train: three } }, 5, [1, 1], 15);
-  for (const s of full) assert.equal(s.answer, s.turns[2]!.results[0], "the full path ends at the gold");
+  for (const s of full) assert.equal(s.answer, AGENT_CALC_ANSWER_LEAD + s.turns[2]!.results[0], "the full path ends at the gold");
+});
+
+test("a calculator answer begins with the same token on every demonstration, before the copied number, and exact match takes it", () => {
+  // The choice between answering and calling again is one fixed token against `<tool_call>`, made before the copy.
+  const [lead] = tok.encode(AGENT_CALC_ANSWER_LEAD);
+  const [callOpen] = tok.encode("<tool_call>");
+  assert.notEqual(lead, callOpen);
+  for (const s of scripts(calc, 64, [0.5, 0.5], 18)) {
+    const ids = tok.encode(episodePieces(s).at(-1)!.text);
+    assert.equal(ids[0], lead, JSON.stringify(s.answer));
+    assert.equal(tok.decode(ids.slice(1, -1)), s.answer.slice(AGENT_CALC_ANSWER_LEAD.length), "then the number, as one token");
+    assert.equal(ids.length, 3);
+    assert.equal(calc.environment.reward(s.answer, [s.answer.trim()]), 1, "exact match trims the lead");
+  }
 });
 
 test("first prompts vary: no system message or one of the recipe's, the AI SDK's tool JSON or another agent's", () => {

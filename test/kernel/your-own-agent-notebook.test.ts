@@ -19,7 +19,8 @@ test("04-your-own-agent.ipynb: a Vercel AI SDK agent tried, trained unchanged, a
   const { text, html } = result;
 
   // The agent, run once in the kernel against the run's endpoint, answered with a number.
-  assert.match(text("const home ="), /→ "-?\d+" \(gold -?\d+\)/, "the agent's one try answered a number");
+  // The tiny policy begins an answer with a line break (exact match trims it; the cell shows it JSON-escaped, inspected).
+  assert.match(text("const home ="), /→ "(?:\\{1,2}n)?-?\d+" \(gold -?\d+\)/, "the agent's one try answered a number");
 
   // The step: the agent path's alarms are in the card, every group of the step counted.
   const first = cardMetrics(html("const before")[0]!);
