@@ -20,16 +20,23 @@ import { parseMedium } from "./storage-medium.js";
 import { Head } from "./head/head.js";
 import { parseGpuFlag } from "./resources.js";
 import { formatStatus } from "./format-status.js";
-import { runDemo } from "./demo.js";
-import { runTrainCommand, TRAIN_USAGE } from "../sdk/rl/cli/train-cli.js";
-import { POLICIES, WORKLOADS } from "../sdk/envs/registry.js";
-import { runWarmstartCommand, WARMSTART_USAGE } from "../sdk/rl/cli/warmstart-cli.js";
-import { RUNS_USAGE, headOf, runRunsCommand } from "../sdk/rl/cli/runs-cli.js";
-import { REPLAY_USAGE, runReplayCommand } from "../sdk/rl/cli/replay-cli.js";
-import { runKernelCommand } from "../kernel/cli.js";
-import { MODEL_USAGE, runModelCommand } from "./model-cli.js";
 
-const USAGE = `usage: hearth <command> [options]
+/**
+ * The help text. The commands' own modules (training, the notebook kernel,
+ * the demo) are imported only when one of them runs or the help is asked
+ * for: a head or an agent does not load them (the kernel's alone put ~21 MB
+ * of source text and code in each one's heap, which every full garbage
+ * collection of a busy agent walked).
+ */
+async function usage(): Promise<string> {
+  const [{ TRAIN_USAGE }, { WARMSTART_USAGE }, { RUNS_USAGE }, { REPLAY_USAGE }, { MODEL_USAGE }] = await Promise.all([
+    import("../sdk/rl/cli/train-cli.js"),
+    import("../sdk/rl/cli/warmstart-cli.js"),
+    import("../sdk/rl/cli/runs-cli.js"),
+    import("../sdk/rl/cli/replay-cli.js"),
+    import("./model-cli.js"),
+  ]);
+  return `usage: hearth <command> [options]
 
 commands:
   head    [--bind tcp://127.0.0.1:0] [--keep-alive 30m] [--data-dir DIR] [--mem-limit 8g] [--endpoint-file F] [--agent-timeout 6s]
@@ -86,6 +93,7 @@ ${TRAIN_USAGE}
 
 ${WARMSTART_USAGE}
 `;
+}
 
 /** Parses a positive whole-number flag. */
 function positiveInt(flag: string, text: string): number {
@@ -259,30 +267,30 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case "demo":
-      return runDemo(rest);
+      return (await import("./demo.js")).runDemo(rest);
     case "train":
-      return runTrainCommand(rest, WORKLOADS);
+      return (await import("../sdk/rl/cli/train-cli.js")).runTrainCommand(rest, (await import("../sdk/envs/registry.js")).WORKLOADS);
     case "runs":
     case "attach":
     case "pause":
     case "resume":
     case "stop":
     case "fetch":
-      return runRunsCommand(command, rest);
+      return (await import("../sdk/rl/cli/runs-cli.js")).runRunsCommand(command, rest);
     case "replay":
-      return runReplayCommand(rest, headOf);
+      return (await import("../sdk/rl/cli/replay-cli.js")).runReplayCommand(rest, (await import("../sdk/rl/cli/runs-cli.js")).headOf);
     case "warmstart":
-      return runWarmstartCommand(rest, POLICIES, "search-r1");
-    case "kernel": return runKernelCommand(rest);
-    case "model": return runModelCommand(rest);
+      return (await import("../sdk/rl/cli/warmstart-cli.js")).runWarmstartCommand(rest, (await import("../sdk/envs/registry.js")).POLICIES, "search-r1");
+    case "kernel": return (await import("../kernel/cli.js")).runKernelCommand(rest);
+    case "model": return (await import("./model-cli.js")).runModelCommand(rest);
     case undefined:
     case "help":
     case "--help":
     case "-h":
-      console.log(USAGE);
+      console.log(await usage());
       return command === undefined ? 1 : 0;
     default:
-      console.error(`unknown command '${command}'\n\n${USAGE}`);
+      console.error(`unknown command '${command}'\n\n${await usage()}`);
       return 2;
   }
 }
