@@ -52,7 +52,7 @@ export function printWeightsBench(r: WeightsBenchResult, o: WeightsBenchOptions)
   }
   console.log(`\nraw ZeroMQ stream, same bytes and chunking: ${r.rawZmqMiBps.toFixed(0)} MiB/s into memory, ${r.rawZmqToFileMiBps.toFixed(0)} MiB/s into a file`);
   const lj = r.lateJoiner;
-  if (lj) console.log(`late joiner (warm node): ${lj.applied.join(" + ")}, ${(lj.appliedBytes / MiB).toFixed(1)} MiB applied, ${(lj.bytes / MiB).toFixed(2)} MiB over TCP, ${ms(lj.totalMs)} ms (goal ≤ 1000 ms at 0.5b), identical: ${lj.identical ? "yes" : "NO"}`);
+  if (lj) console.log(`late joiner (warm node): ${lj.applied.join(" + ")}, ${(lj.appliedBytes / MiB).toFixed(1)} MiB applied, ${(lj.bytes / MiB).toFixed(2)} MiB over TCP, ${ms(lj.totalMs)} ms (fetch ${ms(lj.fetchMs)} + apply ${ms(lj.applyMs)}; goal ≤ 1000 ms at 0.5b), identical: ${lj.identical ? "yes" : "NO"}`);
   const full = r.steps.find((s) => s.full);
   const patch = r.steps.find((s) => s.name === "patch 2.7 %");
   if (full) {
