@@ -11,7 +11,7 @@ import { alive } from "../../sdk/engines/local.js";
 import { nodeCacheName } from "../../cluster-agent/agent.js";
 import { HeadClient } from "../../sdk/runtime/head-client.js";
 import { SECRET_FILE_ENV, secretFile } from "../../sdk/wire/auth.js";
-import { tunedEnv } from "../../sdk/runtime/process-tuning.js";
+import { nodeFlags, tunedEnv } from "../../sdk/runtime/process-tuning.js";
 
 /** The compiled tree (dist/). */
 export const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -72,8 +72,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   const dir = mkdtempSync(path.join(os.tmpdir(), "hearth-test-"));
   const headArgs = [CLI, "head", "--bind", "tcp://127.0.0.1:0", ...(opts.headArgs ?? [])];
   if (opts.keepAlive) headArgs.push("--keep-alive", opts.keepAlive);
-  // As the local and Slurm engines start them: hearth's process settings (process-tuning.ts) unless the test set its own.
-  const head = spawn(process.execPath, headArgs, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...tunedEnv() } });
+  // As the local and Slurm engines start them: hearth's V8 flags and process settings (process-tuning.ts) unless the test set its own.
+  const head = spawn(process.execPath, [...nodeFlags(), ...headArgs], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...tunedEnv() } });
   let log = "";
   head.stdout!.on("data", (d: Buffer) => (log += d.toString()));
   head.stderr!.on("data", (d: Buffer) => (log += d.toString()));
@@ -106,7 +106,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
       chmodSync(secret, 0o600);
       env = { ...env, [SECRET_FILE_ENV]: secret };
     }
-    const p = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid, env });
+    const p = spawn(process.execPath, [...nodeFlags(), ...args], { stdio: ["ignore", "ignore", "pipe"], uid: spec.uid, gid: spec.gid, env });
     p.stderr!.on("data", (d: Buffer) => (log += d.toString()));
     agents.set(spec.id, p);
     // This process, not an earlier agent of the same id the head still lists (killed, not yet timed out).
