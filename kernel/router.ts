@@ -27,7 +27,7 @@ export class Router {
   /** The most recent request, parent of output produced outside any request (background promises). */
   lastParent: JupyterMessage | null = null;
   /** The input_request waiting for its input_reply (one cell runs at a time, so at most one). */
-  private waitingInput: { resolve: (value: string) => void; reject: (err: Error) => void } | null = null;
+  private waitingInput: { resolve: (value: string) => void; reject: (err: Error) => void; askedBy: JupyterMessage } | null = null;
   /** True while an execute_request runs. */
   private executing = false;
 
@@ -74,7 +74,12 @@ export class Router {
 
   /**
    * An input_reply answers the pending input_request. jupyter_client sends it
-   * without a parent header, so it is matched by being the only one pending.
+   * without a parent header, so it is matched by being the only one pending,
+   * unless the client made it before the request that asked: stdin and shell
+   * are separate connections, so a late answer to an interrupted prompt can
+   * arrive after the next cell's execute_request and its new prompt. Both
+   * dates come from the same client's clock (the prompt goes to the client
+   * that sent the request).
    */
   private onStdin(msg: JupyterMessage): void {
     if (msg.header.msg_type !== "input_reply") {
@@ -86,6 +91,10 @@ export class Router {
       this.log("ignoring an input_reply: no input_request is pending (interrupted?)");
       return;
     }
+    if (madeBefore(msg, waiting.askedBy)) {
+      this.log("ignoring an input_reply made before the request now asking (a late answer to an interrupted prompt)");
+      return;
+    }
     this.waitingInput = null;
     waiting.resolve(String(msg.content.value ?? ""));
   }
@@ -93,8 +102,8 @@ export class Router {
   /** Sends an input_request to the client that sent `parent` (its stdin socket shares the shell identity). */
   private requestInput(parent: JupyterMessage, prompt: string, password: boolean): PendingInput {
     this.waitingInput?.reject(new Error("a newer input_request replaced this one"));
-    let entry!: { resolve: (value: string) => void; reject: (err: Error) => void };
-    const reply = new Promise<string>((resolve, reject) => (entry = { resolve, reject }));
+    let entry!: { resolve: (value: string) => void; reject: (err: Error) => void; askedBy: JupyterMessage };
+    const reply = new Promise<string>((resolve, reject) => (entry = { resolve, reject, askedBy: parent }));
     this.waitingInput = entry;
     this.sockets.sendStdin(replyTo(parent, "input_request", { prompt, password }, this.session)).catch((err: unknown) => {
       if (this.waitingInput === entry) this.waitingInput = null;
@@ -177,4 +186,18 @@ export class Router {
         return null;
     }
   }
+}
+
+/** Whether `msg`'s header date is earlier than `than`'s (false where either has none that parses). */
+function madeBefore(msg: JupyterMessage, than: JupyterMessage): boolean {
+  const a = microseconds(msg.header.date);
+  const b = microseconds(than.header.date);
+  return a !== null && b !== null && a < b;
+}
+
+/** An ISO 8601 date in microseconds since the epoch (jupyter_client writes six fraction digits; Date.parse keeps three). */
+function microseconds(date: unknown): number | null {
+  const m = /^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(.*)$/.exec(String(date ?? ""));
+  const ms = m ? Date.parse(m[1]! + m[3]!) : NaN;
+  return Number.isFinite(ms) ? ms * 1000 + Number((m![2] ?? "").padEnd(6, "0").slice(0, 6)) : null;
 }

@@ -6,6 +6,7 @@ wire code. Each request is one JSON object with "op"; each answer is one JSON
 line {"ok": true, ...} or {"ok": false, "error": "..."}. Every receive has a
 timeout; nothing is retried.
 """
+import datetime
 import json
 import os
 import sys
@@ -99,7 +100,13 @@ def handle(req):
         msg_id = kc.comm_info(req.get("target_name"))
         return {"reply": shell_reply(msg_id, timeout)}
     if op == "input_reply":
-        kc.input(req["value"])
+        if "made_seconds_ago" not in req:
+            kc.input(req["value"])
+            return {}
+        # A reply whose header says it was made that long ago (a late answer to an earlier prompt).
+        msg = kc.session.msg("input_reply", {"value": req["value"]})
+        msg["header"]["date"] -= datetime.timedelta(seconds=req["made_seconds_ago"])
+        kc.stdin_channel.send(msg)
         return {}
     if op == "collect":
         return collect(req["msg_id"], timeout)

@@ -80,3 +80,16 @@ test("an interrupt while input() waits ends the cell as KeyboardInterrupt; the n
   const done = (await bridge.request({ op: "collect", msg_id: again.msg_id, timeout: 20 })) as { reply: Record<string, any>; outputs: Array<{ msg_type: string; content: Record<string, any> }> };
   assert.equal(outputsOf(done, "execute_result")[0]?.data["text/plain"], "'fresh'");
 });
+
+test("an input_reply made before the request now asking is dropped; the answer after it is taken", async () => {
+  // stdin and shell are separate connections: a late answer to an interrupted prompt can reach the kernel after the
+  // next cell's execute_request. Sent here after the new prompt, dated before it, it must not answer it.
+  const { msg_id } = await bridge.request({ op: "send_execute", code: 'await input("now: ")', allow_stdin: true });
+  const asked = await bridge.request({ op: "stdin_request", timeout: 20 });
+  assert.equal(asked.content.prompt, "now: ");
+  await bridge.request({ op: "input_reply", value: "stale", made_seconds_ago: 5 });
+  await bridge.request({ op: "input_reply", value: "fresh" });
+  const done = (await bridge.request({ op: "collect", msg_id, timeout: 20 })) as { reply: Record<string, any>; outputs: Array<{ msg_type: string; content: Record<string, any> }> };
+  assert.equal(done.reply.status, "ok");
+  assert.equal(outputsOf(done, "execute_result")[0]?.data["text/plain"], "'fresh'");
+});
