@@ -81,6 +81,8 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
   const agents = new Map<string, ChildProcess>();
   // Node cache folders the agents reported: one a killed agent left (on /dev/shm, outside the test's folder) is removed at stop.
   const cacheDirs = new Set<string>();
+  // Folders this cluster made (its own, and each other-user agent's work folder): removed at stop unless HEARTH_TEST_KEEP=1 asks to read their logs.
+  const madeDirs = [dir];
   // The observer reads every app's status and shuts the head down: the admin credential.
   const client = (await HeadClient.open(endpoint, { app: "_test-observer" }, { admin: true })).client;
   const status = (fields: Record<string, unknown> = {}): Promise<any> => client.control("status", { ...fields, all: true });
@@ -89,6 +91,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
     let workDir = path.join(dir, spec.id);
     if (spec.uid !== undefined) {
       workDir = mkdtempSync(path.join(os.tmpdir(), `hearth-agent-${spec.id}-`));
+      madeDirs.push(workDir);
       // Writable by the agent's user, and sticky (as /tmp): nobody can swap the folders it makes there.
       chmodSync(workDir, 0o1777);
     }
@@ -136,6 +139,7 @@ export async function startCluster(opts: { agents: AgentSpec[]; keepAlive?: stri
       await Promise.all(all.map(exited));
       clearTimeout(timer);
       for (const d of cacheDirs) rmSync(d, { recursive: true, force: true });
+      if (process.env.HEARTH_TEST_KEEP !== "1") for (const d of madeDirs) rmSync(d, { recursive: true, force: true });
     },
   };
 }
