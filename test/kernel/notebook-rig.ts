@@ -5,10 +5,10 @@
  * cell ran, every rich bundle has text/plain), and the screenshot check.
  */
 import assert from "node:assert/strict";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { after, before } from "node:test";
+import { after, afterEach, before } from "node:test";
 import { secretFile } from "../../sdk/wire/auth.js";
 import { startCluster, type TestCluster } from "../helpers/cluster.js";
 import { REPO_ROOT, TempKernelspec } from "./bridge.js";
@@ -85,10 +85,16 @@ export function useNotebookRig(agentId: string, homePrefix: string): NotebookRig
       throw err;
     }
   });
+  // A failed test prints what its run did (each step's reward and versions) and what its processes logged of errors:
+  // the folders go at stop, and a run that trained differently once is not reproduced by running it again.
+  afterEach((t) => {
+    if ("passed" in t && !t.passed && cluster && home) console.log(failureReport(cluster, home).replace(/^/gm, "# "));
+  });
   after(async () => {
     await cluster?.stop();
     spec?.remove();
-    if (home) rmSync(home, { recursive: true, force: true });
+    // HEARTH_TEST_KEEP=1 keeps the kernel's home (the executed notebook, the run's metrics) as the cluster keeps its folder.
+    if (home && process.env.HEARTH_TEST_KEEP !== "1") rmSync(home, { recursive: true, force: true });
   });
   return {
     get cluster() {
@@ -140,4 +146,41 @@ export function assertDrawn(png: string): void {
   const stats = pngStats(png);
   console.log(`# screenshot ${png}: ${stats.width}x${stats.height}, ${(stats.nonWhite * 100).toFixed(1)}% non-white, ${stats.colors} colors`);
   assert.ok(stats.nonWhite > 0.02 && stats.colors > 50, `the screenshot is not blank: ${JSON.stringify(stats)}`);
+}
+
+/** Lines of logs that say something went wrong (an executor's exit, an error, a takeover). */
+const TROUBLE = /error|exception|traceback|killed|exit|restart|took over|takeover|lost|timed out|refused/i;
+
+/**
+ * What a failed notebook test leaves to read: every run's steps under
+ * `home/runs` (reward, policy and weights versions, groups kept, calls) and
+ * the lines of the head's, agents' and executors' logs that name trouble.
+ */
+export function failureReport(cluster: TestCluster, home: string): string {
+  const out: string[] = [];
+  const runs = path.join(home, "runs");
+  for (const name of existsSync(runs) ? readdirSync(runs) : []) {
+    const file = path.join(runs, name, "metrics.jsonl");
+    if (!existsSync(file)) continue;
+    out.push(`run ${name}:`);
+    for (const line of readFileSync(file, "utf8").split("\n").filter(Boolean)) {
+      try {
+        const m = JSON.parse(line) as Record<string, unknown>;
+        const calls = Object.keys(m).find((k) => k.endsWith("_per_sample"));
+        out.push(`  step ${String(m.step)}: reward ${String(m.reward_mean)}, policy v${String(m.policy_version)}, weights v${String(m.weights_version)}, groups kept ${String(m.groups_kept)}/${Number(m.groups_kept) + Number(m.groups_dropped)}${calls ? `, ${calls} ${String(m[calls])}` : ""}${m.loss !== undefined ? `, loss ${String(m.loss)}` : ""}`);
+      } catch {
+        out.push(`  (not JSON) ${line.slice(0, 200)}`);
+      }
+    }
+  }
+  const trouble = (text: string): string[] => text.split("\n").filter((l) => TROUBLE.test(l)).slice(-15);
+  out.push("head and agents:", ...trouble(cluster.headLog()).map((l) => `  ${l}`));
+  for (const agent of existsSync(cluster.dir) ? readdirSync(cluster.dir) : []) {
+    const logs = path.join(cluster.dir, agent, "logs");
+    for (const f of existsSync(logs) ? readdirSync(logs).sort() : []) {
+      const lines = trouble(readFileSync(path.join(logs, f), "utf8"));
+      if (lines.length > 0) out.push(`${agent}/${f}:`, ...lines.map((l) => `  ${l}`));
+    }
+  }
+  return out.join("\n");
 }
