@@ -170,6 +170,23 @@ test("an agent in the executors, in this process and in Python over HTTP gives t
   await run.score(python);
 });
 
+test("a lease counts the weights it fetched: after a publication, each executor an in-process agent's sessions ran on reports the bytes and the version", async () => {
+  const items = run.itemsOf(2).slice(0, 4);
+  // A change to publish: an update on this run's own rollouts.
+  const scored = await run.score(await run.rollout(items, { agent: `${AGENTS}#twoTurns`, step: 2 }), (answer) => answer.length / 10);
+  assert.ok(scored.samples.some((s) => s.kept), "some groups vary");
+  await run.trainOn(scored.samples.filter((s) => s.kept));
+  const published = await run.publish();
+  assert.ok(published, "the update was published");
+  // Sessions for an agent in this process: leases (openSessions … closeSessions), each syncing its executor first.
+  const here = await run.rollout(items, { agent: twoTurns, step: 2 });
+  assert.ok(here.parts.length >= 2, `the items went out as more than one lease (${here.parts.length})`);
+  for (const p of here.parts) {
+    assert.equal(p.r.weightsVersion, published.cacheVersion, `executor ${p.r.executorId} sampled the publication`);
+    assert.ok(p.r.syncBytes > 0, `executor ${p.r.executorId}'s lease reports what bringing it to v${published.cacheVersion} fetched (${p.r.syncBytes} B)`);
+  }
+});
+
 test("a malformed tool call is counted and returned as content; a hung agent fails only its own sample", async () => {
   const items = run.itemsOf(2).slice(0, 4);
   // tool_choice "required" makes the reply start a call; the random policy cannot finish one that parses.

@@ -25,6 +25,9 @@ export interface LeaseInfo {
   refused: number;
   t0: number;
   keys?: string;
+  /** What bringing the engine to the latest weights fetched before the lease opened, and how long it took (the step card's sync_bytes, sync_s). */
+  syncBytes: number;
+  syncSeconds: number;
 }
 
 /** `openSessions`: G sessions per item, seeded as the items' rollouts would be. */

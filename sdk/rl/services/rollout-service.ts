@@ -260,7 +260,7 @@ export class RolloutService {
         release();
         if (!this.leases.get(lease.lease)?.closing) this.leases.delete(lease.lease);
       });
-      this.leases.set(lease.lease, { version: this.weights.version, refused: this.host.refused, t0: performance.now(), keys: req.keys });
+      this.leases.set(lease.lease, { version: this.weights.version, refused: this.host.refused, t0: performance.now(), keys: req.keys, syncBytes, syncSeconds });
       return { ...lease, executorId: this.ctx.executorId, weightsVersion: this.weights.version, syncBytes, syncSeconds };
     });
     this.turn = opened.then(() => held, () => undefined);
@@ -274,7 +274,7 @@ export class RolloutService {
     info.closing = true;
     this.leases.delete(req.lease);
     const ends = new Map(req.ends.map(({ id, ...end }) => [id, end]));
-    return this.leaseResult(req.lease, ends, info, 0, 0, req.keys ?? info.keys);
+    return this.leaseResult(req.lease, ends, info, req.keys ?? info.keys);
   }
 
   /**
@@ -289,10 +289,10 @@ export class RolloutService {
       const specs = sessionSpecs(req.items, req.groupSize, req.limits);
       const t0 = performance.now();
       const opened = this.host.open(specs, (req.agentTimeoutMs ?? AGENT_TIMEOUT_MS) + LEASE_SLACK_MS);
-      const info = { version: this.weights.version, refused: this.host.refused, t0, keys: req.keys };
+      const info = { version: this.weights.version, refused: this.host.refused, t0, keys: req.keys, syncBytes, syncSeconds };
       const items = new Map(opened.sessions.map((s) => [s.id, req.items[s.item]!]));
       const ends = await this.host.runAgents(req.agent, req.agentRevision ?? 0, opened, items, req.agentTimeoutMs ?? this.setup_?.endpoint?.agentTimeoutMs);
-      const r = await this.leaseResult(opened.lease, ends, info, syncBytes, syncSeconds, req.keys);
+      const r = await this.leaseResult(opened.lease, ends, info, req.keys);
       return { ...r, busySeconds: (performance.now() - tCall) / 1000 };
     });
     this.turn = run.catch(() => undefined);
@@ -310,7 +310,7 @@ export class RolloutService {
   }
 
   /** Closes a lease and stores its trajectories (a scratch object under `keys`, as a rollout call's). */
-  private async leaseResult(lease: string, ends: ReadonlyMap<string, SessionEnd>, info: LeaseInfo, syncBytes: number, syncSeconds: number, keys?: string): Promise<RolloutResult> {
+  private async leaseResult(lease: string, ends: ReadonlyMap<string, SessionEnd>, info: LeaseInfo, keys?: string): Promise<RolloutResult> {
     const closed = this.host.closeLease(lease, ends, info.version, info.refused);
     if (!closed) throw new EndpointError(404, `no open lease ${lease} on executor ${this.ctx.executorId}`, { code: "lease_not_found" });
     // The lease's engine batches, for a replay: an object beside the trajectories (their owner deletes both).
@@ -323,8 +323,8 @@ export class RolloutService {
       trajectories: ref,
       weightsVersion: info.version,
       executorId: this.ctx.executorId,
-      syncBytes,
-      syncSeconds,
+      syncBytes: info.syncBytes,
+      syncSeconds: info.syncSeconds,
       generateSeconds: seconds,
       busySeconds: seconds,
       tokens: closed.trajectories.reduce((n, t) => n + t.tokens.length, 0),
