@@ -8,11 +8,17 @@
 // root, where every test can run, a skip fails the run unless its reason is on
 // CI_ALLOWED_SKIPS below (hardware CI machines do not have).
 //
+// Every test process (and the Slurm jobs, Python and browsers they start) gets
+// TMPDIR set to one folder of this run's, removed at the end: what a test
+// leaves in its temp folders (a killed head's, an agent's logs) goes with it.
+// HEARTH_TEST_KEEP=1 keeps it (the runner prints where).
+//
 // Usage: node scripts/run-tests.mjs [substring filter]
 // HEARTH_TESTS_DIR (default dist/test) and HEARTH_TEST_ENGINE_DIR (default
 // cluster-agent/engine) name what runs; the runner's own test points them at fixtures.
 import { spawn } from "node:child_process";
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 
 /** Skip reasons that are legitimate in CI: what the CI machines lack on purpose. Anything else skipped there fails the run. */
@@ -76,6 +82,11 @@ function unittestSkips(out) {
   return skips;
 }
 
+// One temp folder for the run, as /tmp is (world-writable, sticky): executors run as users of their own write there too.
+const runTmp = mkdtempSync(path.join(os.tmpdir(), "hearth-tests-"));
+chmodSync(runTmp, 0o1777);
+process.env.TMPDIR = runTmp;
+
 let passed = 0;
 let failed = 0;
 let broken = false;
@@ -129,6 +140,15 @@ const unexplained = strict ? skipped.filter((s) => !CI_ALLOWED_SKIPS.some((a) =>
 if (unexplained.length > 0) {
   console.log(`CI (CI=true, as root): ${unexplained.length} test(s) skipped for a reason CI does not allow (allowed: ${CI_ALLOWED_SKIPS.map((a) => a.why).join("; ")}):`);
   for (const s of unexplained) console.log(`  ${s.test} — ${s.reason}`);
+}
+if (process.env.HEARTH_TEST_KEEP === "1") console.log(`kept the tests' temp folder: ${runTmp}`);
+else {
+  try {
+    rmSync(runTmp, { recursive: true, force: true });
+  } catch (err) {
+    // A mount a test left there, say: said, never fatal to the run's result.
+    console.log(`warning: could not remove the tests' temp folder ${runTmp}: ${err.message}`);
+  }
 }
 console.log(`tests: ${passed} passed, ${failed} failed, ${skipped.length} skipped`);
 process.exit(broken || failed > 0 || unexplained.length > 0 ? 1 : 0);

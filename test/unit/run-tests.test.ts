@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -92,4 +92,33 @@ class SlowTest(unittest.TestCase):
   assert.match(ci.out, /^ {2}test_fixture\.SlowTest\.test_slow — too slow for today$/m);
   assert.doesNotMatch(ci.out, /^ {2}test_fixture\.GpuTest\.test_on_gpu/m, "the GPU skip is allowed");
   assert.match(ci.out, /^tests: 2 passed, 0 failed, 4 skipped$/m);
+});
+
+test("every test process, Python's too, writes its temp files in one folder of the run's, removed at the end (kept with HEARTH_TEST_KEEP=1)", { timeout: 120_000 }, async () => {
+  // Each suite leaves a file in its temp folder and reports where that was.
+  const f = fixture(
+    { "t.test.js": `import { mkdtempSync } from "node:fs";\nimport os from "node:os";\nimport path from "node:path";\ntest("leaves a folder", () => { console.log("NODE-LEFT " + mkdtempSync(path.join(os.tmpdir(), "left-"))); });` },
+    `import tempfile
+
+
+class LeftTest(unittest.TestCase):
+    def test_leaves(self):
+        print("PY-LEFT " + tempfile.mkdtemp(prefix="left-"), flush=True)
+`,
+  );
+  const left = (out: string): string[] => [...out.matchAll(/(?:NODE|PY)-LEFT (\S+)/g)].map((m) => m[1]!);
+  const cleaned = await runRunner(f, {});
+  assert.equal(cleaned.code, 0, cleaned.out);
+  const dirs = left(cleaned.out);
+  assert.equal(dirs.length, 2, `both suites reported their folder:\n${cleaned.out}`);
+  for (const d of dirs) {
+    assert.match(path.dirname(d), /\/hearth-tests-[^/]+$/, `${d} is in the run's temp folder, not ${os.tmpdir()} itself`);
+    assert.equal(existsSync(d), false, `${d} went with the run's folder`);
+  }
+  assert.equal(existsSync(path.dirname(dirs[0]!)), false, "the run's folder is gone");
+  const kept = await runRunner(f, { HEARTH_TEST_KEEP: "1" });
+  const keptDir = /^kept the tests' temp folder: (\S+)$/m.exec(kept.out)?.[1];
+  assert.ok(keptDir, kept.out);
+  for (const d of left(kept.out)) assert.ok(existsSync(d) && d.startsWith(`${keptDir}/`), `${d} was kept in ${keptDir}`);
+  rmSync(keptDir, { recursive: true, force: true });
 });
