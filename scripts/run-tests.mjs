@@ -8,9 +8,11 @@
 // root, where every test can run, a skip fails the run unless its reason is on
 // CI_ALLOWED_SKIPS below (hardware CI machines do not have).
 //
-// Every test process (and the Slurm jobs, Python and browsers they start) gets
-// TMPDIR set to one folder of this run's, removed at the end: what a test
-// leaves in its temp folders (a killed head's, an agent's logs) goes with it.
+// Every test process (and what it starts with its environment: Python,
+// browsers, the Slurm jobs that take it) gets TMPDIR set to one folder of
+// this run's, removed at the end: what a test leaves in its temp folders (a
+// killed head's, an agent's logs) goes with it. A few Slurm jobs' agents still
+// leave their work folders in /tmp (3 in a CI run, against ~185 before).
 // HEARTH_TEST_KEEP=1 keeps it (the runner prints where).
 //
 // Usage: node scripts/run-tests.mjs [substring filter]
