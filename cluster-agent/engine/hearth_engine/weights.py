@@ -42,10 +42,28 @@ from .patch_codec import (apply_deltas, decode_indices, encode_deltas, encode_in
 IDX, VAL, DLT = ":idx", ":val", ":dlt"
 
 
-def export_bf16(model: Transformer) -> Dict[str, Tensor]:
-    """HF-named bf16 copies of the weights, on the model's device (tied lm_head excluded)."""
+def export_bf16(model: Transformer, into: Optional[Dict[str, Tensor]] = None) -> Dict[str, Tensor]:
+    """HF-named bf16 copies of the weights, on the model's device (tied lm_head excluded).
+
+    With `into` (an earlier export of a model of the same names, shapes and device) the
+    weights are copied into its tensors and `into` is returned: a re-base then writes
+    over memory the process already has instead of new pages (on these machines a new
+    page costs more than the copy into it) and never holds two exports at once."""
     state = model.state_dict()
-    return {n: state[n].detach().to(torch.bfloat16, copy=True) for n in expected_shapes(model)}
+    names = expected_shapes(model)
+    if into is not None and _same_layout(into, {n: state[n] for n in names}):
+        with torch.no_grad():
+            for n in names:
+                into[n].copy_(state[n].detach())
+        return into
+    return {n: state[n].detach().to(torch.bfloat16, copy=True) for n in names}
+
+
+def _same_layout(held: Dict[str, Tensor], live: Dict[str, Tensor]) -> bool:
+    """Whether `held` (bf16 copies) has exactly the names, shapes and devices of `live`."""
+    return held.keys() == live.keys() and all(
+        h.dtype == torch.bfloat16 and h.shape == t.shape and h.device == t.device and h.is_contiguous()
+        for h, t in ((held[n], live[n]) for n in live))
 
 
 def model_tensors(model: Transformer) -> Dict[str, Tensor]:
@@ -242,7 +260,7 @@ class Publisher:
         self.version += 1
         stats = PatchStats(version=self.version)
         if self.last is None or full:
-            new = export_bf16(model) if keep_last else _bf16_view(model)
+            new = export_bf16(model, into=self.last) if keep_last else _bf16_view(model)
             _sync(next(iter(new.values())))
             t1 = time.perf_counter()
             stats.kind = "full"

@@ -170,6 +170,47 @@ class PatchTest(unittest.TestCase):
             tokens = batch.tokens[:2]
             torch.testing.assert_close(rollout(tokens).float(), trainer_model.to(torch.bfloat16)(tokens).float())
 
+    def test_a_rebase_writes_over_the_kept_copy_and_stays_exact(self):
+        trainer_model = tiny_model(seed=11)
+        trainer = Trainer(trainer_model, GRPOConfig(lr=2e-6, micro_batch_size=4))
+        publisher = Publisher(max_shard_bytes=64 * 1024)
+        rollout = build_model(tiny_config(), seed=99, dtype=torch.bfloat16)
+        targets = model_tensors(rollout)
+        version = None
+        for blob in publisher.publish(trainer_model)[0]:
+            version = apply_blob(targets, blob).version
+        kept = publisher.last
+        pointers = {n: t.data_ptr() for n, t in kept.items()}
+        batch = make_batch()
+        trainer.step(batch)
+        blobs, stats = publisher.publish(trainer_model, full=True)  # a re-base
+        self.assertEqual(stats.kind, "full")
+        # The kept copy is the same memory, now holding the new weights (not a second export).
+        self.assertIs(publisher.last, kept)
+        self.assertEqual({n: t.data_ptr() for n, t in publisher.last.items()}, pointers)
+        for blob in blobs:
+            version = apply_blob(targets, blob).version
+        trainer.step(batch)
+        patch, pstats = publisher.publish(trainer_model)  # diffed against the re-based copy
+        self.assertEqual(pstats.kind, "patch")
+        self.assertGreater(pstats.sparse, 0)
+        apply_blob(targets, patch[0], version)
+        fresh = export_bf16(trainer_model)
+        for name, value in fresh.items():
+            self.assertTrue(torch.equal(bits(targets[name]), value.view(torch.int16)), name)
+            self.assertTrue(torch.equal(publisher.last[name].view(torch.int16), value.view(torch.int16)), name)
+
+    def test_a_rebase_of_another_layout_exports_anew(self):
+        publisher = Publisher()
+        publisher.publish(tiny_model(seed=1))
+        kept = publisher.last
+        other = build_model(tiny_config(hidden_size=32, intermediate_size=64), seed=2, dtype=torch.bfloat16)
+        publisher.publish(other, full=True)
+        self.assertIsNot(publisher.last, kept)
+        for name, value in export_bf16(other).items():
+            self.assertEqual(publisher.last[name].shape, value.shape, name)
+            self.assertTrue(torch.equal(publisher.last[name].view(torch.int16), value.view(torch.int16)), name)
+
     def test_dense_fallback_above_one_third(self):
         old = {"a": torch.zeros(300, dtype=torch.bfloat16), "b": torch.zeros(300, dtype=torch.bfloat16),
                "c": torch.zeros(4, 5, dtype=torch.bfloat16)}
