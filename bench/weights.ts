@@ -121,6 +121,8 @@ export interface WeightsBenchResult {
   rawZmqMiBps: number;
   rawZmqToFileMiBps: number;
   placement: Record<string, string>;
+  /** CPUs this machine gives the bench's processes (all of them share these). */
+  cores: number;
 }
 
 /** A late joiner on a node that joins after the patches: its node copies the base from a peer. */
@@ -450,6 +452,7 @@ export async function runWeightsBench(opts: WeightsBenchOptions): Promise<Weight
       rawZmqMiBps,
       rawZmqToFileMiBps,
       placement: Object.fromEntries(infos.map((i) => [i.executorId, i.agentId])),
+      cores: os.availableParallelism(),
     };
   } finally {
     await publisherEngine?.close();

@@ -73,6 +73,13 @@ test("bench weights at the tiny shape: bit-identical executors, late joiner, byt
   assert.ok(again.headBytesOut < 1.1 * again.bytes, `the head sent ${again.headBytesOut} bytes for a ${again.bytes}-byte re-base`);
   // The fresh-page bound is measured on every medium a full publication writes.
   assert.ok(r.freshPages.writes.length >= 2 && r.freshPages.writes.every((w) => w.rawMiBps > 0), JSON.stringify(r.freshPages));
+  // The CPU floor the report prints: every role's CPU-seconds are this step's own (a count taken
+  // since the process started would pass the cores' capacity over the step's wall time).
+  for (const f of r.steps.filter((s) => s.full)) {
+    const work = Object.values(f.cpuS).reduce((a, b) => a + b, 0);
+    const capacity = (r.cores * f.slowestMs) / 1000 + 0.01 * 12; // + a clock tick per process
+    assert.ok(work > 0 && work <= capacity, `${f.name}: ${work.toFixed(2)} CPU-s in ${f.slowestMs.toFixed(0)} ms on ${r.cores} cores`);
+  }
   // The simulated distribution: a tree of depth about log2(100) against a chain of 100.
   const [tree, chain] = r.distribution;
   assert.ok(tree!.depth <= 8 && chain!.depth === 100, `depths ${tree!.depth} and ${chain!.depth}`);
