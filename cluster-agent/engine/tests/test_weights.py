@@ -1,6 +1,11 @@
 """Weight publication: patches reproduce the exact bf16 bytes after several optimizer
 steps, with a dense fallback above one third changed (issue test 2)."""
 
+import mmap
+import os
+import re
+import sys
+import tempfile
 import unittest
 
 import numpy as np
@@ -12,7 +17,7 @@ from hearth_engine import safetensors
 from hearth_engine.errors import EngineError
 from hearth_engine.grpo import GRPOConfig, Trainer
 from hearth_engine.model import build_model
-from hearth_engine.weights import (DLT, IDX, VAL, PatchStats, changed_bits, apply_deltas, encode_deltas, perturb_bf16, Publisher, apply_blob, decode_indices, diff_tensors,
+from hearth_engine.weights import (_populate, DLT, IDX, VAL, PatchStats, changed_bits, apply_deltas, encode_deltas, perturb_bf16, Publisher, apply_blob, decode_indices, diff_tensors,
                                    encode_indices, export_bf16, model_tensors, varint_decode, varint_encode)
 
 
@@ -255,3 +260,33 @@ class PatchTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def mapped_rss_kib(mm: mmap.mmap) -> int:
+    """Resident KiB of the mapping `mm` (from /proc/self/smaps, found by its address)."""
+    addr = np.frombuffer(mm, dtype=np.uint8).__array_interface__["data"][0]
+    with open("/proc/self/smaps") as f:
+        text = f.read()
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", text):
+        lo, hi = (int(x, 16) for x in block.split(" ", 1)[0].split("-"))
+        if lo <= addr < hi:
+            return int(re.search(r"^Rss:\s+(\d+) kB", block, re.M).group(1))
+    raise AssertionError("mapping not found in smaps")
+
+
+@unittest.skipUnless(sys.platform.startswith("linux"), "smaps and MADV_POPULATE_READ are Linux's")
+class PopulateTest(unittest.TestCase):
+    def test_apply_file_maps_the_range_it_reads_in_at_once(self):
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(os.urandom(4 << 20))
+            f.flush()
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                self.assertEqual(mapped_rss_kib(mm), 0)  # nothing touched yet
+                _populate(mm, (1 << 20) + 100, 2 << 20)  # a range that starts inside a page
+                rss = mapped_rss_kib(mm)
+                # At least the pages of [1 MiB + 100, 3 MiB + 100) are mapped now (with large folios the
+                # kernel may map the rest of a folio too, so no upper bound).
+                self.assertGreaterEqual(rss, 2048)
+            finally:
+                mm.close()
