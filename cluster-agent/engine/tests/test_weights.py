@@ -258,10 +258,6 @@ class PatchTest(unittest.TestCase):
         self.assertEqual(ctx.exception.code, "bad_safetensors")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 def mapped_rss_kib(mm: mmap.mmap) -> int:
     """Resident KiB of the mapping `mm` (from /proc/self/smaps, found by its address)."""
     addr = np.frombuffer(mm, dtype=np.uint8).__array_interface__["data"][0]
@@ -290,3 +286,7 @@ class PopulateTest(unittest.TestCase):
                 self.assertGreaterEqual(rss, 2048)
             finally:
                 mm.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
