@@ -110,7 +110,7 @@ export class Agent {
     secret: Buffer,
     detected: NodeResources,
     private readonly users: ExecutorUsers,
-    cacheDir: { dir: string; medium: Medium },
+    cacheDir: CacheDirChoice,
   ) {
     this.id = opts.id ?? `${os.hostname()}-${process.pid}`;
     this.resources = { ...detected, ...Object.fromEntries(Object.entries(opts.resources ?? {}).filter(([, v]) => v !== undefined)) };
@@ -138,6 +138,7 @@ export class Agent {
       memLimit: opts.cacheMem ?? Math.floor(os.totalmem() / 4),
       cacheDir: cacheDir.dir,
       medium: cacheDir.medium,
+      siblings: cacheDir.siblings,
       fileLimit: opts.cacheLimit ?? Math.floor(os.totalmem() / 4),
       host: this.host,
       appOf: (executorId) => this.executors.appOf(executorId),
@@ -314,13 +315,20 @@ export function nodeCacheName(id: string, workDir: string): string {
   return `${id.replace(/[^A-Za-z0-9._-]/g, "_")}-${createHash("sha256").update(path.resolve(workDir)).digest("hex").slice(0, 10)}`;
 }
 
+/** The node cache's folder, what it is on, and where it lies beside other agents' (whose dead ones it sweeps). */
+interface CacheDirChoice {
+  dir: string;
+  medium: Medium;
+  siblings?: { parent: string; names: RegExp };
+}
+
 /**
  * The node cache's folder: `--cache-dir` as given, else on memory-backed
  * /dev/shm where the cache's limit fits (storage-medium.ts), else on disk:
  * `<work-dir>/cache`, or `<executor-dir>/cache-<id>-<digest of the work dir>` when executors run as
  * their apps' own users (they must be able to reach it).
  */
-function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): { dir: string; medium: Medium } {
+function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): CacheDirChoice {
   const id = opts.id ?? `${os.hostname()}-${process.pid}`;
   if (opts.cacheDir) {
     const dir = path.resolve(opts.cacheDir);
@@ -331,6 +339,7 @@ function chooseCacheDir(opts: AgentOptions, users: ExecutorUsers): { dir: string
   const name = nodeCacheName(id, workDir);
   const diskDir = users.report.mode === "per-app-uid" ? path.join(users.report.dir, `cache-${name}`) : path.join(workDir, "cache");
   const medium = pickMedium(opts.cacheMedium ?? "auto", opts.cacheLimit ?? Math.floor(os.totalmem() / 4), path.dirname(diskDir));
-  const dir = medium.kind === "memory" ? path.join(medium.dir, `hearth-cache-${name}`) : diskDir;
-  return { dir, medium };
+  if (medium.kind === "memory") return { dir: path.join(medium.dir, `hearth-cache-${name}`), medium, siblings: { parent: medium.dir, names: /^hearth-cache-.+-[0-9a-f]{10}$/ } };
+  if (users.report.mode === "per-app-uid") return { dir: diskDir, medium, siblings: { parent: users.report.dir, names: /^cache-.+-[0-9a-f]{10}$/ } };
+  return { dir: diskDir, medium };
 }

@@ -18,11 +18,24 @@
  *   (owned by root or the agent's user, and sticky where others may write);
  * - a marker held by a live process (another agent on the same folder) is
  *   refused too.
+ *
+ * An agent killed for good (kill -9, a Slurm job's end) leaves its folder,
+ * and on /dev/shm that is memory held until reboot that no later agent
+ * claims (the next job's agents have other ids). So an agent starting where
+ * agents' default folders lie side by side removes the ones whose marker
+ * names a process certainly gone (sweepDeadCaches): the marker says when
+ * its process started and in which pid namespace and boot, as a pid alone
+ * can be reused or name another container's process. A sweep moves such a
+ * folder aside with one rename before removing it, and gives it back if the
+ * moved folder's marker is no longer the dead one (an agent of that id took
+ * it over in between); a claim that loses its folder to that move starts
+ * over.
  */
+import { randomBytes } from "node:crypto";
 import { chmodSync, closeSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, rmdirSync, writeSync } from "node:fs";
 import path from "node:path";
 import { UsageError } from "../sdk/errors/index.js";
-import { processAlive } from "./pids.js";
+import { processAlive, selfStamp, stampState, type ProcessStamp } from "./pids.js";
 
 /** The file that says hearth made (or took over) a cache folder. */
 export const CACHE_MARKER = ".hearth-node-cache";
@@ -36,9 +49,8 @@ export interface CacheDirClaim {
   leftover: { entries: number; bytes: number };
 }
 
-interface Marker {
+interface Marker extends ProcessStamp {
   agent: string;
-  pid: number;
   created: boolean;
 }
 
@@ -103,7 +115,13 @@ function readMarker(dir: string): Marker | undefined {
   if (!st.isFile()) refuse(dir, `${CACHE_MARKER} in it is not a file`, "remove it, or name another folder");
   try {
     const m = JSON.parse(readFileSync(file, "utf8")) as Partial<Marker>;
-    return { agent: String(m.agent ?? "?"), pid: Number(m.pid ?? 0), created: m.created === true };
+    return {
+      agent: String(m.agent ?? "?"),
+      pid: Number(m.pid ?? 0),
+      created: m.created === true,
+      ...(typeof m.start === "number" ? { start: m.start } : {}),
+      ...(typeof m.ns === "string" ? { ns: m.ns } : {}),
+    };
   } catch {
     return { agent: "?", pid: 0, created: false }; // a torn marker is still hearth's
   }
@@ -116,6 +134,17 @@ function readMarker(dir: string): Marker | undefined {
  * do, having changed nothing.
  */
 export function claimCacheDir(dir: string, agent: string): CacheDirClaim {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return claimOnce(dir, agent);
+    } catch (err) {
+      // Another agent's sweep moved the folder aside under this claim (see the module doc): claim again.
+      if (attempt >= 3 || err instanceof UsageError || (err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+  }
+}
+
+function claimOnce(dir: string, agent: string): CacheDirClaim {
   const euid = process.geteuid?.() ?? -1;
   dir = path.resolve(dir);
   mkdirSync(path.dirname(dir), { recursive: true, mode: 0o755 });
@@ -136,7 +165,8 @@ export function claimCacheDir(dir: string, agent: string): CacheDirClaim {
   if (!created) {
     const marker = readMarker(dir);
     if (marker) {
-      if (marker.pid !== process.pid && marker.pid > 0 && processAlive(marker.pid)) refuse(dir, `agent ${marker.agent} (pid ${marker.pid}) holds it`, "give each agent its own --cache-dir");
+      const state = marker.pid === process.pid || marker.pid <= 0 ? "gone" : stampState(marker);
+      if (state === "alive" || (state === "unknown" && processAlive(marker.pid))) refuse(dir, `agent ${marker.agent} (pid ${marker.pid}) holds it`, "give each agent its own --cache-dir");
       created = marker.created;
       leftover = measure(dir);
       empty(dir);
@@ -148,7 +178,7 @@ export function claimCacheDir(dir: string, agent: string): CacheDirClaim {
       }
     }
   }
-  writeMarker(dir, { agent, pid: process.pid, created });
+  writeMarker(dir, { agent, created, ...selfStamp() });
   // Traversable, not listable, by the apps' own users when executors run as them (it is ours: checked above).
   chmodSync(dir, 0o711);
   return { dir, created, leftover };
@@ -164,4 +194,69 @@ export function releaseCacheDir(claim: CacheDirClaim): void {
   empty(claim.dir);
   rmSync(path.join(claim.dir, CACHE_MARKER), { force: true });
   if (claim.created) rmdirSync(claim.dir);
+}
+
+/** Names a sweep gives the folders it moves aside to remove (never a cache folder's own). */
+const SWEPT_PREFIX = ".hearth-swept-";
+
+/** A folder a sweep removed. */
+export interface SweptCache {
+  dir: string;
+  /** The agent its marker named. */
+  agent: string;
+  entries: number;
+  bytes: number;
+}
+
+/**
+ * Removes the cache folders under `parent` whose names match `names`
+ * (agents' default folders) and whose marker names a process certainly
+ * gone (see the module doc); never `keep` (this agent's own), a folder of
+ * another user, a link, one without a marker (it may be being made) or one
+ * whose marker's process may be alive or is of another pid namespace or
+ * boot. Also removes what a sweep killed mid-way left moved aside (a
+ * minute old, its sweeper gone). Returns what it removed.
+ */
+export function sweepDeadCaches(parent: string, names: RegExp, keep: string, hooks: { beforeMove?: (dir: string) => void } = {}): SweptCache[] {
+  const swept: SweptCache[] = [];
+  const euid = process.geteuid?.() ?? -1;
+  let entries: string[];
+  try {
+    entries = readdirSync(parent);
+  } catch {
+    return swept;
+  }
+  for (const name of entries) {
+    const dir = path.join(parent, name);
+    try {
+      const st = lstatSync(dir);
+      if (!st.isDirectory() || st.uid !== euid) continue;
+      if (name.startsWith(SWEPT_PREFIX)) {
+        const sweeper = Number(name.slice(SWEPT_PREFIX.length).split("-")[0]);
+        if (Date.now() - st.ctimeMs > 60_000 && !processAlive(sweeper)) rmSync(dir, { recursive: true, force: true });
+        continue;
+      }
+      if (!names.test(name) || path.resolve(dir) === path.resolve(keep)) continue;
+      const marker = readMarker(dir);
+      if (!marker || stampState(marker) !== "gone") continue;
+      hooks.beforeMove?.(dir);
+      const aside = path.join(parent, `${SWEPT_PREFIX}${process.pid}-${randomBytes(6).toString("hex")}`);
+      renameSync(dir, aside);
+      const moved = readMarker(aside);
+      if (moved?.pid !== marker.pid || moved.start !== marker.start || moved.ns !== marker.ns) {
+        try {
+          renameSync(aside, dir); // an agent of that id took it over between the look and the move: it is its
+          continue;
+        } catch {
+          // That agent's claim started over in a new folder there: the one moved aside is no one's.
+        }
+      }
+      const size = measure(aside);
+      rmSync(aside, { recursive: true, force: true });
+      swept.push({ dir, agent: marker.agent, ...size });
+    } catch {
+      // Gone meanwhile, or not a folder hearth can judge: left.
+    }
+  }
+  return swept;
 }

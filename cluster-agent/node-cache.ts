@@ -42,7 +42,7 @@ import type { SealNotice } from "./seal-notice.js";
 import { NodeFetcher, type FetchCounters, type Receiving } from "./node-fetch.js";
 import { KeptUploads } from "./node-keep.js";
 import { NodeFolders, parseFolder } from "./node-folders.js";
-import { claimCacheDir, releaseCacheDir, type CacheDirClaim } from "./cache-dir.js";
+import { claimCacheDir, releaseCacheDir, sweepDeadCaches, type CacheDirClaim } from "./cache-dir.js";
 import { formatBytes } from "../sdk/format.js";
 import { roomOn, type Medium } from "./storage-medium.js";
 
@@ -77,6 +77,8 @@ export interface NodeCacheOptions {
   fileLimit: number;
   /** What the cache dir is on (memory-backed or disk), and why: status shows it. */
   medium?: Medium;
+  /** Where agents' default cache folders lie side by side (/dev/shm, the executor dir), and their names: at start, those that agents no longer running left are removed (cache-dir.ts sweepDeadCaches). */
+  siblings?: { parent: string; names: RegExp };
   /** The address other nodes dial for pass-through (the cache also listens on loopback for its executors). */
   host: string;
   /** The app an executor of this agent runs, or undefined when it runs no executor of that id here. */
@@ -178,6 +180,9 @@ export class NodeCache {
     this.claim = claimCacheDir(this.opts.cacheDir, this.opts.agentId);
     const left = this.claim.leftover;
     if (left.entries > 0) this.opts.log(`node cache: removed what a previous agent left in ${this.claim.dir} (${left.entries} entries, ${formatBytes(left.bytes)})`);
+    for (const s of this.opts.siblings ? sweepDeadCaches(this.opts.siblings.parent, this.opts.siblings.names, this.claim.dir) : []) {
+      this.opts.log(`node cache: removed ${s.dir}, left by agent ${s.agent} that no longer runs (${s.entries} entries, ${formatBytes(s.bytes)})`);
+    }
     if (this.opts.medium) this.opts.log(`node cache on ${this.opts.medium.kind} at ${this.claim.dir} (${this.opts.medium.why})`);
     this.stopGate = await serveZapDomain(CACHE_ZAP_DOMAIN, (req) => this.gate(req));
     this.endpoint = await this.socket.bind("tcp://127.0.0.1:0");

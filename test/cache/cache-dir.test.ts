@@ -5,7 +5,9 @@
  * user owns or can write, or one whose parent anyone can swap it out of is
  * refused; a new folder is made, marked and removed at the end; an empty one
  * is taken over and left empty; what a killed agent left in a marked folder
- * is removed by the next start; a folder a live agent holds is refused.
+ * is removed by the next start; a folder a live agent holds is refused; the
+ * folders agents no longer running left beside an agent's own default one
+ * (/dev/shm) are removed when it starts, and nothing else.
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -13,9 +15,10 @@ import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync,
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { CACHE_MARKER, claimCacheDir, releaseCacheDir } from "../../cluster-agent/cache-dir.js";
+import { CACHE_MARKER, claimCacheDir, releaseCacheDir, sweepDeadCaches } from "../../cluster-agent/cache-dir.js";
+import { selfStamp } from "../../cluster-agent/pids.js";
 import { UsageError } from "../../sdk/errors/index.js";
-import { CLI, startCluster, waitFor, type TestCluster } from "../helpers/cluster.js";
+import { CLI, startCluster, waitFor, waitForExit, type TestCluster } from "../helpers/cluster.js";
 
 const root = mkdtempSync(path.join(os.tmpdir(), "hearth-cachedir-"));
 const isRoot = process.geteuid?.() === 0;
@@ -159,5 +162,101 @@ test("two agents of one id on one machine (each HEARTH_HOME's `local`) get node 
     }
   } finally {
     await a.stop();
+  }
+});
+
+/** The names agents' default folders have in /dev/shm. */
+const DEFAULT_NAMES = /^hearth-cache-.+-[0-9a-f]{10}$/;
+
+/** A folder claimed by a real process that then exited without giving it back (as kill -9 leaves it), holding `bytes` in one file. */
+function leftByExitedAgent(dir: string, agent: string, bytes: number): void {
+  const script = `
+    const { claimCacheDir } = await import(${JSON.stringify(path.join(CLI, "../cache-dir.js"))});
+    const { writeFileSync } = await import("node:fs");
+    claimCacheDir(${JSON.stringify(dir)}, ${JSON.stringify(agent)});
+    writeFileSync(${JSON.stringify(path.join(dir, "part"))}, Buffer.alloc(${bytes}));`;
+  const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 30_000 });
+  assert.equal(r.status, 0, r.stderr);
+  assert.ok(existsSync(path.join(dir, "part")));
+}
+
+test("a starting agent removes the default folders of agents that no longer run, and nothing else", () => {
+  const shm = path.join(root, "shm");
+  mkdirSync(shm, { mode: 0o1777 });
+  const at = (name: string): string => path.join(shm, name);
+  const me = selfStamp();
+  assert.ok(me.start !== undefined && me.ns !== undefined, "this machine's /proc gives a process's start and pid namespace");
+  // Gone: its process exited; and one whose pid now names a process that started at another time (reused).
+  leftByExitedAgent(at("hearth-cache-gone-0123456789"), "gone", 7000);
+  mkdirSync(at("hearth-cache-reused-0123456789"), { mode: 0o700 });
+  writeFileSync(at(`hearth-cache-reused-0123456789/${CACHE_MARKER}`), JSON.stringify({ agent: "reused", pid: process.pid, start: me.start! - 1, ns: me.ns, created: true }));
+  writeFileSync(at("hearth-cache-reused-0123456789/part"), Buffer.alloc(3000));
+  // Kept: a live agent's; a dead process's of another pid namespace or boot (its pid says nothing here);
+  // a marker from before markers said when and where (pid alone); a folder without a marker (it may be being made);
+  // another name; this agent's own; a link to a gone one.
+  const live = claimCacheDir(at("hearth-cache-live-0123456789"), "live");
+  const kept = ["hearth-cache-live-0123456789", "hearth-cache-other-ns-0123456789", "hearth-cache-old-0123456789", "hearth-cache-unmarked-0123456789", "hearth-cache-notes", "hearth-cache-own-0123456789", "hearth-cache-link-0123456789"];
+  for (const name of kept.slice(1, 6)) mkdirSync(at(name), { mode: 0o700 });
+  const deadPid = 2 ** 22 + 11;
+  writeFileSync(at(`hearth-cache-other-ns-0123456789/${CACHE_MARKER}`), JSON.stringify({ agent: "c", pid: deadPid, start: 1, ns: "pid:[4026530000] boot another", created: true }));
+  writeFileSync(at(`hearth-cache-old-0123456789/${CACHE_MARKER}`), JSON.stringify({ agent: "old", pid: deadPid, created: true }));
+  writeFileSync(at("hearth-cache-unmarked-0123456789/data"), "x");
+  writeFileSync(at(`hearth-cache-notes/${CACHE_MARKER}`), JSON.stringify({ agent: "n", pid: deadPid, start: 1, ns: me.ns, created: true }));
+  writeFileSync(at(`hearth-cache-own-0123456789/${CACHE_MARKER}`), JSON.stringify({ agent: "own", pid: deadPid, start: 1, ns: me.ns, created: true }));
+  leftByExitedAgent(path.join(root, "link-target-cache"), "linked", 100);
+  symlinkSync(path.join(root, "link-target-cache"), at("hearth-cache-link-0123456789"));
+
+  const swept = sweepDeadCaches(shm, DEFAULT_NAMES, at("hearth-cache-own-0123456789"));
+  assert.deepEqual(
+    swept.map((s) => [path.basename(s.dir), s.agent, s.entries, s.bytes]).sort(),
+    [
+      ["hearth-cache-gone-0123456789", "gone", 1, 7000],
+      ["hearth-cache-reused-0123456789", "reused", 1, 3000],
+    ],
+  );
+  assert.deepEqual(readdirSync(shm).sort(), [...kept].sort(), "the gone ones went, nothing else (nor anything moved aside)");
+  assert.ok(existsSync(path.join(root, "link-target-cache", "part")), "what the link points to is untouched");
+  assert.deepEqual(readdirSync(at("hearth-cache-unmarked-0123456789")), ["data"]);
+  releaseCacheDir(live);
+});
+
+test("a folder an agent of its id takes over while a sweep looks at it is given back to that agent", () => {
+  const shm = path.join(root, "shm-race");
+  mkdirSync(shm, { mode: 0o1777 });
+  const dir = path.join(shm, "hearth-cache-back-0123456789");
+  leftByExitedAgent(dir, "back", 1000);
+  let claim: ReturnType<typeof claimCacheDir> | undefined;
+  // Between the sweep's look (the marker names a gone process) and its move: the agent restarts and claims its folder.
+  const swept = sweepDeadCaches(shm, DEFAULT_NAMES, path.join(shm, "mine"), {
+    beforeMove: (d) => {
+      claim = claimCacheDir(d, "back");
+      writeFileSync(path.join(d, "new-part"), "the restarted agent's");
+    },
+  });
+  assert.deepEqual(swept, [], "nothing removed");
+  assert.ok(claim);
+  assert.deepEqual(readdirSync(dir).sort(), [CACHE_MARKER, "new-part"], "the folder is where the agent claimed it, with what it wrote");
+  assert.equal(JSON.parse(readFileSync(path.join(dir, CACHE_MARKER), "utf8")).pid, process.pid);
+  assert.deepEqual(readdirSync(shm), ["hearth-cache-back-0123456789"], "nothing left moved aside");
+  releaseCacheDir(claim);
+});
+
+test("an agent killed -9 leaves its node cache on /dev/shm; the next agent to start there removes it", { timeout: 90_000 }, async () => {
+  const cluster = await startCluster({ agents: [{ id: "swept-a", args: ["--cache-medium", "memory"] }] });
+  try {
+    const dirOf = (id: string) => waitFor(`agent ${id}'s node cache report`, async () => ((await cluster.status()).agents as Array<{ id: string; cache?: { dir?: string } | null }>).find((x) => x.id === id)?.cache?.dir ?? undefined);
+    const dir = await dirOf("swept-a");
+    assert.ok(dir.startsWith("/dev/shm/hearth-cache-swept-a-"), dir);
+    const a = cluster.agents.get("swept-a")!;
+    a.kill("SIGKILL");
+    await waitForExit("the killed agent", a.pid!);
+    assert.ok(existsSync(path.join(dir, CACHE_MARKER)), "the killed agent left its folder");
+    await cluster.addAgent({ id: "swept-b", args: ["--cache-medium", "memory"] });
+    const line = await waitFor("the new agent's report of what it removed", () => new RegExp(`node cache: removed ${dir}, left by agent swept-a that no longer runs`).exec(cluster.headLog())?.[0]);
+    assert.ok(line);
+    assert.equal(existsSync(dir), false, "the killed agent's folder is gone");
+    assert.ok((await dirOf("swept-b")).startsWith("/dev/shm/hearth-cache-swept-b-"), "the new agent's own cache stands");
+  } finally {
+    await cluster.stop();
   }
 });
