@@ -16,7 +16,9 @@
  * `<executor-dir>/u<uid>/tmp/p<agent pid>/<executor id>`: root's `tmp` and
  * `p<pid>` (group the app's, 0750), the executor's folder the app's user's
  * (0700). The agent's pid in the path keeps agents that share a folder
- * apart: a starting agent removes only the folders of agents that are gone. The agent
+ * apart: a starting agent removes only the folders of agents that are gone
+ * (by the stamp `p<pid>` holds, pids.ts: a reused pid or another pid
+ * namespace does not fool it). The agent
  * never deletes recursively as root inside a folder an executor could write
  * (a link swapped in mid-walk would aim the delete elsewhere): it empties it
  * as the app's user (`rm` run with that uid), then removes the empty folder.
@@ -25,7 +27,7 @@ import { spawn } from "node:child_process";
 import { chmodSync, chownSync, lstatSync, mkdirSync, readdirSync, rmSync, rmdirSync } from "node:fs";
 import path from "node:path";
 import type { ExecutorIdentity } from "./executor-users.js";
-import { processAlive } from "./pids.js";
+import { makerGone, OWNER_FILE, stampFolder } from "./pids.js";
 
 /** A folder made for one executor, and who may empty it. */
 export interface ScratchDir {
@@ -42,8 +44,10 @@ function agentFolder(parent: string): string {
 /** Makes executor `id`'s temp folder: under the agent's work dir, or (per-app users) under the app's folder. */
 export function makeScratch(workDir: string, id: string, identity?: ExecutorIdentity): ScratchDir {
   if (!identity) {
-    const dir = path.join(agentFolder(path.join(workDir, "tmp")), id);
+    const mine = agentFolder(path.join(workDir, "tmp"));
+    const dir = path.join(mine, id);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
+    stampFolder(mine);
     return { dir };
   }
   // Root's, inside root's u<uid> folder: the app's user can reach its own folder here, and change nothing else.
@@ -55,6 +59,7 @@ export function makeScratch(workDir: string, id: string, identity?: ExecutorIden
     chownSync(d, 0, identity.gid);
     chmodSync(d, 0o750);
   }
+  stampFolder(mine, 0o640);
   const dir = path.join(mine, id);
   mkdirSync(dir, { mode: 0o700 });
   chownSync(dir, identity.uid, identity.gid);
@@ -90,9 +95,10 @@ export async function removeScratch(s: ScratchDir): Promise<string | undefined> 
 }
 
 
+/** The entries of `dir` (none if it cannot be read), its owner's stamp left out. */
 function list(dir: string): string[] {
   try {
-    return readdirSync(dir);
+    return readdirSync(dir).filter((n) => n !== OWNER_FILE);
   } catch {
     return [];
   }
@@ -102,7 +108,7 @@ function list(dir: string): string[] {
 function deadAgents(tmp: string): string[] {
   return list(tmp).filter((n) => {
     const m = /^p(\d+)$/.exec(n);
-    return m !== null && Number(m[1]) !== process.pid && !processAlive(Number(m[1]));
+    return m !== null && Number(m[1]) !== process.pid && makerGone(path.join(tmp, n), Number(m[1]));
   });
 }
 
@@ -152,6 +158,7 @@ export async function sweepScratch(workDir: string, executorDir?: string): Promi
       else removed++;
     }
     try {
+      rmSync(path.join(agentDir, OWNER_FILE), { force: true }); // root's (or the agent's), in a folder only it writes
       rmdirSync(agentDir);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") failed.push(`${agentDir}: ${(e as NodeJS.ErrnoException).code}`);

@@ -3,7 +3,8 @@
  * marker, executors' temp folders) is still alive: a zombie (exited, not yet
  * reaped by its parent) is gone, and a process of another user still counts.
  */
-import { readFileSync, readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync, renameSync, writeFileSync } from "node:fs";
+import path from "node:path";
 
 /** True while process `pid` exists and has not exited. */
 export function processAlive(pid: number): boolean {
@@ -75,4 +76,31 @@ export function stampState(s: ProcessStamp): "alive" | "gone" | "unknown" {
   if (!processAlive(s.pid)) return "gone";
   if (s.start !== undefined && startTicks(s.pid) !== s.start) return "gone";
   return "alive";
+}
+
+/** The file in a folder a process made for itself (a spool, its executors' temp folders) that holds its stamp. */
+export const OWNER_FILE = ".hearth-owner";
+
+/** Writes this process's stamp into `dir` (whole: a temporary file, then a rename), replacing any there. */
+export function stampFolder(dir: string, mode = 0o600): void {
+  const tmp = path.join(dir, `${OWNER_FILE}.${process.pid}.tmp`);
+  writeFileSync(tmp, JSON.stringify(selfStamp()), { mode });
+  renameSync(tmp, path.join(dir, OWNER_FILE));
+}
+
+/**
+ * Whether the process that made `dir` for itself is certainly gone: by the
+ * stamp in it (stampState), or, in a folder from before stamps, by the pid
+ * its name gives (`namedPid`) alone.
+ */
+export function makerGone(dir: string, namedPid: number): boolean {
+  let stamp: ProcessStamp;
+  try {
+    const s = JSON.parse(readFileSync(path.join(dir, OWNER_FILE), "utf8")) as Partial<ProcessStamp>;
+    stamp = { pid: Number(s.pid), ...(typeof s.start === "number" ? { start: s.start } : {}), ...(typeof s.ns === "string" ? { ns: s.ns } : {}) };
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return !processAlive(namedPid);
+    return false; // unreadable or torn: not known to be gone
+  }
+  return stamp.pid === namedPid && stampState(stamp) === "gone";
 }

@@ -14,7 +14,11 @@
  * parent (memory-backed `/dev/shm` where the caller chose it): a head killed
  * with -9 leaves its spool behind, and the next store that opens a spool
  * under the same parent removes every spool of this user whose process is
- * gone, so a crash leaks nothing past the next start.
+ * gone, so a crash leaks nothing past the next start. A spool holds its
+ * maker's stamp (pids.ts: pid, start, pid namespace and boot): a pid reused
+ * by another process does not keep a dead head's spool, and a head of
+ * another pid namespace sharing the parent (a container) is not taken for
+ * dead.
  */
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, fsyncSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
@@ -24,7 +28,7 @@ import { checkChunk, writeAll, writeAllSync } from "../../sdk/cache/file-io.js";
 import { CHUNK } from "../../sdk/cache/transfer.js";
 import { HearthError } from "../../sdk/errors/index.js";
 import { isFilePart, objectIds, userKey, type ObjectMeta, type StoredObject } from "./stored-objects.js";
-import { processAlive } from "../pids.js";
+import { makerGone, stampFolder } from "../pids.js";
 
 /** A spool folder's name: the pid of the process that made it, then mkdtemp's random tail. */
 const SPOOL_PREFIX = "hearth-spool-";
@@ -122,11 +126,11 @@ export function sweepSpools(parent: string): string[] {
   }
   for (const name of names) {
     const m = new RegExp(`^${SPOOL_PREFIX}(\\d+)-`).exec(name);
-    if (!m || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
+    if (!m || Number(m[1]) === process.pid) continue;
     const dir = path.join(parent, name);
     try {
       const st = lstatSync(dir);
-      if (!st.isDirectory() || st.uid !== uid) continue;
+      if (!st.isDirectory() || st.uid !== uid || !makerGone(dir, Number(m[1]))) continue;
       rmSync(dir, { recursive: true, force: true });
       removed.push(dir);
     } catch {
@@ -140,7 +144,9 @@ export function sweepSpools(parent: string): string[] {
 export function makeSpool(parent: string): { dir: string; swept: string[] } {
   mkdirSync(parent, { recursive: true, mode: 0o700 });
   const swept = sweepSpools(parent);
-  return { dir: mkdtempSync(path.join(parent, `${SPOOL_PREFIX}${process.pid}-`)), swept };
+  const dir = mkdtempSync(path.join(parent, `${SPOOL_PREFIX}${process.pid}-`));
+  stampFolder(dir);
+  return { dir, swept };
 }
 
 /** A patch's file in `dir`. */
