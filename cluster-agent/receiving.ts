@@ -78,9 +78,13 @@ export class ReceivingPart implements PartSink {
     } else this.data = allocObjectBuffer(meta.size, what);
   }
 
-  /** Has the chunk at `offset` arrived? */
+  /**
+   * Has the chunk at `offset` arrived, or is it being written? What a source
+   * that failed had already delivered is not asked of the next one (a write
+   * that fails fails the whole copy, so nothing is left missing).
+   */
   holds(offset: number): boolean {
-    return this.have.has(offset);
+    return this.have.has(offset) || this.writing.has(offset);
   }
 
   /** Is every chunk here? */
