@@ -189,6 +189,9 @@ test("interrupt by signal of an awaiting cell that added a SIGINT listener in it
     "box.heard = 0;",
     "box.onStop = () => void box.heard++;",
     'process.on("SIGINT", box.onStop);',
+    // The marker says the cell awaits: written after its synchronous part (and the kernel's re-arm after it) is over.
+    // Written before, an interrupt could land in between, when vm's watchdog has let go of SIGINT and the kernel has not yet re-armed it.
+    "await Promise.resolve();",
     `writeFileSync(${JSON.stringify(marker)}, "");`,
     "await new Promise((r) => setTimeout(r, 600_000));",
   ].join("\n");
