@@ -35,7 +35,7 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, closeSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, rmdirSync, writeSync } from "node:fs";
 import path from "node:path";
 import { UsageError } from "../sdk/errors/index.js";
-import { processAlive, selfStamp, stampState, type ProcessStamp } from "./pids.js";
+import { parseStamp, processAlive, sameStamp, selfStamp, stampState, type ProcessStamp } from "./pids.js";
 
 /** The file that says hearth made (or took over) a cache folder. */
 export const CACHE_MARKER = ".hearth-node-cache";
@@ -115,13 +115,7 @@ function readMarker(dir: string): Marker | undefined {
   if (!st.isFile()) refuse(dir, `${CACHE_MARKER} in it is not a file`, "remove it, or name another folder");
   try {
     const m = JSON.parse(readFileSync(file, "utf8")) as Partial<Marker>;
-    return {
-      agent: String(m.agent ?? "?"),
-      pid: Number(m.pid ?? 0),
-      created: m.created === true,
-      ...(typeof m.start === "number" ? { start: m.start } : {}),
-      ...(typeof m.ns === "string" ? { ns: m.ns } : {}),
-    };
+    return { agent: String(m.agent ?? "?"), created: m.created === true, ...parseStamp(m) };
   } catch {
     return { agent: "?", pid: 0, created: false }; // a torn marker is still hearth's
   }
@@ -243,7 +237,7 @@ export function sweepDeadCaches(parent: string, names: RegExp, keep: string, hoo
       const aside = path.join(parent, `${SWEPT_PREFIX}${process.pid}-${randomBytes(6).toString("hex")}`);
       renameSync(dir, aside);
       const moved = readMarker(aside);
-      if (moved?.pid !== marker.pid || moved.start !== marker.start || moved.ns !== marker.ns) {
+      if (!moved || !sameStamp(moved, marker)) {
         try {
           renameSync(aside, dir); // an agent of that id took it over between the look and the move: it is its
           continue;

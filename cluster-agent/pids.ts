@@ -59,6 +59,16 @@ export function pidNamespace(): string | undefined {
   return ownNamespace;
 }
 
+/** A stamp as read from a file (what is missing or of the wrong type left out). */
+export function parseStamp(s: Partial<ProcessStamp>): ProcessStamp {
+  return { pid: Number(s.pid ?? 0), ...(typeof s.start === "number" ? { start: s.start } : {}), ...(typeof s.ns === "string" ? { ns: s.ns } : {}) };
+}
+
+/** Whether two stamps name the same process. */
+export function sameStamp(a: ProcessStamp, b: ProcessStamp): boolean {
+  return a.pid === b.pid && a.start === b.start && a.ns === b.ns;
+}
+
 /** This process's stamp. */
 export function selfStamp(): ProcessStamp {
   return { pid: process.pid, start: startTicks(process.pid), ns: pidNamespace() };
@@ -97,7 +107,7 @@ export function makerGone(dir: string, namedPid: number): boolean {
   let stamp: ProcessStamp;
   try {
     const s = JSON.parse(readFileSync(path.join(dir, OWNER_FILE), "utf8")) as Partial<ProcessStamp>;
-    stamp = { pid: Number(s.pid), ...(typeof s.start === "number" ? { start: s.start } : {}), ...(typeof s.ns === "string" ? { ns: s.ns } : {}) };
+    stamp = parseStamp(s);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "ENOENT") return !processAlive(namedPid);
     return false; // unreadable or torn: not known to be gone
