@@ -6,7 +6,7 @@
  * says how long the fetch and the apply took, and what it holds.
  */
 import { applyPublications, type PublicationRecord, type SyncResult } from "../sdk/rl/services/weights.js";
-import { TensorEngine, type PublicationFile } from "../sdk/tensor/index.js";
+import { TensorEngine, type PublicationSource } from "../sdk/tensor/index.js";
 import type { ExecutorContext } from "../sdk/runtime/types.js";
 
 /**
@@ -83,8 +83,7 @@ export class WeightsRollout {
       }
     };
     const wrapped = {
-      apply: timed((blobs: readonly Uint8Array[]) => engine.apply(blobs, { timeoutMs: 600_000 })),
-      applyFiles: timed((files: readonly PublicationFile[]) => engine.applyFiles(files, { timeoutMs: 600_000 })),
+      applySources: timed((sources: readonly PublicationSource[]) => engine.applySources(sources, { timeoutMs: 600_000 })),
     } as unknown as TensorEngine;
     const t0 = performance.now();
     let r: SyncResult;

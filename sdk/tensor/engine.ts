@@ -27,7 +27,7 @@ import { checkSeeds, ragged, snake, unragged } from "./engine-codec.js";
 import { engineEnv } from "./engine-env.js";
 import type {
   ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, GenerateResult, GeneratedRow, InitFolderOptions, InitFolderResult, InitModelOptions,
-  InitModelResult, FilePublication, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
+  InitModelResult, FilePublication, Publication, PublicationFile, PublicationSource, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";
 
 /** How to start an engine. */
@@ -454,7 +454,19 @@ export class TensorEngine {
 
   /** Apply publications held in files (a node cache's copy, read in place: the pipe carries only their paths), in order. */
   applyFiles(files: readonly PublicationFile[], options?: RequestOptions): Promise<ApplyResult> {
-    return this.request("apply", { files: files.map((f) => ({ path: f.path, offset: f.offset ?? 0, length: f.length ?? null })) }, options);
+    return this.applySources(files, options);
+  }
+
+  /**
+   * Apply publications, in order, each in memory (`data`) or in a file (a
+   * node cache's copy, read in place), in one request: the engine checks
+   * every blob's header and the whole chain of versions before it writes a
+   * tensor, so a base and patches with one missing are refused whole.
+   */
+  applySources(sources: readonly PublicationSource[], options?: RequestOptions): Promise<ApplyResult> {
+    return this.request("apply", {
+      sources: sources.map((s) => ("data" in s ? { blob: s.data } : { path: s.path, offset: s.offset ?? 0, length: s.length ?? null })),
+    }, options);
   }
 
   /**
@@ -468,7 +480,7 @@ export class TensorEngine {
 
   /** Apply publications (full shards or patches, in order) to this engine's model; sessions are dropped. */
   apply(blobs: readonly Uint8Array[], options?: RequestOptions): Promise<ApplyResult> {
-    return this.request("apply", { blobs: [...blobs] }, options);
+    return this.applySources(blobs.map((data) => ({ data })), options);
   }
 
   /** Write the model in HF layout (config.json + safetensors) under `path`. */

@@ -38,5 +38,5 @@ export type { ModelFolderInfo } from "./model-check.js";
 export type { TokenizerJson } from "./vocab.js";
 export type {
   ApplyResult, BatchedRow, BatchResult, BatchRowSpec, DistributedOptions, EngineInfo, FinishReason, GenerateResult, GeneratedRow, InitFolderOptions, TokenAlternatives,
-  InitFolderResult, InitModelOptions, InitModelResult, FilePublication, PatchStats, Publication, PublicationFile, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
+  InitFolderResult, InitModelOptions, InitModelResult, FilePublication, PatchStats, Publication, PublicationFile, PublicationSource, PublishedFile, SamplingOptions, TrainBatch, TrainMetrics, TrainerOptions,
 } from "./types.js";

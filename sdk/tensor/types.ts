@@ -239,6 +239,9 @@ export interface PublicationFile {
   length?: number;
 }
 
+/** A blob of a publication to apply: in memory, or in a file. */
+export type PublicationSource = PublicationFile | { data: Uint8Array };
+
 /** Result of applying publications to this engine's model. */
 export interface ApplyResult {
   version: number;

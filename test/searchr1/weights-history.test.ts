@@ -62,13 +62,18 @@ test("50 publications: re-based every 8 patches; a late rollout fetches one base
     for (let i = 1; i < fulls.length; i++) assert.ok(fulls[i]! - fulls[i - 1]! <= policy.maxPatches + 1, "never more than 8 patches on one base");
 
     let applied = 0;
-    const apply = joiner.apply.bind(joiner);
-    joiner.apply = (blobs, options) => ((applied += blobs.length), apply(blobs, options));
+    let requests = 0;
+    const applySources = joiner.applySources.bind(joiner);
+    joiner.applySources = (sources, options) => ((applied += sources.length), (requests += 1), applySources(sources, options));
     const before = late.objects.stats.bytesReceived;
-    await applyPublications(late.objects, "wh/weights", joiner);
+    const synced = await applyPublications(late.objects, "wh/weights", joiner);
     const fetched = late.objects.stats.bytesReceived - before;
     const patchesSinceBase = kinds.length - 1 - fulls.at(-1)!;
+    assert.equal(applied, 1 + patchesSinceBase, `a late joiner applies one base + the ${patchesSinceBase} patches after it`);
     assert.ok(applied <= 1 + policy.maxPatches, `a late joiner applied ${applied} blobs (one base + ${patchesSinceBase} patches)`);
+    assert.deepEqual(synced.applied, ["full", ...Array<string>(patchesSinceBase).fill("patch")]);
+    // All in place at once (this client downloads them): one engine request, applied a tensor at a time.
+    assert.equal(requests, 1, "the base and its patches went to the engine in one request");
     assert.ok(fetched <= baseBytes + policy.maxPatches * maxPatch + 64 * 1024, `a late joiner fetched ${fetched} bytes, not the whole history`);
     assert.equal((await joiner.digest()).digest, (await trainer.digest()).digest, "the late joiner holds the trainer's weights exactly");
   } finally {

@@ -28,7 +28,7 @@ from .grpo import GRPOConfig, TrainBatch, Trainer, init_distributed, sequence_lo
 from .model import Transformer, build_model
 from .protocol import decode_value, encode_value, read_frame, write_frame
 from .synthetic import build_synthetic
-from .weights import Publisher, apply_blob, apply_file, model_tensors, perturb_bf16
+from .weights import Publisher, apply_sources, model_tensors, perturb_bf16
 
 # Every collective (and the rendezvous) of a trainer's process group fails after this, so a
 # rank whose peer died or hangs is not stuck for torch's default of 30 min. The head fails a
@@ -340,24 +340,25 @@ class Engine:
                             args.get("dense"), float(args.get("dense_share", 0.4)))
 
     def op_apply(self, args: Dict[str, Any]) -> Any:
-        """Applies publications in order: `blobs` (bytes in the request) and/or `files`
-        ({path, offset, length}: a node's copy, mapped and read in place)."""
+        """Applies publications in order (weights.apply_blobs: the whole chain is checked
+        before a tensor is written): `sources` ({blob} or {path, offset?, length?}: a node's
+        copy, mapped and read in place), or `blobs` (bytes in the request) then `files`."""
         model = self.need_model()
-        targets = model_tensors(model)
-        results = []
-        for blob in args.get("blobs") or []:
-            stats = apply_blob(targets, blob, self.version if self.version else None)
-            self.version = stats.version
-            results.append(asdict(stats))
-        for f in args.get("files") or []:
-            if not isinstance(f, dict) or not isinstance(f.get("path"), str):
-                raise EngineError("bad_request", f"each of files must be {{path, offset?, length?}}; got {f!r}")
-            stats = apply_file(targets, f["path"], int(f.get("offset") or 0), f.get("length"),
-                               self.version if self.version else None)
-            self.version = stats.version
-            results.append(asdict(stats))
-        self.sessions.clear()
-        return {"version": self.version, "applied": results}
+        sources = args.get("sources")
+        if sources is None:
+            sources = [{"blob": b} for b in args.get("blobs") or []] + list(args.get("files") or [])
+        if not isinstance(sources, list):
+            raise EngineError("bad_request", f"sources must be a list of publications to apply; got {type(sources).__name__}")
+        for src in sources:
+            if not isinstance(src, dict) or not (isinstance(src.get("path"), str) or "blob" in src):
+                raise EngineError("bad_request", f"each publication to apply must be {{blob}} or {{path, offset?, length?}}; got {src!r}")
+        try:
+            results = apply_sources(model_tensors(model), sources, self.version if self.version else None)
+        finally:
+            self.sessions.clear()  # the weights may have changed, even when a blob failed part way
+        if results:
+            self.version = results[-1].version
+        return {"version": self.version, "applied": [asdict(r) for r in results]}
 
     def op_save_checkpoint(self, args: Dict[str, Any]) -> Any:
         dtype = DTYPE_NAMES.get(args.get("dtype", "bfloat16"), torch.bfloat16)

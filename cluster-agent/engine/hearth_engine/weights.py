@@ -38,9 +38,11 @@ from .checkpoint import expected_shapes, split_shards
 from .errors import EngineError
 from .model import Transformer
 from .patch_codec import (apply_deltas, decode_indices, encode_deltas, encode_indices,  # noqa: F401 (re-exported)
-                          np_deltas, varint_decode, varint_encode)
+                          np_deltas, np_patch_chunks, varint_decode, varint_encode)
 
 IDX, VAL, DLT = ":idx", ":val", ":dlt"
+# Index bytes of a patch decoded and applied per step on CPU (np_patch_chunks): ~2 MiB of int64 indices.
+PATCH_CHUNK_BYTES = 1 << 18
 
 
 def export_bf16(model: Transformer, into: Optional[Dict[str, Tensor]] = None) -> Dict[str, Tensor]:
@@ -322,55 +324,91 @@ def apply_blob(targets: Dict[str, Tensor], blob, version: Optional[int] = None) 
     """Apply one full shard or patch blob to `targets` in place (params of any float
     dtype; bf16 values are exact in bf16/fp32). `version` = the holder's current one,
     checked against a patch's base_version when given."""
-    t0 = time.perf_counter()
+    return apply_blobs(targets, [blob], version)[0]
+
+
+def _read_publication(blob, where: str, held: Optional[int]) -> Tuple[Dict[str, Tensor], PatchStats]:
+    """A blob's entries (views of its bytes) and its stats (kind, version, bytes), its
+    format and base version checked against the version `held` before it."""
     meta = safetensors.metadata(blob, "publication")
     fmt = meta.get("format")
     if fmt not in ("hearth-full", "hearth-patch"):
-        raise EngineError("bad_patch", f"not a hearth publication (format={fmt!r})")
-    if fmt == "hearth-patch" and version is not None and str(version) != meta.get("base_version"):
-        raise EngineError("bad_patch", f"patch applies to version {meta.get('base_version')}, holder has {version}")
-    entries = safetensors.deserialize(blob, "publication")
+        raise EngineError("bad_patch", f"{where}not a hearth publication (format={fmt!r})")
+    if fmt == "hearth-patch" and held is not None and str(held) != meta.get("base_version"):
+        raise EngineError("bad_patch", f"{where}patch applies to version {meta.get('base_version')}, holder has {held}")
     stats = PatchStats(kind="full" if fmt == "hearth-full" else "patch", version=int(meta.get("version", 0)))
-    with torch.no_grad():
+    stats.bytes = len(blob)
+    return safetensors.deserialize(blob, "publication"), stats
+
+
+def _apply_sparse(name: str, target: Tensor, idx_bytes: Tensor, val: Optional[Tensor], dlt: Optional[Tensor]) -> int:
+    """One tensor's changes from a patch (indices + new values or bit deltas), in place."""
+    if dlt is not None and val is None and target.dtype == torch.bfloat16 and target.device.type == "cpu":
+        # In place on the bit patterns, in int16 (the format's wrap-around), a slice of the
+        # stream at a time: torch's index_add_ reads, adds and writes each index in one loop
+        # (numpy's fancy `+=` gathers, adds and scatters in three passes: 1.7x slower).
+        flat, n = target.view(-1).view(torch.int16), 0
+        for idx, d in np_patch_chunks(idx_bytes.numpy(), dlt.numpy(), PATCH_CHUNK_BYTES):
+            if idx[0] < 0 or idx[-1] >= target.numel():
+                raise EngineError("bad_patch", f"{name}: index out of range for {target.numel()} elements")
+            flat.index_add_(0, torch.from_numpy(idx), torch.from_numpy(d))
+            n += idx.size
+        return n
+    idx = decode_indices(idx_bytes.to(target.device))
+    if (val is None) == (dlt is None) or (val is not None and val.numel() != idx.numel()):
+        raise EngineError("bad_patch", f"{name}: {idx.numel()} indices but values do not match")
+    if idx.numel() and (int(idx[-1]) >= target.numel() or int(idx[0]) < 0):
+        raise EngineError("bad_patch", f"{name}: index out of range for {target.numel()} elements")
+    flat = target.view(-1)
+    if dlt is not None:  # deltas of bit patterns against the values held (base_version)
+        old_bits = flat[idx].to(torch.bfloat16).view(torch.int16)
+        val = apply_deltas(old_bits, dlt.to(target.device)).view(torch.bfloat16)
+    flat[idx] = val.to(device=target.device, dtype=target.dtype)
+    return idx.numel()
+
+
+def apply_blobs(targets: Dict[str, Tensor], blobs, version: Optional[int] = None) -> List[PatchStats]:
+    """Apply full shards and patches, in order, to `targets` in place. Every blob's header,
+    tensor names and shapes, and the chain of versions (`version` = the holder's before the
+    first; None: not checked for the first) are checked before any tensor is written: a
+    late joiner handed a base and patches with one missing gets an error, not a model
+    half brought forward."""
+    work: List[Tuple[PatchStats, List[tuple]]] = []
+    held = version
+    for i, blob in enumerate(blobs):
+        where = f"publication {i + 1} of {len(blobs)}: " if len(blobs) > 1 else ""
+        entries, stats = _read_publication(blob, where, held)
+        held = stats.version
+        ops: List[tuple] = []
         for key, t in entries.items():
             if key.endswith(VAL) or key.endswith(DLT):
                 continue
             name = key[: -len(IDX)] if key.endswith(IDX) else key
             if name not in targets:
-                raise EngineError("bad_patch", f"publication names unknown tensor {name!r}")
-            target = targets[name]
+                raise EngineError("bad_patch", f"{where}publication names unknown tensor {name!r}")
             stats.tensors += 1
             if key.endswith(IDX):
-                idx = decode_indices(t.to(target.device))
-                val, dlt = entries.get(name + VAL), entries.get(name + DLT)
-                if (val is None) == (dlt is None) or (val is not None and val.numel() != idx.numel()):
-                    raise EngineError("bad_patch", f"{name}: {idx.numel()} indices but values do not match")
-                if idx.numel() and (int(idx[-1]) >= target.numel() or int(idx[0]) < 0):
-                    raise EngineError("bad_patch", f"{name}: index out of range for {target.numel()} elements")
-                flat = target.view(-1)
-                if dlt is not None and target.dtype == torch.bfloat16 and target.device.type == "cpu":
-                    # In place on the bit patterns, in int16 (the format's wrap-around): torch's
-                    # index_add_ reads, adds and writes each index in one loop (numpy's
-                    # fancy `+=` gathers, adds and scatters in three passes: 1.7x slower).
-                    d = np_deltas(dlt.numpy(), idx.numel())
-                    flat.view(torch.int16).index_add_(0, idx, torch.from_numpy(d))
-                else:
-                    if dlt is not None:  # deltas of bit patterns against the values held (base_version)
-                        old_bits = flat[idx].to(torch.bfloat16).view(torch.int16)
-                        val = apply_deltas(old_bits, dlt.to(target.device)).view(torch.bfloat16)
-                    flat[idx] = val.to(device=target.device, dtype=target.dtype)
+                ops.append((name, t, entries.get(name + VAL), entries.get(name + DLT)))
                 stats.sparse += 1
-                stats.changed += idx.numel()
             else:
-                if t.numel() != target.numel():
-                    raise EngineError("bad_patch", f"{name}: {list(t.shape)} does not fit {list(target.shape)}")
-                copy_into(target, t.reshape(target.shape))
+                if t.numel() != targets[name].numel():
+                    raise EngineError("bad_patch", f"{where}{name}: {list(t.shape)} does not fit {list(targets[name].shape)}")
+                ops.append((name, t))
                 stats.dense += 1
                 stats.changed += t.numel()
-    _sync(next(iter(targets.values()), None))
-    stats.bytes = len(blob)
-    stats.seconds["apply"] = time.perf_counter() - t0
-    return stats
+        work.append((stats, ops))
+    with torch.no_grad():
+        for stats, ops in work:
+            t1 = time.perf_counter()
+            for op in ops:
+                target = targets[op[0]]
+                if len(op) == 2:
+                    copy_into(target, op[1].reshape(target.shape))
+                else:
+                    stats.changed += _apply_sparse(op[0], target, op[1], op[2], op[3])
+            _sync(next(iter(targets.values()), None))
+            stats.seconds["apply"] = time.perf_counter() - t1
+    return [stats for stats, _ in work]
 
 
 class _Staging:
@@ -423,11 +461,8 @@ def _populate(mm: mmap.mmap, offset: int, length: int) -> None:
         pass
 
 
-def apply_file(targets: Dict[str, Tensor], path: str, offset: int, length: Optional[int],
-               version: Optional[int] = None) -> PatchStats:
-    """apply_blob over `length` bytes at `offset` of `path` (a node cache's copy), mapped
-    read-only: the bytes go from the page cache straight into the tensors, and nothing of
-    the blob is copied whole."""
+def _map_file(path: str, offset: int, length: Optional[int]) -> Tuple[mmap.mmap, memoryview]:
+    """`length` bytes at `offset` of `path`, mapped read-only and populated."""
     try:
         f = open(path, "rb")
     except OSError as e:
@@ -439,13 +474,31 @@ def apply_file(targets: Dict[str, Tensor], path: str, offset: int, length: Optio
             raise EngineError("bad_patch", f"{path}: {length} bytes at {offset} lie outside its {size} bytes")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     _populate(mm, offset, length)
-    view = memoryview(mm)[offset: offset + length]
+    return mm, memoryview(mm)[offset: offset + length]
+
+
+def apply_sources(targets: Dict[str, Tensor], sources: List[Dict[str, object]],
+                  version: Optional[int] = None) -> List[PatchStats]:
+    """apply_blobs over `sources` in order, each either {blob} (bytes) or {path, offset?,
+    length?} (a node cache's copy, mapped read-only: the bytes go from the page cache
+    straight into the tensors, and nothing of a file is copied whole)."""
+    maps: List[Tuple[mmap.mmap, memoryview]] = []
     try:
-        stats = apply_blob(targets, view, version)
+        blobs = []
+        for src in sources:
+            if "blob" in src:
+                blobs.append(src["blob"])
+                continue
+            if not isinstance(src.get("path"), str):
+                raise EngineError("bad_request", f"each source must be {{blob}} or {{path, offset?, length?}}; got {src!r}")
+            length = src.get("length")
+            maps.append(_map_file(src["path"], int(src.get("offset") or 0), None if length is None else int(length)))
+            blobs.append(maps[-1][1])
+        return apply_blobs(targets, blobs, version)
     finally:
-        try:
-            view.release()
-            mm.close()
-        except BufferError:  # a tensor view still holds it: unmapped when the last one goes
-            pass
-    return stats
+        for mm, view in maps:
+            try:
+                view.release()
+                mm.close()
+            except BufferError:  # a tensor view still holds it: unmapped when the last one goes
+                pass

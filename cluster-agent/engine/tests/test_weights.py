@@ -7,17 +7,19 @@ import re
 import sys
 import tempfile
 import unittest
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from dp_worker import make_batch
 from helpers import tiny_config, tiny_model
-from hearth_engine import safetensors
+from hearth_engine import safetensors, weights
 from hearth_engine.errors import EngineError
 from hearth_engine.grpo import GRPOConfig, Trainer
 from hearth_engine.model import build_model
-from hearth_engine.weights import (_populate, DLT, IDX, VAL, PatchStats, changed_bits, apply_deltas, encode_deltas, perturb_bf16, Publisher, apply_blob, decode_indices, diff_tensors,
+from hearth_engine.patch_codec import np_patch_chunks
+from hearth_engine.weights import (_populate, DLT, IDX, VAL, PatchStats, changed_bits, apply_deltas, encode_deltas, perturb_bf16, Publisher, apply_blob, apply_blobs, apply_sources, decode_indices, diff_tensors,
                                    encode_indices, export_bf16, model_tensors, varint_decode, varint_encode)
 
 
@@ -141,6 +143,34 @@ class DeltaTest(unittest.TestCase):
         self.assertEqual(list(one), list(two))
         for k in one:
             self.assertTrue(torch.equal(one[k].view(torch.uint8), two[k].view(torch.uint8)), k)
+
+
+class ChunkedDecodeTest(unittest.TestCase):
+    def test_chunks_equal_the_whole_decode_at_every_slice_size(self):
+        g = np.random.default_rng(3)
+        for trial in range(20):
+            n = int(g.integers(1, 400))
+            gaps = np.where(g.random(n) < 0.2, g.integers(128, 1 << 20, n), g.integers(0, 128, n))
+            idx = np.cumsum(gaps)
+            moves = np.where(g.random(n) < 0.1 * (trial % 2), g.integers(-30000, 30000, n), g.choice([-1, 1], n)).astype(np.int16)
+            ib = encode_indices(torch.from_numpy(idx)).numpy()
+            db = encode_deltas(torch.zeros(n, dtype=torch.int16), torch.from_numpy(moves)).numpy()
+            for chunk in (1, 2, 3, 7, 64, 1 << 18):
+                got = list(np_patch_chunks(ib, db, chunk))
+                self.assertTrue(np.array_equal(np.concatenate([i for i, _ in got]), idx), f"trial {trial} chunk {chunk}")
+                self.assertTrue(np.array_equal(np.concatenate([d for _, d in got]), moves), f"trial {trial} chunk {chunk}")
+                self.assertTrue(all(i.size <= chunk for i, _ in got), f"trial {trial} chunk {chunk}")
+
+    def test_bad_streams_are_refused_before_the_first_chunk(self):
+        ib = encode_indices(torch.tensor([1, 5, 900, 2000])).numpy()
+        db = encode_deltas(torch.zeros(4, dtype=torch.int16), torch.tensor([1, -1, 1, 1], dtype=torch.int16)).numpy()
+        for bad_i, bad_d, says in ((ib, db[:3], "4 indices but 3 value deltas"),
+                                   (ib[:-1], db, "index stream ends inside a varint"),
+                                   (ib, np.append(db, np.uint8(0x81)), "delta stream ends inside a varint")):
+            chunks = np_patch_chunks(bad_i, bad_d, 1)
+            with self.assertRaises(EngineError) as ctx:
+                next(chunks)
+            self.assertIn(says, str(ctx.exception))
 
 
 class PatchTest(unittest.TestCase):
@@ -271,8 +301,89 @@ def mapped_rss_kib(mm: mmap.mmap) -> int:
 
 
 @unittest.skipUnless(sys.platform.startswith("linux"), "smaps and MADV_POPULATE_READ are Linux's")
+class CatchUpTest(unittest.TestCase):
+    """A late joiner's base and the patches after it, applied in one request."""
+
+    def publications(self):
+        """A sharded base and four patches (the second holds one tensor whole, the ones after
+        it move that tensor again): the blobs and the publisher's last bf16 weights."""
+        model = build_model(tiny_config(), seed=3, dtype=torch.bfloat16)
+        publisher = Publisher(max_shard_bytes=64 * 1024)
+        blobs, stats = publisher.publish(model)
+        self.assertGreater(len(blobs), 1)
+        dense = list(model_tensors(model))[2]
+        for step, (share, d) in enumerate([(0.027, None), (0.05, dense), (0.01, None), (0.027, None)]):
+            perturb_bf16(model, share, seed=step, dense=d)
+            patch, pstats = publisher.publish(model)
+            self.assertEqual((pstats.kind, pstats.dense), ("patch", 1 if d else 0))
+            blobs += patch
+        return blobs, len(blobs) - 4, export_bf16(model)
+
+    def assertHolds(self, targets, want):
+        for name, value in want.items():
+            self.assertTrue(torch.equal(bits(targets[name]), value.view(torch.int16)), name)
+
+    def test_a_base_and_its_patches_applied_together_are_the_publishers_bits(self):
+        blobs, shards, want = self.publications()
+        targets = model_tensors(build_model(tiny_config(), seed=4, dtype=torch.bfloat16))
+        results = apply_blobs(targets, blobs)
+        self.assertHolds(targets, want)
+        self.assertEqual([r.kind for r in results], ["full"] * shards + ["patch"] * 4)
+        self.assertEqual([r.version for r in results], [1] * shards + [2, 3, 4, 5])
+        self.assertEqual(sum(r.tensors for r in results[:shards]), len(want))  # each blob counts what it holds
+        self.assertTrue(all(r.changed > 0 and r.sparse > 0 for r in results[shards:]), [asdict(r) for r in results])
+        self.assertEqual([r.dense for r in results[shards:]], [0, 1, 0, 0])
+
+    def test_patches_applied_a_few_bytes_at_a_time_are_exact(self):
+        # Slices that end inside most tensors' streams (and inside multi-byte gaps: each slice is extended to the end of its varint).
+        blobs, _, want = self.publications()
+        chunk = weights.PATCH_CHUNK_BYTES
+        try:
+            weights.PATCH_CHUNK_BYTES = 5
+            targets = model_tensors(build_model(tiny_config(), seed=4, dtype=torch.bfloat16))
+            apply_blobs(targets, blobs)
+        finally:
+            weights.PATCH_CHUNK_BYTES = chunk
+        self.assertHolds(targets, want)
+
+    def test_files_and_blobs_mixed_in_one_request_apply_in_order(self):
+        blobs, shards, want = self.publications()
+        targets = model_tensors(build_model(tiny_config(), seed=4, dtype=torch.float32))  # an fp32 holder too
+        with tempfile.TemporaryDirectory() as d:
+            sources = []
+            for i, blob in enumerate(blobs[:shards]):
+                path = os.path.join(d, f"shard{i}")
+                with open(path, "wb") as f:
+                    f.write(blob)
+                sources.append({"path": path})
+            # Two patches in one file, read at their offsets; the last two in the request itself.
+            both = os.path.join(d, "patches")
+            with open(both, "wb") as f:
+                f.write(blobs[shards] + blobs[shards + 1])
+            sources += [{"path": both, "offset": 0, "length": len(blobs[shards])},
+                        {"path": both, "offset": len(blobs[shards]), "length": len(blobs[shards + 1])}]
+            sources += [{"blob": b} for b in blobs[shards + 2:]]
+            results = apply_sources(targets, sources)
+        self.assertEqual(results[-1].version, 5)
+        self.assertHolds(targets, want)
+
+    def test_a_broken_chain_is_refused_before_any_tensor_is_written(self):
+        blobs, shards, _ = self.publications()
+        targets = model_tensors(build_model(tiny_config(), seed=4, dtype=torch.bfloat16))
+        held = {n: bits(t).clone() for n, t in targets.items()}
+        for bad, says in ((blobs[:-2] + blobs[-1:], "applies to version 4, holder has 3"),  # a patch left out
+                          (blobs[:shards] + blobs[shards + 1:], "applies to version 2, holder has 1")):
+            with self.assertRaises(EngineError) as ctx:
+                apply_blobs(targets, bad)
+            self.assertEqual(ctx.exception.code, "bad_patch")
+            self.assertIn(says, str(ctx.exception))
+            self.assertIn(f"of {len(bad)}", str(ctx.exception))  # which publication of the request
+            for name, t in targets.items():
+                self.assertTrue(torch.equal(bits(t), held[name]), f"{name} was written before the chain was checked")
+
+
 class PopulateTest(unittest.TestCase):
-    def test_apply_file_maps_the_range_it_reads_in_at_once(self):
+    def test_a_mapped_source_is_mapped_in_at_once(self):
         with tempfile.NamedTemporaryFile() as f:
             f.write(os.urandom(4 << 20))
             f.flush()

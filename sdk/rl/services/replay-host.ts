@@ -268,5 +268,5 @@ async function publicationOf(part: { file?: string; data?: Buffer; ready?: () =>
 
 async function apply(engine: TensorEngine, part: { file?: string; data?: Buffer; ready?: () => Promise<void> }): Promise<{ version: number }> {
   await part.ready?.();
-  return part.file ? engine.applyFiles([{ path: part.file }]) : engine.apply([part.data!]);
+  return engine.applySources([part.file ? { path: part.file } : { data: part.data! }]);
 }

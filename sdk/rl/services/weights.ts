@@ -220,6 +220,14 @@ class FileQueue implements AsyncIterable<StreamedValue> {
   }
 }
 
+/** A part's arrival, watched: `done` once its bytes are in place (a rejection is kept for whoever awaits `wait`). */
+function whenReady(ready: (() => Promise<void>) | undefined): { done: boolean; wait: Promise<void> } {
+  if (!ready) return { done: true, wait: Promise.resolve() };
+  const w = { done: false, wait: ready().then(() => { w.done = true; }) };
+  w.wait.catch(() => undefined); // awaited in order; a copy that failed rejects there, not as unhandled
+  return w;
+}
+
 /**
  * Brings an engine from `held` to the latest publication: the base again
  * (every part) when the engine holds none or another one, else only the
@@ -237,13 +245,25 @@ export async function applyPublications(objects: ObjectCache, key: string, engin
     let version = r.mode === "full" ? 0 : held.version;
     let bytes = 0;
     const applied: Array<"full" | "patch"> = [];
-    for (const part of r.parts) {
-      await part.ready?.();
-      const done = part.file ? await engine.applyFiles([{ path: part.file }]) : await engine.apply([part.data!]);
-      for (const a of done.applied) if (applied.length === 0 || version !== a.version) applied.push(a.kind as "full" | "patch");
+    // The parts in place go to the engine in one request (it checks the whole chain before it
+    // writes); a part the node still receives is awaited, and whatever is in place by then goes with it.
+    const arrived = r.parts.map((part) => whenReady(part.ready));
+    for (let i = 0; i < r.parts.length;) {
+      await arrived[i]!.wait;
+      let j = i + 1;
+      while (j < r.parts.length && arrived[j]!.done) j++;
+      const batch = r.parts.slice(i, j);
+      const done = await engine.applySources(batch.map((part) => (part.file ? { path: part.file } : { data: part.data! })));
+      for (const a of done.applied) {
+        if (applied.length === 0 || version !== a.version) applied.push(a.kind as "full" | "patch");
+        version = a.version;
+      }
       version = done.version;
-      bytes += part.size;
-      if (part.file?.startsWith(scratch)) rmSync(part.file, { force: true });
+      for (const part of batch) {
+        bytes += part.size;
+        if (part.file?.startsWith(scratch)) rmSync(part.file, { force: true });
+      }
+      i = j;
     }
     return { version, cache: { version: r.version, baseVersion: r.baseVersion }, bytes, applied };
   } finally {
