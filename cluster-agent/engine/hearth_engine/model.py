@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
+from .hostmem import pack_weights
 
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 _TORCH_MAJOR_MINOR = tuple(int(p) for p in torch.__version__.split(".")[:2] if p.isdigit())
@@ -253,7 +254,13 @@ def build_model(cfg: ModelConfig, seed: int = 0, device: str = "cpu",
 
 def construct(cfg: ModelConfig, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Transformer:
     """An uninitialised-for-use model allocated directly on `device` where torch allows
-    (torch >= 2.0 device context), so a 3B model never passes through host memory."""
+    (torch >= 2.0 device context), so a 3B model never passes through host memory. On
+    CPU its parameters lie in one buffer of huge pages (hostmem.pack_weights: a pass
+    over 4 KiB pages is bound by TLB misses on virtual machines)."""
+    if torch.device(device).type == "cpu":
+        model = Transformer(cfg)
+        pack_weights(model, dtype)
+        return model
     if hasattr(torch.device(device), "__enter__"):
         with torch.device(device):
             return Transformer(cfg).to(dtype=dtype)

@@ -101,6 +101,14 @@ def deserialize(buf, source: str = "<bytes>") -> Dict[str, Tensor]:
     return {k: _tensor(buf, start, v) for k, v in header.items() if k != "__metadata__"}
 
 
+def entries(buf, source: str = "<bytes>") -> Tuple[Dict[str, str], Dict[str, Tuple[Tensor, int]]]:
+    """The `__metadata__` map and every tensor (a view into buf) with the offset of its
+    bytes in buf, from one parse of the header."""
+    header, start = parse_header(buf, source)
+    return (dict(header.get("__metadata__") or {}),
+            {k: (_tensor(buf, start, v), start + v["data_offsets"][0]) for k, v in header.items() if k != "__metadata__"})
+
+
 def metadata(buf, source: str = "<bytes>") -> Dict[str, str]:
     """The `__metadata__` string map of a safetensors buffer ({} when absent)."""
     header, _ = parse_header(buf, source)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import EngineError
+from .hostmem import pack_weights
 
 # Elements per tensor (128 MiB of bf16): like a 3B model's large matrices.
 DEFAULT_TENSOR_ELEMENTS = 64 * 1024 * 1024
@@ -58,6 +59,7 @@ class SyntheticWeights(nn.Module):
             self.register_parameter(f"w{i:05d}", nn.Parameter(t.to(device), requires_grad=False))
             left -= n
             i += 1
+        pack_weights(self)  # on CPU into huge pages, as a real model's (model.construct)
 
 
 def build_synthetic(total_bytes: int, seed: int, device: str, random: bool, tensor_elements: int = DEFAULT_TENSOR_ELEMENTS) -> SyntheticWeights:
