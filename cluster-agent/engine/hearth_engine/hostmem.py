@@ -35,8 +35,8 @@ def _advise_huge(buf: np.ndarray) -> bool:
         return False
 
 
-# (start, end, buffer) of every buffer pack_weights made: a weakref to each would do, but
-# a packed model lives as long as its engine's process, and the list stays tiny.
+# (start, end, weak reference to the owning array) of every buffer pack_weights made;
+# is_packed drops the entries whose buffer is gone.
 _PACKED: List[Tuple[int, int, "weakref.ref[np.ndarray]"]] = []
 
 

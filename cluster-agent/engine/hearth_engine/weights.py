@@ -376,7 +376,8 @@ def apply_blobs(targets: Dict[str, Tensor], blobs, version: Optional[int] = None
     first; None: not checked for the first) are checked before any tensor is written: a
     late joiner handed a base and patches with one missing gets an error, not a model
     half brought forward. `files[i]`, when given, is where blob i lies in a file: a tensor
-    held whole is then read from the file straight into a CPU target of its dtype."""
+    held whole is then read from the file straight into a target of its dtype that lies in
+    huge pages (copy_into)."""
     work: List[Tuple[PatchStats, List[tuple]]] = []
     held = version
     for i, blob in enumerate(blobs):
